@@ -1,0 +1,252 @@
+"""Start and stop one cluster: an ipyparallel controller and one engine per device, fast and leak-free.
+
+The controller (stock ipyparallel, schedulers in threads, a short heartbeat) and our supervisor (a
+warm fork server that imports torch once and forks every engine) start at the same time in their
+own sessions; every process watches the kernel's pid and ends within a second of it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import rundir as rd
+from .devices import DeviceInfo
+from .engine.launcher import ENGINE_FILE
+from .errors import EngineDiedError, MgpuError
+
+CONTROLLER_PING_MS = 100
+STOP_GRACE = 3.0
+
+
+def _kernel_identity() -> tuple[int, float]:
+    import psutil
+
+    pid = os.getpid()
+    return pid, psutil.Process(pid).create_time()
+
+
+@dataclass
+class ClusterSpec:
+    """Everything needed to start a cluster."""
+
+    devices: list[DeviceInfo]
+    backend: str
+    timeout: float
+    mem_per_device: int | None = None
+    telemetry_period: float = 0.1
+
+    @property
+    def threads(self) -> int:
+        if self.devices and self.devices[0].kind == "cuda":
+            return max(1, (os.cpu_count() or 1) // len(self.devices))
+        return max(1, (os.cpu_count() or 1) // len(self.devices))
+
+
+@dataclass
+class Cluster:
+    """A running controller + engines; ``rank_to_engine[r]`` is rank r's ipyparallel engine id."""
+
+    spec: ClusterSpec
+    cluster_id: str
+    path: Path
+    controller: subprocess.Popen
+    supervisor: subprocess.Popen
+    client: Any = None
+    engine_pids: dict[int, int] = field(default_factory=dict)
+    rank_to_engine: dict[int, int] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.spec.devices)
+
+    # -- starting ---------------------------------------------------------------------------
+    @classmethod
+    def start(cls, spec: ClusterSpec) -> "Cluster":
+        """Start the controller and engines, connect a client, and wait until every rank is ready."""
+        rd.clean_stale()
+        cluster_id = rd.new_cluster_id()
+        path = rd.create(cluster_id)
+        kernel_pid, kernel_ctime = _kernel_identity()
+        config = {
+            "cluster_id": cluster_id,
+            "rundir": str(path),
+            "kernel_pid": kernel_pid,
+            "kernel_create_time": kernel_ctime,
+            "devices": [d.to_dict() for d in spec.devices],
+            "backend": spec.backend,
+            "timeout": spec.timeout,
+            "threads": spec.threads,
+            "mem_per_device": spec.mem_per_device,
+        }
+        rd.write_json(path / "launch.json", config)
+        env = dict(os.environ)
+        env["MGPU_TELEMETRY_PERIOD"] = str(spec.telemetry_period)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # engines import what the notebook can import (local modules next to the notebook, test dirs)
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([os.getcwd(), *paths]))
+        log = open(path / "processes.log", "ab")
+        common = dict(stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env,
+                      cwd=os.getcwd())
+        controller = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime),
+             "--usethreads", f"--ping={CONTROLLER_PING_MS}", "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}",
+             "--log-level=WARN"],
+            **common,
+        )
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_mgpu.engine.launcher", str(path)], **common
+        )
+        log.close()
+        cluster = cls(spec, cluster_id, path, controller, supervisor)
+        cluster._write_state("starting")
+        try:
+            cluster._connect()
+        except BaseException:
+            cluster.stop()
+            raise
+        cluster._write_state("running")
+        return cluster
+
+    def _connect(self) -> None:
+        deadline = time.monotonic() + max(30.0, self.spec.timeout)
+        client_file = self.path / "profile" / "security" / "ipcontroller-client.json"
+        while not client_file.exists():
+            self._check_alive("while starting")
+            if time.monotonic() > deadline:
+                raise MgpuError(f"the ipyparallel controller did not start within {self.spec.timeout:.0f} s "
+                                f"(see {self.path / 'processes.log'})")
+            time.sleep(0.01)
+        import ipyparallel as ipp
+
+        self.client = ipp.Client(str(client_file), timeout=max(10, self.spec.timeout))
+        n = self.world_size
+        while len(self.client.ids) < n:
+            self._check_alive("while starting")
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(n)) - set(self.client.ids))
+                raise MgpuError(
+                    f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not register "
+                    f"within {max(30.0, self.spec.timeout):.0f} s (see {self.path / 'processes.log'})"
+                )
+            self.client.spin()
+            time.sleep(0.005)
+        self.rank_to_engine = {r: r for r in range(n)}  # engines request their rank as id
+        if sorted(self.client.ids) != list(range(n)):
+            raise MgpuError(f"engines registered with ids {self.client.ids}, expected 0..{n - 1}")
+        engines = rd.read_json(self.path / "engines.json") or {}
+        self.engine_pids = {int(r): int(p) for r, p in engines.items()}
+
+    # -- health -----------------------------------------------------------------------------
+    def exits(self) -> dict[int, dict]:
+        """How engines that ended did so: rank -> {returncode, signal, signal_name, error, time}."""
+        out = {}
+        for f in (self.path / "exits").glob("*.json"):
+            rec = rd.read_json(f)
+            if rec is not None:
+                out[int(rec["rank"])] = rec
+        return out
+
+    def dead_ranks(self) -> dict[int, dict]:
+        return self.exits()
+
+    def _check_alive(self, when: str) -> None:
+        exits = self.exits()
+        if exits:
+            raise EngineDiedError(describe_exit(min(exits), exits[min(exits)], when), ranks=sorted(exits))
+        for name, proc in (("controller", self.controller), ("supervisor", self.supervisor)):
+            if proc.poll() is not None:
+                raise MgpuError(f"the cluster's {name} exited with code {proc.returncode} {when} "
+                                f"(see {self.path / 'processes.log'})")
+
+    def interrupt(self, ranks: list[int] | None = None) -> None:
+        """Send SIGINT to the engines of ``ranks`` (all by default): a KeyboardInterrupt in their code."""
+        for rank, pid in self.engine_pids.items():
+            if ranks is None or rank in ranks:
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+
+    # -- state and stopping -----------------------------------------------------------------
+    def _write_state(self, status: str) -> None:
+        kernel_pid, kernel_ctime = _kernel_identity()
+        rd.write_json(
+            self.path / rd.STATE_FILE,
+            {
+                "cluster_id": self.cluster_id,
+                "status": status,
+                "kernel_pid": kernel_pid,
+                "kernel_create_time": kernel_ctime,
+                "notebook": os.environ.get("JPY_SESSION_NAME"),
+                "world_size": self.world_size,
+                "backend": self.spec.backend,
+                "devices": [d.to_dict() for d in self.spec.devices],
+                "controller_pid": self.controller.pid,
+                "supervisor_pid": self.supervisor.pid,
+                "engine_pids": {str(r): p for r, p in self.engine_pids.items()},
+                "started_at": self.started_at,
+                "telemetry_period": self.spec.telemetry_period,
+            },
+        )
+
+    def stop(self) -> None:
+        """End engines, supervisor and controller (SIGTERM, then SIGKILL), close the client, remove files."""
+        import shutil
+
+        if self.client is not None:
+            try:
+                self.client.close(linger=0)
+            except Exception:
+                pass
+            self.client = None
+        procs = [self.supervisor, self.controller]
+        for proc in procs:
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + STOP_GRACE
+        for proc in procs:
+            try:
+                proc.wait(max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid)
+                proc.wait(2)
+        for pid in self.engine_pids.values():  # engines outliving a killed supervisor
+            if rd.process_alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def describe_exit(rank: int, record: dict, when: str = "") -> str:
+    """``rank 2 died (killed by SIGKILL) while ...`` from an exits record."""
+    if record.get("error"):
+        how = f"failed to start: {record['error']}"
+    elif record.get("signal_name"):
+        how = f"died (killed by {record['signal_name']})"
+        if record["signal_name"] == "SIGSEGV":
+            how = "died (segmentation fault, SIGSEGV)"
+    else:
+        how = f"exited with code {record.get('returncode')}"
+    tail = f" {when}" if when else ""
+    return f"rank {rank} {how}{tail}; run %mgpu_init --restart (or mg.init(..., restart=True)) to start a new cluster"

@@ -1,0 +1,171 @@
+"""Device discovery: visible CUDA GPUs, or CPU virtual devices where there are none.
+
+CUDA is never initialised here (the controller must stay fork-safe): GPUs are counted through NVML
+(nvidia-ml-py) when it is installed, else through torch's NVML-based device count.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .errors import MgpuError
+
+DEFAULT_CPU_DEVICES = 2
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device an engine drives: ``kind`` is ``"cuda"`` or ``"cpu"`` (a CPU virtual device)."""
+
+    kind: str
+    index: int
+    name: str
+    total_memory: int  # bytes: the GPU's memory, or the CPU virtual device's budget
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}:{self.index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int | float) -> int:
+    """Parse a memory size such as ``2GiB``, ``512M``, ``1.5GB`` or ``1000000`` into bytes."""
+    if isinstance(text, bool):
+        raise MgpuError(f"malformed memory size {text!r}: use a number with a unit such as 512MiB or 2GiB")
+    if isinstance(text, (int, float)):
+        if text <= 0:
+            raise MgpuError(f"memory size must be positive, got {text!r}")
+        return int(text)
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise MgpuError(f"malformed memory size {text!r}: use a number with a unit such as 512MiB or 2GiB")
+    number, prefix, binary, b = m.groups()
+    power = "kmgtp".find(prefix.lower()) + 1 if prefix else 0
+    # no unit: bytes; K/M/G or KiB/MiB/GiB: binary; KB/MB/GB: decimal (as pip, docker and slurm read them)
+    base = 1024 if (binary or not b) else 1000
+    value = int(float(number) * base**power)
+    if value <= 0:
+        raise MgpuError(f"memory size must be positive, got {text!r}")
+    return value
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable binary size: ``2.0 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def cuda_device_count() -> int:
+    """Number of CUDA GPUs visible to this process, without initialising CUDA."""
+    if os.environ.get("JUPYTER_MGPU_FORCE_CPU"):
+        return 0
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        try:
+            total = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is None:
+            return total
+        return len([v for v in visible.split(",") if v.strip() and not v.strip().startswith("-")])
+    except Exception:
+        pass
+    if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")):
+        return 0  # no NVIDIA driver on this machine: no need to import torch to know
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return 0
+    return int(torch.cuda.device_count())
+
+
+def _nvml_info(index: int) -> tuple[str, int] | None:
+    """(name, total bytes) of visible GPU ``index`` from NVML, mapping through CUDA_VISIBLE_DEVICES."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if visible:
+                token = visible.split(",")[index].strip()
+                handle = (
+                    pynvml.nvmlDeviceGetHandleByIndex(int(token))
+                    if token.isdigit()
+                    else pynvml.nvmlDeviceGetHandleByUUID(token)
+                )
+            else:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            name = name.decode() if isinstance(name, bytes) else name
+            return name, int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def default_cpu_budget(n: int) -> int:
+    """A fair share of the RAM available now: 90% of it split evenly over ``n`` virtual devices."""
+    import psutil
+
+    return int(psutil.virtual_memory().available * 0.9 / max(n, 1))
+
+
+def discover(
+    n: int | None = None,
+    *,
+    cpu: bool = False,
+    devices: list[int] | None = None,
+    mem_per_device: int | None = None,
+) -> list[DeviceInfo]:
+    """Pick the devices a cluster of ``n`` engines drives, one engine per device."""
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool)):
+        raise MgpuError(f"the number of devices must be a whole number, got {n!r}")
+    if n is not None and n < 1:
+        raise MgpuError(f"the number of devices must be at least 1, got {n}")
+    if devices is not None:
+        if len(devices) == 0:
+            raise MgpuError("--devices lists no device; give indices such as 0,2")
+        if len(set(devices)) != len(devices):
+            raise MgpuError(f"--devices lists a device twice: {','.join(map(str, devices))}")
+        if any(d < 0 for d in devices):
+            raise MgpuError(f"device indices must be 0 or more, got {','.join(map(str, devices))}")
+        if n is not None and n != len(devices):
+            raise MgpuError(
+                f"asked for {n} devices but --devices lists {len(devices)} "
+                f"({','.join(map(str, devices))}); give one or make them agree"
+            )
+    gpus = 0 if cpu else cuda_device_count()
+    if gpus:
+        indices = devices if devices is not None else list(range(gpus if n is None else n))
+        if max(indices) >= gpus or (n is not None and n > gpus):
+            wanted = n if n is not None else len(indices)
+            raise MgpuError(
+                f"asked for {wanted} GPUs (indices {','.join(map(str, indices))}) but only {gpus} "
+                f"{'is' if gpus == 1 else 'are'} visible; use fewer, or --cpu for CPU virtual devices"
+            )
+        out = []
+        for i in indices:
+            info = _nvml_info(i)
+            name, total = info if info else (f"CUDA GPU {i}", 0)
+            out.append(DeviceInfo("cuda", i, name, total))
+        return out
+    indices = devices if devices is not None else list(range(n if n is not None else DEFAULT_CPU_DEVICES))
+    budget = mem_per_device if mem_per_device is not None else default_cpu_budget(len(indices))
+    return [DeviceInfo("cpu", i, f"CPU virtual device {i}", budget) for i in indices]

@@ -1,0 +1,1 @@
+"""Code that runs inside the engines (one process per device): never imports the controller side."""

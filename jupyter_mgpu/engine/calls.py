@@ -1,0 +1,118 @@
+"""Run a function or a cell on this rank and report failures as data, not as raw tracebacks.
+
+The controller turns these reports into one compact error for all ranks (see ``remote_errors``):
+which ranks failed, the error, the user's own frame.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import sys
+import traceback
+from typing import Any, Callable
+
+from . import budget, runtime
+
+CELL_FILENAME = "<mgpu-cell-{n}>"
+_cell_counter = 0
+
+
+def _user_frames(tb: Any, skip_files: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The frames of ``tb`` that belong to user code (cells and user functions)."""
+    frames = []
+    for fs in traceback.extract_tb(tb):
+        fname = fs.filename
+        if fname == __file__ or any(s in fname for s in skip_files):
+            continue
+        frames.append({"file": fname, "line": fs.lineno, "name": fs.name, "code": (fs.line or "").strip()})
+    return frames
+
+
+def failure(exc: BaseException, tb: Any) -> dict[str, Any]:
+    """A picklable description of ``exc`` raised on this rank."""
+    st = runtime.STATE
+    message = str(exc)
+    info: dict[str, Any] = {
+        "ok": False,
+        "rank": st.rank if st else None,
+        "ename": type(exc).__name__,
+        "evalue": message,
+        "frames": _user_frames(tb, ("site-packages", "/lib/python", "jupyter_mgpu")),
+        "all_frames": traceback.format_exception(type(exc), exc, tb)[-12:],
+        "oom": budget.is_oom(exc),
+        "requested_bytes": budget.requested_bytes(message),
+        "interrupted": isinstance(exc, KeyboardInterrupt),
+        "op": st.current_op if st else None,
+    }
+    lowered = message.lower()
+    if any(s in lowered for s in ("timed out", "timeout", "connection closed by peer", "connection reset")):
+        info["collective_failure"] = True
+    return info
+
+
+def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> dict[str, Any]:
+    """Call ``fn(*args, **kwargs)`` on this rank; returns {"ok": True, "value": ...} or a failure."""
+    st = runtime.STATE
+    previous = st.current_op if st else None
+    if st is not None:
+        st.current_op = label or getattr(fn, "__name__", "function")
+    try:
+        return {"ok": True, "value": fn(*args, **kwargs)}
+    except BaseException as exc:  # noqa: BLE001 - reported, not swallowed
+        return failure(exc, exc.__traceback__)
+    finally:
+        if st is not None:
+            st.current_op = previous
+
+
+def run_cell(code: str, user_ns: dict | None = None) -> dict[str, Any]:
+    """Run ``%%mgpu`` cell source in this engine's user namespace, IPython syntax allowed.
+
+    The value of a final expression is returned as its repr (like ``Out[]``), ``None`` otherwise.
+    """
+    global _cell_counter
+    _cell_counter += 1
+    filename = CELL_FILENAME.format(n=_cell_counter)
+    shell = None
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except Exception:
+        pass
+    if user_ns is None:
+        user_ns = shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
+    source = shell.transform_cell(code) if shell is not None else code
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    st = runtime.STATE
+    previous = st.current_op if st else None
+    if st is not None:
+        st.current_op = "%%mgpu cell"
+    try:
+        tree = ast.parse(source, filename=filename)
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, filename, "exec"), user_ns)
+        value = None
+        if last is not None:
+            result = eval(compile(last, filename, "eval"), user_ns)
+            if result is not None:
+                value = repr(result)
+                user_ns["_"] = result
+        return {"ok": True, "value": value}
+    except BaseException as exc:  # noqa: BLE001
+        info = failure(exc, exc.__traceback__)
+        info["frames"] = [f for f in info["frames"] if f["file"] == filename] or info["frames"]
+        if isinstance(exc, SyntaxError):
+            info["frames"] = [{"file": filename, "line": exc.lineno, "name": "<cell>",
+                               "code": (exc.text or "").strip()}]
+        for f in info["frames"]:
+            if f["file"] == filename:
+                f["file"] = "<cell>"
+        return info
+    finally:
+        if st is not None:
+            st.current_op = previous

@@ -1,0 +1,22 @@
+"""Entry point of a cluster's ipyparallel controller: the stock controller plus a kernel watchdog.
+
+Run as ``python -m jupyter_mgpu.engine.controller KERNEL_PID KERNEL_CREATE_TIME [ipcontroller args]``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    kernel_pid, create_time = int(sys.argv[1]), float(sys.argv[2])
+    from . import watchdog
+
+    watchdog.start(kernel_pid, create_time)
+    from ipyparallel.controller.app import IPController
+
+    IPController.launch_instance(argv=sys.argv[3:])
+
+
+if __name__ == "__main__":
+    main()

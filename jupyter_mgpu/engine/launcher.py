@@ -1,0 +1,172 @@
+"""The cluster supervisor: a warm fork server that becomes every engine of one cluster.
+
+Run as ``python -m jupyter_mgpu.engine.launcher RUNDIR``. It imports torch and the ipyparallel
+engine once (without touching CUDA), waits for the controller's connection file, forks one engine
+per device, then stays as their parent: it records how each engine ended (``exits/<rank>.json``),
+ends them all on SIGTERM or when the kernel is gone, and removes nothing it did not create.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+ENGINE_FILE = "profile/security/ipcontroller-engine.json"
+
+
+def _log(rundir: Path, message: str) -> None:
+    with open(rundir / "launcher.log", "a") as f:
+        f.write(f"{time.strftime('%H:%M:%S')} {message}\n")
+
+
+def _engine_child(rundir: Path, config: dict, rank: int) -> None:
+    """Body of one forked engine process; never returns."""
+    code = 0
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        from . import runtime, watchdog
+
+        watchdog.start(config["kernel_pid"], config["kernel_create_time"])
+        try:
+            runtime.setup(config, rank)
+        except Exception as exc:  # reported to the kernel through the exits file
+            _write_exit(rundir, rank, os.getpid(), None, f"{type(exc).__name__}: {exc}")
+            os._exit(4)
+        from . import telemetry
+
+        telemetry.maybe_start(runtime.state())
+        from ipyparallel.engine.app import IPEngine
+
+        IPEngine.launch_instance(
+            argv=[
+                f"--file={rundir / ENGINE_FILE}",
+                f"--IPEngine.id={rank}",
+                "--IPEngine.enable_nanny=False",
+                "--IPEngine.startup_command=from jupyter_mgpu.engine.runtime import populate as _mgpu_populate; "
+                "_mgpu_populate(globals()); del _mgpu_populate",
+                f"--IPEngine.timeout={config['timeout']}",
+                f"--profile-dir={rundir / 'profile'}",
+                "--log-level=WARN",
+            ]
+        )
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0
+    except BaseException as exc:  # noqa: BLE001 - last words of a dying engine
+        _log(rundir, f"rank {rank} crashed: {type(exc).__name__}: {exc}")
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _write_exit(rundir: Path, rank: int, pid: int, status: int | None, error: str | None = None) -> None:
+    from ..rundir import write_json
+
+    record: dict = {"rank": rank, "pid": pid, "time": time.time(), "returncode": None, "signal": None}
+    if status is not None:
+        if os.WIFSIGNALED(status):
+            record["signal"] = os.WTERMSIG(status)
+            record["signal_name"] = signal.Signals(record["signal"]).name
+        elif os.WIFEXITED(status):
+            record["returncode"] = os.WEXITSTATUS(status)
+    if error:
+        record["error"] = error
+    path = rundir / "exits" / f"{rank}.json"
+    if error is None and path.exists():
+        previous = json.loads(path.read_text())
+        record["error"] = previous.get("error")
+    write_json(path, record)
+
+
+def _wait_for(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size > 0:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def main(rundir_arg: str) -> None:
+    rundir = Path(rundir_arg)
+    config = json.loads((rundir / "launch.json").read_text())
+    children: dict[int, int] = {}
+    stopping = False
+
+    def stop_children(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in children.values():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 3.0
+        while children and time.monotonic() < deadline:
+            _reap(block=False)
+            time.sleep(0.02)
+        for pid in children.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        while children:
+            _reap(block=True)
+
+    def _reap(block: bool) -> None:
+        try:
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            children.clear()
+            return
+        if pid == 0:
+            return
+        for rank, cpid in list(children.items()):
+            if cpid == pid:
+                del children[rank]
+                _write_exit(rundir, rank, pid, status)
+                if not stopping:
+                    _log(rundir, f"rank {rank} (pid {pid}) ended with status {status}")
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *a: (stop_children(), os._exit(0)))
+
+    from . import watchdog
+
+    watchdog.start(config["kernel_pid"], config["kernel_create_time"], on_gone=stop_children)
+
+    # the warm part: everything an engine needs, imported once, CUDA left untouched
+    import ipykernel.ipkernel  # noqa: F401
+    import ipykernel.zmqshell  # noqa: F401
+    import ipyparallel.engine.app  # noqa: F401
+    import ipyparallel.engine.kernel  # noqa: F401
+    import torch
+    import torch.distributed  # noqa: F401
+
+    from . import runtime, telemetry  # noqa: F401
+
+    assert not torch.cuda.is_initialized()
+    if not _wait_for(rundir / ENGINE_FILE, config["timeout"]):
+        _log(rundir, "the controller never wrote its connection file")
+        sys.exit(2)
+
+    for rank in range(len(config["devices"])):
+        pid = os.fork()
+        if pid == 0:
+            _engine_child(rundir, config, rank)
+        children[rank] = pid
+    from ..rundir import write_json
+
+    write_json(rundir / "engines.json", {str(r): p for r, p in children.items()})
+    while children:
+        _reap(block=True)
+    _log(rundir, "all engines ended; supervisor exits")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,28 @@
+"""Errors for people: one clear sentence that says what went wrong, on which rank, what to do."""
+
+from __future__ import annotations
+
+
+class MgpuError(RuntimeError):
+    """A user-facing error of jupyter_mgpu; notebooks show its message without a traceback."""
+
+
+class RankError(MgpuError):
+    """Code failed on one or more ranks; ``ranks`` lists them, ``errors`` maps rank to the remote error."""
+
+    def __init__(self, message: str, ranks: list[int] | None = None, errors: dict | None = None):
+        super().__init__(message)
+        self.ranks = list(ranks or [])
+        self.errors = dict(errors or {})
+
+
+class DeviceOutOfMemoryError(RankError):
+    """A rank ran past its device memory (a GPU's memory, or a CPU virtual device's budget)."""
+
+
+class EngineDiedError(RankError):
+    """An engine process ended while the session needed it."""
+
+
+class CollectiveTimeoutError(RankError):
+    """A collective did not complete within the session's timeout."""

@@ -1,0 +1,165 @@
+"""``%mgpu_*`` magics: parse arguments (named like ipyparallel's ``%px``), call the API, display."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import session as sessmod
+from .devices import format_bytes
+from .errors import MgpuError
+
+
+def _parse(magic: Any, line: str) -> Any:
+    """parse_argstring with a one-sentence UsageError for anything it cannot read."""
+    try:
+        shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"cannot read the arguments {line!r}: {exc}") from None
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as exc:
+        raise UsageError(str(exc).strip().splitlines()[-1]) from None
+    except SystemExit:  # argparse exits on some malformed input
+        raise UsageError(f"cannot read the arguments {line!r}; see %{magic.__name__}?") from None
+
+
+class StatusTable:
+    """``%mgpu_status`` output: an HTML table in notebooks, aligned text elsewhere."""
+
+    COLUMNS = ("rank", "engine_id", "pid", "device", "backend", "memory", "state")
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.rows = rows
+
+    def _cells(self, row: dict[str, Any]) -> list[str]:
+        used, total = row.get("memory_used"), row.get("memory_total")
+        memory = (f"{format_bytes(used)} / {format_bytes(total)}" if used is not None and total
+                  else (format_bytes(used) if used is not None else "?"))
+        state = row["state"] + (f" ({row['op']})" if row.get("op") and row["state"] == "busy" else "")
+        return [str(row["rank"]), str(row["engine_id"]), str(row["pid"]), row["device"], row["backend"],
+                memory, state]
+
+    def __repr__(self) -> str:
+        table = [list(self.COLUMNS)] + [self._cells(r) for r in self.rows]
+        widths = [max(len(r[i]) for r in table) for i in range(len(self.COLUMNS))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        head = "".join(f"<th>{c}</th>" for c in self.COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>" for r in self.rows
+        )
+        return f"<table class='mgpu-status'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+@magics_class
+class MgpuMagics(Magics):
+    """The magics ``%load_ext jupyter_mgpu`` registers."""
+
+    @magic_arguments()
+    @argument("n", nargs="?", default=None, help="number of devices (default: every visible GPU, or 2 CPU virtual devices)")
+    @argument("--cpu", action="store_true", help="use CPU virtual devices even where GPUs are visible")
+    @argument("--devices", default=None, help="device indices to use, e.g. 0,2")
+    @argument("--backend", default=None, help="torch.distributed backend (gloo on CPU, nccl on GPU)")
+    @argument("--mem-per-device", default=None, help="memory budget per device, e.g. 2GiB")
+    @argument("--timeout", default=None, help="collective timeout in seconds (default 60)")
+    @argument("--restart", action="store_true", help="replace a running cluster")
+    @argument("--no-dashboard", action="store_true", help="do not show the memory dashboard")
+    @line_magic
+    def mgpu_init(self, line: str = "") -> Any:
+        """Start one ipyparallel engine per device, joined in a torch.distributed process group."""
+        args = _parse(self.mgpu_init, line)
+        n = None
+        if args.n is not None:
+            try:
+                n = int(args.n)
+            except ValueError:
+                raise UsageError(f"the number of devices must be a whole number, got {args.n!r}") from None
+        timeout = None
+        if args.timeout is not None:
+            try:
+                timeout = float(args.timeout)
+            except ValueError:
+                raise UsageError(f"--timeout takes seconds, got {args.timeout!r}") from None
+        start = time.perf_counter()
+        s = sessmod.init(n, cpu=args.cpu, devices=args.devices, backend=args.backend,
+                         mem_per_device=args.mem_per_device, timeout=timeout, restart=args.restart)
+        took = time.perf_counter() - start
+        dev = s.devices[0]
+        what = "GPU" if dev.kind == "cuda" else "CPU virtual device"
+        mem = f", budget {format_bytes(dev.total_memory)} each" if dev.kind == "cpu" else ""
+        print(f"mgpu: {s.world_size} engines ready ({s.world_size} × {what}, {s.backend}{mem}) in {took:.1f} s")
+        if not args.no_dashboard:
+            self._show_dashboard()
+        return None
+
+    def _show_dashboard(self) -> None:
+        try:
+            from .widgets import memory
+        except ImportError:
+            return
+        try:
+            from IPython.display import display
+
+            display(memory.dashboard())
+        except Exception:  # a missing widget front end must not fail the init
+            pass
+
+    @line_magic
+    def mgpu_status(self, line: str = "") -> StatusTable:
+        """Show rank, engine id, pid, device, backend, memory and state of every rank."""
+        if line.strip():
+            raise UsageError(f"%mgpu_status takes no arguments, got {line.strip()!r}")
+        return StatusTable(sessmod.current().status())
+
+    @line_magic
+    def mgpu_shutdown(self, line: str = "") -> None:
+        """Stop the engines and controller of the current session and free their memory."""
+        if line.strip():
+            raise UsageError(f"%mgpu_shutdown takes no arguments, got {line.strip()!r}")
+        s = sessmod.current(required=False)
+        if s is None:
+            print("mgpu: no session is running")
+            return
+        s.shutdown()
+        print("mgpu: engines stopped")
+
+    @magic_arguments()
+    @argument("--targets", "-t", default=None, help="ranks to run on, e.g. 0,2 or 1:3 (default: all)")
+    @argument("--block", dest="block", action="store_true", default=True, help="wait for the result (default)")
+    @argument("--noblock", dest="block", action="store_false", help="return at once with a PendingResult")
+    @argument("--stream", dest="stream", action="store_true", default=True, help="stream output live (default)")
+    @argument("--no-stream", dest="stream", action="store_false", help="print output when the cell ends")
+    @cell_magic
+    def mgpu(self, line: str, cell: str) -> Any:
+        """Run the cell on every rank (``rank``, ``world_size``, ``device``, ``torch``, ``dist`` defined)."""
+        args = _parse(self.mgpu, line)
+        s = sessmod.current()
+        if not args.block:
+            return s.run_cell(cell, targets=args.targets, block=False, stream=args.stream)
+        ranks = sessmod.parse_targets(args.targets, s.world_size)
+        values = s.run_cell(cell, targets=ranks, block=True, stream=True)
+        for rank, value in zip(ranks, values):
+            if value is not None:
+                print(f"Out[rank {rank}]: {value}")
+        return None
+
+
+def _show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_offset: Any = None) -> Any:
+    """Show jupyter_mgpu errors as one line, without the controller-side traceback."""
+    stb = [f"{etype.__name__}: {evalue}"]
+    shell._showtraceback(etype, evalue, stb)
+    return stb
+
+
+def register(ipython: Any) -> None:
+    ipython.register_magics(MgpuMagics)
+    ipython.set_custom_exc((MgpuError,), _show_mgpu_error)

@@ -1,0 +1,123 @@
+"""Per-cluster private runtime directories: where a cluster's store, state and telemetry live.
+
+Every cluster gets ``<jupyter runtime dir>/jupyter-mgpu/<cluster id>/`` with mode 0700. The kernel,
+the engines and the server extension of the same user find each other there; other users cannot
+read it. A directory whose kernel is gone is stale: it is cleaned, never reused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "cluster.json"
+
+
+def base_dir() -> Path:
+    """The user's ``jupyter-mgpu`` directory (created 0700 if missing)."""
+    override = os.environ.get("JUPYTER_MGPU_RUNTIME_DIR")
+    if override:
+        root = Path(override)
+    else:
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        root = Path(jupyter_runtime_dir()) / "jupyter-mgpu"
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(root, 0o700)
+    return root
+
+
+def new_cluster_id() -> str:
+    return f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def create(cluster_id: str) -> Path:
+    """Create a fresh private directory for ``cluster_id``; never reuses an existing one."""
+    path = base_dir() / cluster_id
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o700)
+    (path / "exits").mkdir(mode=0o700)
+    return path
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically (readers never see a half-written file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def process_alive(pid: int, create_time: float | None = None) -> bool:
+    """True if ``pid`` runs and (when given) started at ``create_time`` — guards against pid reuse."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if create_time is not None and abs(proc.create_time() - create_time) > 0.5:
+            return False
+        return True
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+
+
+def is_private(path: Path) -> bool:
+    """The directory belongs to this user and nobody else can enter it."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.getuid()
+        and (st.st_mode & 0o077) == 0
+    )
+
+
+def cluster_dirs() -> list[Path]:
+    """This user's cluster directories that look valid (private, with a state file)."""
+    root = base_dir()
+    out = []
+    for child in sorted(root.iterdir()):
+        if is_private(child) and (child / STATE_FILE).exists():
+            out.append(child)
+    return out
+
+
+def is_stale(path: Path) -> bool:
+    state = read_json(path / STATE_FILE)
+    if state is None:
+        # a directory being created right now has no state for a moment; give it a grace period
+        try:
+            return time.time() - path.stat().st_mtime > 30
+        except OSError:
+            return True
+    return not process_alive(int(state["kernel_pid"]), state.get("kernel_create_time"))
+
+
+def clean_stale() -> list[str]:
+    """Remove this user's cluster directories whose kernel is gone; returns their ids."""
+    removed = []
+    root = base_dir()
+    for child in root.iterdir():
+        if child.is_dir() and not child.is_symlink() and is_private(child) and is_stale(child):
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child.name)
+    return removed

@@ -1,0 +1,408 @@
+"""Session: one cluster driven from the notebook — start, run on ranks, status, shut down.
+
+``mg.init(4)`` starts a session and makes it current; ``s.run(fn, *args)`` returns one result per
+rank in rank order. Every wait watches for dead engines and forwards a kernel interrupt to them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import time
+import weakref
+from typing import Any, Callable, Iterable
+
+from . import devices as devmod
+from . import rendezvous
+from .cluster import Cluster, ClusterSpec, describe_exit
+from .engine import calls
+from .engine import telemetry as tele
+from .errors import EngineDiedError, MgpuError
+from .remote_errors import build_error, rank_list
+from .stream import OutputRelay
+
+_current: "Session | None" = None
+_ids = itertools.count(1)
+
+
+def parse_targets(targets: Any, world_size: int) -> list[int]:
+    """Ranks named by ``targets``: None/"all", an int, ``"0,2"``, ``"1:3"`` or an iterable of ints."""
+    if targets is None or (isinstance(targets, str) and targets.strip().lower() in ("all", "")):
+        return list(range(world_size))
+    if isinstance(targets, bool):
+        raise MgpuError(f"targets must be ranks such as 0 or [0, 2], got {targets!r}")
+    if isinstance(targets, int):
+        ranks = [targets]
+    elif isinstance(targets, str):
+        ranks = []
+        for part in targets.split(","):
+            part = part.strip()
+            try:
+                if ":" in part:
+                    lo, hi = part.split(":", 1)
+                    ranks.extend(range(int(lo or 0), int(hi) if hi else world_size))
+                else:
+                    ranks.append(int(part))
+            except ValueError:
+                raise MgpuError(f"targets must be ranks such as 0,2 or 1:3, got {targets!r}") from None
+    elif isinstance(targets, Iterable):
+        ranks = list(targets)
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+            raise MgpuError(f"targets must be whole-number ranks, got {targets!r}")
+    else:
+        raise MgpuError(f"targets must be ranks such as 0 or [0, 2], got {targets!r}")
+    if not ranks:
+        raise MgpuError("targets names no rank")
+    bad = [r for r in ranks if not 0 <= r < world_size]
+    if bad:
+        raise MgpuError(
+            f"rank {bad[0]} is out of range: this session has ranks 0-{world_size - 1}"
+        )
+    return sorted(dict.fromkeys(ranks))
+
+
+class PendingResult:
+    """The result of a non-blocking run: ``.ready()``, ``.get(timeout=None)`` (one value per rank)."""
+
+    def __init__(self, session: "Session", ar: Any, ranks: list[int], label: str, relay: OutputRelay | None):
+        self.session, self.ar, self.ranks, self.label, self.relay = session, ar, ranks, label, relay
+
+    def ready(self) -> bool:
+        return self.ar.ready()
+
+    def get(self, timeout: float | None = None) -> list[Any]:
+        return self.session._collect(self.ar, self.ranks, self.label, timeout, self.relay)
+
+    def __repr__(self) -> str:
+        return f"<PendingResult {self.label} on {rank_list(self.ranks)}: {'ready' if self.ready() else 'running'}>"
+
+
+class Session:
+    """A running cluster of one engine per device, joined in one torch.distributed process group."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.id = next(_ids)
+        self.alive = True
+        self.handles: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+
+    # -- facts ------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.cluster.world_size
+
+    @property
+    def devices(self) -> list[devmod.DeviceInfo]:
+        return list(self.cluster.spec.devices)
+
+    @property
+    def device_kind(self) -> str:
+        return self.cluster.spec.devices[0].kind
+
+    @property
+    def backend(self) -> str:
+        return self.cluster.spec.backend
+
+    @property
+    def timeout(self) -> float:
+        return self.cluster.spec.timeout
+
+    @property
+    def runtime_dir(self) -> str:
+        return str(self.cluster.path)
+
+    def __repr__(self) -> str:
+        state = "running" if self.alive else "shut down"
+        return (f"<jupyter_mgpu Session {self.cluster.cluster_id}: {self.world_size} × "
+                f"{self.device_kind}, {self.backend}, {state}>")
+
+    def check_alive(self) -> None:
+        if not self.alive:
+            raise MgpuError("this session was shut down; start a new one with %mgpu_init or mg.init()")
+
+    # -- running ----------------------------------------------------------------------------
+    def _view(self, ranks: list[int]) -> Any:
+        return self.cluster.client[[self.cluster.rank_to_engine[r] for r in ranks]]
+
+    def _submit(self, fn: Callable, args: tuple, ranks: list[int]) -> Any:
+        self.check_alive()
+        dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
+        if dead:
+            r = min(dead)
+            raise EngineDiedError(describe_exit(r, dead[r]), ranks=sorted(dead))
+        return self._view(ranks).apply_async(fn, *args)
+
+    def run(self, fn: Callable, *args: Any, targets: Any = None, block: bool = True,
+            timeout: float | None = None, label: str | None = None, stream: bool = False,
+            **kwargs: Any) -> Any:
+        """Call ``fn(*args, **kwargs)`` on every rank (or ``targets``); results in rank order.
+
+        With ``block=False`` returns a :class:`PendingResult`. Errors on ranks raise one
+        :class:`~jupyter_mgpu.errors.RankError`; a dead engine raises at once, not after a hang.
+        """
+        if not callable(fn):
+            raise MgpuError(f"run() needs a function to call on the ranks, got {type(fn).__name__}")
+        ranks = parse_targets(targets, self.world_size)
+        label = label or getattr(fn, "__name__", "function")
+        ar = self._submit(calls.call, (fn, args, kwargs, label), ranks)
+        relay = OutputRelay(ar, ranks) if stream else None
+        if not block:
+            return PendingResult(self, ar, ranks, label, relay)
+        return self._collect(ar, ranks, label, timeout, relay)
+
+    def run_cell(self, code: str, targets: Any = None, block: bool = True, stream: bool = True,
+                 timeout: float | None = None) -> Any:
+        """Run notebook cell source on the ranks (what ``%%mgpu`` does); values of a last expression."""
+        ranks = parse_targets(targets, self.world_size)
+        ar = self._submit(calls.run_cell, (code,), ranks)
+        relay = OutputRelay(ar, ranks, prefix=True) if stream else None
+        if not block:
+            return PendingResult(self, ar, ranks, "%%mgpu cell", relay)
+        return self._collect(ar, ranks, "%%mgpu cell", timeout, relay)
+
+    def _collect(self, ar: Any, ranks: list[int], label: str, timeout: float | None,
+                 relay: OutputRelay | None) -> list[Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while not ar.ready():
+                ar.wait(0.05)
+                if relay is not None:
+                    relay.poll()
+                dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
+                if dead:
+                    self._after_death(ar, ranks, dead, relay)
+                if deadline is not None and time.monotonic() > deadline:
+                    pending = self._pending_ranks(ar, ranks)
+                    self.cluster.interrupt(pending)
+                    raise MgpuError(f"{label} did not finish within {timeout:g} s on {rank_list(pending)}; "
+                                    "those ranks were interrupted")
+        except KeyboardInterrupt:
+            self.cluster.interrupt(self._pending_ranks(ar, ranks))
+            try:
+                ar.wait(5)
+            except Exception:
+                pass
+            if relay is not None:
+                relay.flush()
+            raise
+        if relay is not None:
+            relay.flush()
+        try:
+            results = ar.get()
+        except Exception as exc:  # an ipyparallel-level failure (engine lost, unpicklable result)
+            raise self._transport_error(exc, label) from None
+        if not isinstance(results, list):
+            results = [results]
+        failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
+        if failures:
+            raise self._error(failures, ranks)
+        return [res["value"] for res in results]
+
+    def _pending_ranks(self, ar: Any, ranks: list[int]) -> list[int]:
+        pending = []
+        for rank, msg_id in zip(ranks, ar.msg_ids):
+            if msg_id in self.cluster.client.outstanding:
+                pending.append(rank)
+        return pending or list(ranks)
+
+    def _after_death(self, ar: Any, ranks: list[int], dead: dict[int, dict], relay: OutputRelay | None) -> None:
+        if relay is not None:
+            relay.flush()
+        survivors = [r for r in self._pending_ranks(ar, ranks) if r not in dead]
+        self.cluster.interrupt(survivors)
+        r = min(dead)
+        raise EngineDiedError(describe_exit(r, dead[r], "while running this"), ranks=sorted(dead))
+
+    def _transport_error(self, exc: Exception, label: str) -> MgpuError:
+        dead = self.cluster.exits()
+        if dead:
+            r = min(dead)
+            return EngineDiedError(describe_exit(r, dead[r]), ranks=sorted(dead))
+        text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        if "ModuleNotFoundError" in text or "No module named" in text:
+            return MgpuError(f"{label}: the ranks cannot import what it needs ({text.split(']')[-1].strip()}); "
+                             "define the function in the notebook or make its module importable on the engines")
+        if "pickl" in text.lower() or "serializ" in text.lower():
+            return MgpuError(f"{label}: a value could not be sent between the notebook and the ranks ({text}); "
+                             "return plain data or tensors, and define functions at top level")
+        return MgpuError(f"{label} failed in ipyparallel: {text}")
+
+    def _error(self, failures: dict[int, dict], ranks: list[int]) -> MgpuError:
+        succeeded = [r for r in ranks if r not in failures]
+        seq = None
+        rebuilt = False
+        if any(f.get("collective_failure") for f in failures.values()):
+            seq = self._sequence_numbers()
+            rebuilt = self._rebuild_process_group()
+        return build_error(
+            failures,
+            succeeded=succeeded,
+            budgets={r: d.total_memory for r, d in enumerate(self.devices)},
+            device_kind=self.device_kind,
+            sequence_numbers=seq,
+            timeout=self.timeout,
+            rebuilt=rebuilt,
+        )
+
+    def _rebuild_process_group(self) -> bool:
+        """After a failed collective, give every rank a fresh process group (all ranks are idle now)."""
+        from .engine import runtime
+
+        self._pg_generation = getattr(self, "_pg_generation", 0) + 1
+        try:
+            ar = self._view(list(range(self.world_size))).apply_async(
+                runtime.rebuild_process_group, self._pg_generation)
+            ar.wait(self.timeout + 5)
+            if not ar.ready():
+                return False
+            ar.get()
+            return True
+        except Exception:
+            return False
+
+    def _sequence_numbers(self) -> dict[int, int | None] | None:
+        from .engine import runtime
+
+        try:
+            ar = self._view(list(range(self.world_size))).apply_async(runtime.sequence_number)
+            ar.wait(5)
+            if not ar.ready():
+                return None
+            return dict(enumerate(ar.get()))
+        except Exception:
+            return None
+
+    # -- status -----------------------------------------------------------------------------
+    def memory(self) -> list[dict[str, Any]]:
+        """The latest telemetry sample of every rank, in rank order (``state`` is ``dead`` for lost ranks)."""
+        samples = tele.read_samples(self.cluster.path)
+        dead = self.cluster.exits()
+        out = []
+        for r in range(self.world_size):
+            s = dict(samples.get(r) or {"rank": r, "time": None})
+            if r in dead:
+                s["state"] = "dead"
+            s.setdefault("state", "starting")
+            out.append(s)
+        return out
+
+    def status(self) -> list[dict[str, Any]]:
+        """One row per rank: rank, engine id, pid, device, backend, memory, state (no engine round trip)."""
+        rows = []
+        for sample, dev in zip(self.memory(), self.devices):
+            r = sample["rank"]
+            if dev.kind == "cuda":
+                used, total = sample.get("allocated_bytes"), sample.get("total_bytes") or dev.total_memory
+            else:
+                used, total = sample.get("resident_bytes"), dev.total_memory
+            rows.append({
+                "rank": r,
+                "engine_id": self.cluster.rank_to_engine.get(r),
+                "pid": self.cluster.engine_pids.get(r),
+                "device": dev.label,
+                "name": dev.name,
+                "backend": self.backend,
+                "memory_used": used,
+                "memory_total": total,
+                "state": sample["state"],
+                "op": sample.get("op"),
+            })
+        return rows
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop every engine and the controller, free their memory and remove the cluster's files."""
+        global _current
+        if not self.alive:
+            return
+        self.alive = False
+        for handle in list(self.handles.values()):
+            try:
+                handle._invalidate()
+            except Exception:
+                pass
+        self.cluster.stop()
+        if _current is self:
+            _current = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def start_session(
+    n: int | None = None,
+    *,
+    cpu: bool = False,
+    devices: list[int] | str | None = None,
+    backend: str | None = None,
+    mem_per_device: str | int | None = None,
+    timeout: float | None = None,
+    telemetry_period: float = 0.1,
+) -> Session:
+    """Start a new cluster and return its session, without making it current (see :func:`init`)."""
+    if isinstance(devices, str):
+        try:
+            devices = [int(d) for d in devices.split(",") if d.strip()]
+        except ValueError:
+            raise MgpuError(f"--devices takes indices such as 0,2, got {devices!r}") from None
+    budget = devmod.parse_size(mem_per_device) if mem_per_device is not None else None
+    timeout = rendezvous.check_timeout(timeout)
+    if isinstance(telemetry_period, bool) or not isinstance(telemetry_period, (int, float)) \
+            or not 0 <= telemetry_period <= 60:
+        raise MgpuError(f"telemetry_period must be between 0 and 60 seconds, got {telemetry_period!r}")
+    devs = devmod.discover(n, cpu=cpu, devices=devices, mem_per_device=budget)
+    chosen = rendezvous.choose_backend(backend, devs[0].kind)
+    spec = ClusterSpec(devs, chosen, timeout, mem_per_device=budget, telemetry_period=telemetry_period)
+    return Session(Cluster.start(spec))
+
+
+def init(
+    n: int | None = None,
+    *,
+    cpu: bool = False,
+    devices: list[int] | str | None = None,
+    backend: str | None = None,
+    mem_per_device: str | int | None = None,
+    timeout: float | None = None,
+    restart: bool = False,
+    telemetry_period: float = 0.1,
+) -> Session:
+    """Start a cluster of ``n`` engines, one per device, joined in a process group; make it current.
+
+    Mirrors ``%mgpu_init``: ``mg.init(4, cpu=True, backend="gloo", mem_per_device="2GiB", timeout=60)``.
+    """
+    global _current
+    if _current is not None and _current.alive:
+        if not restart:
+            raise MgpuError(
+                f"a cluster is already running ({_current.world_size} × {_current.device_kind}); "
+                "use %mgpu_init --restart (mg.init(..., restart=True)) to replace it, or %mgpu_shutdown first"
+            )
+        _current.shutdown()
+    _current = start_session(n, cpu=cpu, devices=devices, backend=backend, mem_per_device=mem_per_device,
+                             timeout=timeout, telemetry_period=telemetry_period)
+    return _current
+
+
+def current(required: bool = True) -> Session | None:
+    """The current session; raises a clear error when there is none and ``required``."""
+    if (_current is None or not _current.alive) and required:
+        raise MgpuError("no multi-GPU session is running; start one with %mgpu_init N or mg.init(N)")
+    return _current if (_current is not None and _current.alive) else None
+
+
+def shutdown() -> None:
+    """Shut down the current session, if any."""
+    if _current is not None:
+        _current.shutdown()
+
+
+@atexit.register
+def _shutdown_at_exit() -> None:
+    try:
+        shutdown()
+    except Exception:
+        pass

@@ -1,0 +1,84 @@
+"""Shared fixtures: real clusters of CPU virtual devices, started once per world size and always stopped."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import pytest
+
+from processes import cluster_pids, wait_gone
+
+os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
+
+
+@pytest.fixture(scope="session")
+def cluster_pool():
+    """``cluster_pool(n)``: a shared n-rank session (timeout 5 s), started on first use.
+
+    Tests must leave pool sessions usable; a test that restarts or kills engines uses
+    :func:`own_session` instead.
+    """
+    from jupyter_mgpu.session import start_session
+
+    pool = {}
+
+    def get(n: int):
+        if n not in pool or not pool[n].alive:
+            pool[n] = start_session(n, cpu=True, timeout=5)
+        return pool[n]
+
+    yield get
+    pids = [p for s in pool.values() for p in cluster_pids(s)]
+    for s in pool.values():
+        s.shutdown()
+    assert wait_gone(pids) == []
+
+
+def _make_current(s):
+    import jupyter_mgpu.session as sm
+
+    sm._current = s
+    return s
+
+
+@pytest.fixture
+def s4(cluster_pool):
+    """The shared 4-rank session, made current."""
+    return _make_current(cluster_pool(4))
+
+
+@pytest.fixture
+def s2(cluster_pool):
+    """The shared 2-rank session, made current."""
+    return _make_current(cluster_pool(2))
+
+
+@pytest.fixture
+def session_of(cluster_pool):
+    """``session_of(n)``: the shared n-rank session, made current."""
+    return lambda n: _make_current(cluster_pool(n))
+
+
+@contextmanager
+def own_session_cm(n: int = 2, **kwargs):
+    import jupyter_mgpu.session as sm
+
+    saved = sm._current
+    sm._current = None
+    s = None
+    try:
+        s = sm.init(n, cpu=True, **{"timeout": 5, **kwargs})
+        yield s
+    finally:
+        if s is not None:
+            pids = cluster_pids(s)
+            s.shutdown()
+            assert wait_gone(pids) == []
+        sm._current = saved
+
+
+@pytest.fixture
+def own_session():
+    """``with own_session(n, **init_kwargs) as s:`` a private session, current inside the block."""
+    return own_session_cm

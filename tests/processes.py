@@ -1,0 +1,22 @@
+"""Process checks shared by the tests: which pids a cluster has, and waiting until they are gone."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+
+def cluster_pids(session) -> list[int]:
+    c = session.cluster
+    return [c.controller.pid, c.supervisor.pid, *c.engine_pids.values()]
+
+
+def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
+    """Wait until none of ``pids`` runs; returns those still running after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.05)
+    return alive
