@@ -1,0 +1,1 @@
+"""Notebook widgets and static renderings (memory dashboard, collective view, benchmark plots, players)."""
