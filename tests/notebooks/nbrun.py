@@ -1,0 +1,52 @@
+"""Execute the project's notebooks with nbclient on a kernel of this venv's Python."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def execute_notebook(name: str, timeout: int = 600) -> nbformat.NotebookNode:
+    """Run ``notebooks/<name>`` top to bottom (cells tagged ``raises-exception`` may fail); returns it."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client.km = client.create_kernel_manager()
+    client.km.kernel_spec.argv[0] = sys.executable
+    os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
+    client.execute()
+    return nb
+
+
+def cell_text(cell) -> str:
+    """Everything a code cell printed (streams, results, errors) as one string."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out["output_type"] == "stream":
+            parts.append(out["text"])
+        elif out["output_type"] in ("execute_result", "display_data"):
+            parts.append(out["data"].get("text/plain", ""))
+        elif out["output_type"] == "error":
+            parts.append(f"{out['ename']}: {out['evalue']}")
+    return "".join(parts)
+
+
+def by_source(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """Map each code cell's source to its output text; look cells up by a prefix of their source."""
+
+    class Lookup(dict):
+        def __getitem__(self, prefix: str) -> str:
+            if dict.__contains__(self, prefix):
+                return dict.__getitem__(self, prefix)
+            hits = [v for k, v in self.items() if k.startswith(prefix)]
+            if len(hits) != 1:
+                raise KeyError(f"{len(hits)} cells start with {prefix!r}")
+            return hits[0]
+
+    return Lookup({c.source: cell_text(c) for c in nb.cells if c.cell_type == "code"})
