@@ -18,6 +18,7 @@ from .errors import (
     RankError,
 )
 from .session import PendingResult, Session, current, init, shutdown
+from .memory import memory, memory_history, reset_peak  # noqa: E402 (replaces the submodule attribute)
 
 __all__ = [
     "__version__",
@@ -31,15 +32,29 @@ __all__ = [
     "Session",
     "current",
     "init",
+    "MemoryDashboard",
+    "dashboard",
     "load_ipython_extension",
     "memory",
+    "memory_history",
+    "reset_peak",
     "shutdown",
 ]
 
 
-def memory() -> list[dict[str, Any]]:
-    """The latest memory sample of every rank of the current session, in rank order."""
-    return current().memory()
+def dashboard(session: Any = None, refresh_rate: float | None = None) -> Any:
+    """The live memory dashboard of the current session (a widget; display it anywhere, views stay in sync)."""
+    from .widgets.memory import dashboard as _dashboard
+
+    return _dashboard(session, refresh_rate)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MemoryDashboard":  # imported on first use: anywidget is not needed to drive the ranks
+        from .widgets.memory import MemoryDashboard
+
+        return MemoryDashboard
+    raise AttributeError(f"module 'jupyter_mgpu' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython: Any) -> None:

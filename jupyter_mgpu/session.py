@@ -23,6 +23,8 @@ from .stream import OutputRelay
 
 _current: "Session | None" = None
 _ids = itertools.count(1)
+# called with every new Session (e.g. the memory monitor starts its reader); errors are ignored
+session_start_hooks: list[Callable[["Session"], None]] = []
 
 
 def parse_targets(targets: Any, world_size: int) -> list[int]:
@@ -85,6 +87,12 @@ class Session:
         self.id = next(_ids)
         self.alive = True
         self.handles: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+        self.shutdown_callbacks: list[Callable[[], None]] = []  # run first by shutdown(), errors ignored
+        for hook in list(session_start_hooks):
+            try:
+                hook(self)
+            except Exception:
+                pass
 
     # -- facts ------------------------------------------------------------------------------
     @property
@@ -316,6 +324,11 @@ class Session:
         if not self.alive:
             return
         self.alive = False
+        for callback in list(self.shutdown_callbacks):
+            try:
+                callback()
+            except Exception:
+                pass
         for handle in list(self.handles.values()):
             try:
                 handle._invalidate()

@@ -32,4 +32,42 @@ def memory() -> dict[str, Any]:
         "free_bytes": free,
         "total_bytes": total,
         "name": torch.cuda.get_device_name(0),
+        **_nvml_usage(),
     }
+
+
+_nvml_handle: Any = None
+_nvml_unavailable = False
+
+
+def _nvml_usage() -> dict[str, int]:
+    """This process's memory on its GPU as NVML sees it (CUDA context included); {} without nvidia-ml-py."""
+    global _nvml_handle, _nvml_unavailable
+    if _nvml_unavailable:
+        return {}
+    try:
+        import os
+
+        import torch
+
+        try:
+            import pynvml  # provided by nvidia-ml-py
+        except ImportError:
+            _nvml_unavailable = True
+            return {}
+
+        if _nvml_handle is None:
+            try:
+                pynvml.nvmlInit()
+            except Exception:
+                _nvml_unavailable = True
+                raise
+            uuid = str(torch.cuda.get_device_properties(0).uuid)  # maps CUDA index 0 to its NVML device
+            _nvml_handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        pid = os.getpid()
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(_nvml_handle):
+            if proc.pid == pid and proc.usedGpuMemory is not None:
+                return {"nvml_used_bytes": int(proc.usedGpuMemory)}
+    except Exception:
+        pass
+    return {}

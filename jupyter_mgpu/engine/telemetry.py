@@ -3,6 +3,15 @@
 Each rank atomically rewrites ``<rundir>/telemetry/rank<r>.json`` every ``period`` seconds (default
 0.1 s). The thread keeps running while the engine's main thread is busy in a long C++ op (those
 release the GIL), so the kernel and the server extension see memory move during a cell.
+
+The kernel steers the samplers out of band too: it writes ``telemetry/control.json`` (``period``,
+``reset_peak`` counter) and every sampler applies it on its next tick, busy or not.
+
+Sample keys (plain JSON, read by the kernel and by the server extension):
+``time, rank, pid, cluster_id, device, kind, state (idle|busy), op, period, seq,
+resident_bytes, peak_resident_bytes, baseline_resident_bytes, data_bytes, budget_bytes,
+peak_reset`` and on GPU ``allocated_bytes, reserved_bytes, peak_allocated_bytes, free_bytes,
+total_bytes, name`` (+ ``nvml_used_bytes`` where nvidia-ml-py is installed).
 """
 
 from __future__ import annotations
@@ -16,7 +25,11 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_PERIOD = 0.1
+MIN_PERIOD = 0.01
+MAX_PERIOD = 60.0
 TELEMETRY_DIR = "telemetry"
+CONTROL_FILE = "control.json"
+MAX_SAMPLE_BYTES = 64 * 1024
 
 _sampler: "Sampler | None" = None
 
@@ -46,37 +59,41 @@ def reset_peak() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def _main_thread_state() -> str:
+def _main_thread_state(state: Any) -> str:
     """``busy`` while the engine's main thread runs something, ``idle`` while it waits for work."""
+    if getattr(state, "current_op", None):
+        return "busy"
     frame = sys._current_frames().get(threading.main_thread().ident)
     if frame is None:
         return "busy"
-    name = os.path.basename(frame.f_code.co_filename)
-    if name in ("selectors.py",) or (frame.f_code.co_name in ("poll", "select") and "zmq" in frame.f_code.co_filename):
+    code = frame.f_code
+    if os.path.basename(code.co_filename) == "selectors.py" or (
+            code.co_name in ("poll", "select") and "zmq" in code.co_filename):
         return "idle"
     return "busy"
 
 
 def sample(state: Any) -> dict[str, Any]:
-    """One telemetry sample of this rank."""
+    """One telemetry sample of this rank (no ipyparallel, no GIL-holding work beyond a few reads)."""
     status = _proc_status()
     out: dict[str, Any] = {
         "time": time.time(),
         "rank": state.rank,
         "pid": os.getpid(),
+        "cluster_id": getattr(state, "cluster_id", None),
         "device": f"{state.device_kind}:{state.device_index}",
         "kind": state.device_kind,
-        "state": _main_thread_state(),
+        "state": _main_thread_state(state),
         "op": state.current_op,
         "resident_bytes": status.get("VmRSS", 0),
         "peak_resident_bytes": status.get("VmHWM", 0),
+        "data_bytes": status.get("VmData", 0),
         "budget_bytes": state.budget_bytes,
     }
     if state.device_kind == "cuda":
         from . import cuda_device
 
-        mem = cuda_device.memory()
-        out.update(mem)
+        out.update(cuda_device.memory())
     return out
 
 
@@ -90,14 +107,43 @@ class Sampler(threading.Thread):
         self.directory = Path(state.rundir) / TELEMETRY_DIR
         self.directory.mkdir(mode=0o700, exist_ok=True)
         self.path = self.directory / f"rank{state.rank}.json"
+        self.control = self.directory / CONTROL_FILE
+        self.seq = 0
+        self.peak_reset = 0
+        self.baseline = _proc_status().get("VmRSS", 0)  # the engine's own runtime, before user code
+        self._control_mtime: float | None = None
         self._halt = threading.Event()
 
+    def apply_control(self) -> None:
+        """Apply the kernel's ``control.json`` (period, peak resets) if it changed since last tick."""
+        try:
+            st = os.stat(self.control)
+        except OSError:
+            return
+        if st.st_mtime == self._control_mtime or st.st_uid != os.getuid():
+            return
+        self._control_mtime = st.st_mtime
+        try:
+            ctl = json.loads(self.control.read_text())
+        except (OSError, ValueError):
+            return
+        want = ctl.get("reset_peak")
+        if isinstance(want, int) and want > self.peak_reset:
+            reset_peak()
+            self.peak_reset = want
+        period = ctl.get("period")
+        if isinstance(period, (int, float)) and MIN_PERIOD <= period <= MAX_PERIOD:
+            self.period = float(period)
+
     def write_once(self) -> None:
-        data = json.dumps(sample(self.state)).encode()
+        self.seq += 1
+        data = sample(self.state)
+        data.update(seq=self.seq, period=self.period, peak_reset=self.peak_reset,
+                    baseline_resident_bytes=self.baseline)
         tmp = self.path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, data)
+            os.write(fd, json.dumps(data).encode())
         finally:
             os.close(fd)
         os.replace(tmp, self.path)
@@ -106,6 +152,7 @@ class Sampler(threading.Thread):
         while not self._halt.is_set():
             start = time.monotonic()
             try:
+                self.apply_control()
                 self.write_once()
             except Exception:  # a sampler must never take its engine down
                 pass
@@ -121,36 +168,92 @@ def maybe_start(state: Any) -> "Sampler | None":
     period = float(os.environ.get("MGPU_TELEMETRY_PERIOD", DEFAULT_PERIOD))
     if period <= 0:
         return None
-    _sampler = Sampler(state, period)
+    _sampler = Sampler(state, max(MIN_PERIOD, min(MAX_PERIOD, period)))
     _sampler.start()
     return _sampler
 
 
 def set_period(period: float) -> None:
-    """Change this rank's sampling period (seconds); 0 pauses sampling."""
+    """Change this rank's sampling period (seconds); 0 stops sampling."""
     global _sampler
     from . import runtime
 
+    if isinstance(period, bool) or not isinstance(period, (int, float)) or not (
+            period == 0 or MIN_PERIOD <= period <= MAX_PERIOD):
+        raise ValueError(f"the sampling period must be 0 (off) or {MIN_PERIOD}-{MAX_PERIOD:g} s, got {period!r}")
+    if _sampler is not None and period > 0:
+        _sampler.period = float(period)
+        return
     if _sampler is not None:
         _sampler.stop()
         _sampler = None
     if period > 0:
-        _sampler = Sampler(runtime.state(), period)
+        _sampler = Sampler(runtime.state(), float(period))
         _sampler.start()
 
 
-def read_samples(rundir: str | Path) -> dict[int, dict[str, Any]]:
-    """The latest sample of every rank of the cluster in ``rundir`` (reader side; no torch needed)."""
+def write_control(rundir: str | Path, **changes: Any) -> dict[str, Any]:
+    """Kernel side: update ``control.json`` (e.g. ``reset_peak=3``, ``period=0.2``) atomically."""
+    directory = Path(rundir) / TELEMETRY_DIR
+    directory.mkdir(mode=0o700, exist_ok=True)
+    path = directory / CONTROL_FILE
+    try:
+        ctl = json.loads(path.read_text())
+        if not isinstance(ctl, dict):
+            ctl = {}
+    except (OSError, ValueError):
+        ctl = {}
+    ctl.update(changes)
+    tmp = path.with_suffix(".ctl.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps(ctl).encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return ctl
+
+
+def read_sample_file(path: str | Path, cluster_id: str | None = None) -> dict[str, Any] | None:
+    """One rank's sample, or None when the file is missing, not ours, not a plain file, or malformed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or not (st.st_mode & 0o170000 == 0o100000) or st.st_size > MAX_SAMPLE_BYTES:
+            return None
+        data = json.loads(os.read(fd, MAX_SAMPLE_BYTES))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict) or not isinstance(data.get("rank"), int) or isinstance(data["rank"], bool):
+        return None
+    if not isinstance(data.get("time"), (int, float)):
+        return None
+    if cluster_id is not None and data.get("cluster_id") not in (None, cluster_id):
+        return None
+    return data
+
+
+def read_samples(rundir: str | Path, cluster_id: str | None = None) -> dict[int, dict[str, Any]]:
+    """The latest sample of every rank of the cluster in ``rundir`` (reader side; no torch needed).
+
+    Files owned by another user, links, oversized or malformed files and samples of another
+    cluster (``cluster_id``) are skipped.
+    """
     out: dict[int, dict[str, Any]] = {}
     directory = Path(rundir) / TELEMETRY_DIR
     try:
-        files = list(directory.glob("rank*.json"))
+        names = os.listdir(directory)
     except OSError:
         return out
-    for f in files:
-        try:
-            data = json.loads(f.read_text())
-            out[int(data["rank"])] = data
-        except (OSError, ValueError, KeyError):
+    for name in names:
+        if not (name.startswith("rank") and name.endswith(".json")):
             continue
+        data = read_sample_file(directory / name, cluster_id)
+        if data is not None and name == f"rank{data['rank']}.json":
+            out[data["rank"]] = data
     return out

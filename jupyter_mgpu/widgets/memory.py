@@ -1,0 +1,263 @@
+"""The live memory dashboard: one bar and a 60 s timeline per device, updated from a kernel thread.
+
+``mg.dashboard()`` (and ``%mgpu_init``) shows the session's :class:`MemoryDashboard`, an anywidget
+whose ES module (``static/memory.js``) draws the bars. A thread in the kernel pushes the memory
+monitor's samples into the widget's traitlets at the chosen refresh rate, so the bars keep moving
+while another cell runs. Every view of one dashboard shares its model, so all views stay in sync;
+the pause button and the refresh-rate control of any view steer them all.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from .. import session as sessmod
+from ..errors import MgpuError
+from .colors import rank_color
+
+STATIC = Path(__file__).parent / "static"
+MIN_RATE, MAX_RATE = 0.1, 20.0
+DEFAULT_RATE = 10.0
+WINDOW_SECONDS = 60.0
+TIMELINE_STEP = 0.25  # seconds between timeline points sent to the browser (the peak of each step)
+TIMELINE_PUSH_EVERY = 0.25
+# bar colours by fraction of the device used, like Dask's worker-memory bars
+FILL_OK, FILL_HIGH, FILL_FULL, FILL_DEAD = "#1f77b4", "#ff7f0e", "#d62728", "#9e9e9e"
+HIGH_FRACTION, FULL_FRACTION = 0.6, 0.85
+
+
+def check_refresh_rate(rate: Any) -> float:
+    """``rate`` as updates per second, or a one-sentence error when it is not a sane number."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not MIN_RATE <= rate <= MAX_RATE:
+        raise MgpuError(f"refresh_rate must be between {MIN_RATE:g} and {MAX_RATE:g} updates per second, got {rate!r}")
+    return float(rate)
+
+
+def fill_color(fraction: float | None, state: str) -> str:
+    """The bar colour for a device ``fraction`` full: blue, orange past 60 %, red past 85 %, grey when dead."""
+    if state == "dead":
+        return FILL_DEAD
+    if fraction is None or fraction < HIGH_FRACTION:
+        return FILL_OK
+    return FILL_HIGH if fraction < FULL_FRACTION else FILL_FULL
+
+
+def device_row(sample: dict[str, Any]) -> dict[str, Any]:
+    """What one bar shows, from one telemetry sample: used, reserved, peak, limit, fraction, colours."""
+    rank = int(sample["rank"])
+    state = sample.get("state") or "unknown"
+    if sample.get("kind") == "cuda" or "allocated_bytes" in sample:
+        used, reserved = sample.get("allocated_bytes"), sample.get("reserved_bytes")
+        peak, total = sample.get("peak_allocated_bytes"), sample.get("total_bytes")
+        budget = sample.get("budget_bytes")
+        limit = budget if budget and total and budget < total else total
+        labels = {"used": "allocated", "reserved": "reserved", "peak": "peak allocated",
+                  "limit": "budget" if limit != total else "total"}
+        baseline = 0
+    else:  # CPU virtual device: resident memory against the engine's own runtime + its budget
+        used, reserved, peak = sample.get("resident_bytes"), None, sample.get("peak_resident_bytes")
+        baseline = sample.get("baseline_resident_bytes") or 0
+        limit = (baseline + sample["budget_bytes"]) if sample.get("budget_bytes") else None
+        labels = {"used": "resident", "reserved": "", "peak": "peak resident", "limit": "runtime + budget"}
+    fraction = (used / limit) if used is not None and limit else None
+    return {
+        "rank": rank,
+        "device": sample.get("device") or f"rank {rank}",
+        "name": sample.get("name") or "",
+        "color": rank_color(rank),
+        "state": state,
+        "op": sample.get("op") or "",
+        "time": sample.get("time"),
+        "used": used,
+        "reserved": reserved,
+        "peak": peak,
+        "limit": limit,
+        "baseline": baseline,
+        "fraction": fraction,
+        "fill": fill_color(fraction, state),
+        "labels": labels,
+    }
+
+
+class MemoryDashboard(anywidget.AnyWidget):
+    """Bars, peaks, limits, 60 s timelines and state badges of every device of a session, live."""
+
+    _esm = STATIC / "memory.js"
+    _css = STATIC / "memory.css"
+
+    devices = traitlets.List(traitlets.Dict()).tag(sync=True)
+    timeline = traitlets.List().tag(sync=True)  # per rank: [[seconds before now, used bytes], ...]
+    window = traitlets.Float(WINDOW_SECONDS).tag(sync=True)
+    paused = traitlets.Bool(False).tag(sync=True)
+    refresh_rate = traitlets.Float(DEFAULT_RATE).tag(sync=True)
+    status = traitlets.Unicode("").tag(sync=True)
+    title = traitlets.Unicode("").tag(sync=True)
+    updates = traitlets.Int(0).tag(sync=True)
+    updated_at = traitlets.Float(0.0).tag(sync=True)
+
+    def __init__(self, session: Any = None, refresh_rate: float = DEFAULT_RATE, *, detached: bool = False,
+                 **kwargs: Any):
+        """A dashboard of ``session`` (default: the current one); ``detached=True`` for one fed by :meth:`update`."""
+        rate = check_refresh_rate(refresh_rate)
+        if not detached and session is None:
+            session = sessmod.current(required=False)
+            if session is None:
+                raise MgpuError("no multi-GPU session is running, so there is no memory to show; "
+                                "start one with %mgpu_init N or mg.init(N) first")
+        if session is not None:
+            session.check_alive()
+        self.session = session
+        self._series: dict[int, deque] = {}
+        self._latest: list[dict[str, Any]] | None = None
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+        self._last_timeline = 0.0
+        self._thread: threading.Thread | None = None
+        self._unsubscribe: Any = None
+        super().__init__(refresh_rate=rate, **kwargs)
+        if session is not None:
+            from ..memory import monitor
+
+            self.title = f"{session.world_size} × {session.device_kind} · cluster {session.cluster.cluster_id}"
+            mon = monitor(session)
+            self._unsubscribe = mon.subscribe(self._on_samples)
+            session.shutdown_callbacks.append(self._on_session_shutdown)
+            self.update(mon.latest())
+            self._thread = threading.Thread(target=self._run, name="mgpu-dashboard", daemon=True)
+            self._thread.start()
+
+    @traitlets.validate("refresh_rate")
+    def _check_rate(self, proposal: Any) -> float:
+        try:
+            return check_refresh_rate(proposal["value"])
+        except MgpuError as exc:
+            raise traitlets.TraitError(str(exc)) from None
+
+    @traitlets.observe("paused", "refresh_rate")
+    def _controls_changed(self, change: Any) -> None:
+        self._wake.set()
+
+    # -- feeding ----------------------------------------------------------------------------
+    def _on_samples(self, latest: list[dict[str, Any]]) -> None:
+        """Reader-thread callback: remember the samples, wake the pusher."""
+        with self._lock:
+            self._latest = latest
+            self._record(latest)
+        self._wake.set()
+
+    def _record(self, samples: list[dict[str, Any]]) -> None:
+        for s in samples:
+            row = device_row(s)
+            if row["time"] is None or row["used"] is None:
+                continue
+            series = self._series.setdefault(row["rank"], deque(maxlen=int(self.window / 0.01)))
+            if not series or series[-1][0] < row["time"]:
+                series.append((row["time"], row["used"]))
+
+    def update(self, samples: list[dict[str, Any]], now: float | None = None) -> None:
+        """Show ``samples`` (one per rank, as :func:`jupyter_mgpu.memory` returns them) now."""
+        with self._lock:
+            self._record(samples)
+        now = time.time() if now is None else now
+        devices = [device_row(s) for s in sorted(samples, key=lambda s: s["rank"])]
+        timeline = None
+        if now - self._last_timeline >= TIMELINE_PUSH_EVERY or len(self.timeline) != len(devices):
+            timeline = [self._timeline_of(d["rank"], now) for d in devices]
+            self._last_timeline = now
+        with self.hold_sync():
+            self.devices = devices
+            if timeline is not None:
+                self.timeline = timeline
+            self.updates += 1
+            self.updated_at = now
+
+    def _timeline_of(self, rank: int, now: float) -> list[list[float]]:
+        """The last ``window`` seconds of one rank, one point (the step's peak) per ``TIMELINE_STEP``."""
+        with self._lock:
+            points = [p for p in self._series.get(rank, ()) if p[0] >= now - self.window]
+        out: list[list[float]] = []
+        for t, used in points:
+            ago = round(t - now, 2)
+            if out and ago - out[-1][0] < TIMELINE_STEP:
+                out[-1][1] = max(out[-1][1], used)
+            else:
+                out.append([ago, used])
+        return out
+
+    def _run(self) -> None:
+        last = 0.0
+        while not self._halt.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            if self._halt.is_set():
+                break
+            if self.paused:
+                continue
+            wait = 1.0 / self.refresh_rate - (time.monotonic() - last)
+            if wait > 0 and self._halt.wait(wait):
+                break
+            with self._lock:
+                latest = self._latest
+            if latest is not None:
+                try:
+                    self.update(latest)
+                except Exception:
+                    pass
+                last = time.monotonic()
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop updating (the widget stays on screen with its last picture)."""
+        self._halt.set()
+        self._wake.set()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(2.0)
+
+    def _on_session_shutdown(self) -> None:
+        self.stop()
+        try:
+            self.status = "session shut down"
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        self.stop()
+        super().close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+
+def dashboard(session: Any = None, refresh_rate: float | None = None) -> MemoryDashboard:
+    """The session's memory dashboard (one per session, so every view of it stays in sync)."""
+    if refresh_rate is not None:
+        refresh_rate = check_refresh_rate(refresh_rate)
+    s = session if session is not None else sessmod.current(required=False)
+    if s is None:
+        raise MgpuError("no multi-GPU session is running, so there is no memory to show; "
+                        "start one with %mgpu_init N or mg.init(N) first")
+    s.check_alive()
+    board = getattr(s, "_memory_dashboard", None)
+    if board is None or not board.running:
+        board = s._memory_dashboard = MemoryDashboard(s, refresh_rate or DEFAULT_RATE)
+    elif refresh_rate is not None:
+        board.refresh_rate = refresh_rate
+    return board
+
+
+def live_threads() -> list[threading.Thread]:
+    """Dashboard pusher threads still running (for tests and cleanup checks)."""
+    return [t for t in threading.enumerate() if t.name == "mgpu-dashboard"]
