@@ -10,3 +10,13 @@ from . import runtime
 def info() -> dict[str, Any]:
     """This rank's identity, device and memory (same as a row of ``%mgpu_status``)."""
     return runtime.describe()
+
+
+def local(handle: Any) -> Any:
+    """This rank's shard of a DistTensor: ``mgpu.local(A)`` with the handle's name or its id string."""
+    from . import store
+
+    hid = handle if isinstance(handle, str) else getattr(handle, "handle_id", None)
+    if hid is None:
+        raise TypeError(f"mgpu.local() takes a DistTensor (or its id), got {type(handle).__name__}")
+    return store.get(hid)

@@ -1,1 +1,1 @@
-"""Rank-side operations (run on the engines) and the pure planners the controller uses."""
+"""Rank-side operations (run on the engines through ``Session.run``) and their pure planners."""

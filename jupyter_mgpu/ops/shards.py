@@ -1,0 +1,199 @@
+"""Rank-side shard work: create, read/write through a shared-memory file, redistribute, free.
+
+These run on the engines (``session.run(shards.create, ...)``); the controller-side handle lives in
+``jupyter_mgpu/tensor.py``. Placements come from the pure ``placement`` module, so every rank
+computes the same shard table without talking to the others.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import warnings
+from typing import Any
+
+from .. import placement as pl
+from ..engine import runtime, seeding, store, telemetry
+
+
+def dtype_of(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def _me(shape: tuple[int, ...], placement: pl.Placement) -> pl.ShardInfo:
+    st = runtime.state()
+    return pl.shard_table(shape, placement, st.world_size)[st.rank]
+
+
+def _sub(box: tuple[pl.Range, ...], origin: tuple[pl.Range, ...]) -> tuple[slice, ...]:
+    """Slices selecting global ``box`` inside a local tensor that covers ``origin``."""
+    return tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, origin))
+
+
+def create(hid: str, kind: str, shape: tuple[int, ...], placement: pl.Placement, dtype: str,
+           seed: int | None, fill_value: float | None = None) -> int:
+    """Make this rank's shard of a new global tensor on the device; returns its bytes."""
+    import torch
+
+    me = _me(shape, placement)
+    out = torch.empty(me.shape, dtype=dtype_of(dtype), device=runtime.state().device)
+    if kind in ("randn", "rand"):
+        seeding.fill(out, kind, shape, me.ranges, seed or 0)
+    elif kind == "arange":
+        seeding.arange_fill(out, shape, me.ranges)
+    elif kind == "full":
+        out.fill_(fill_value)
+    else:
+        out.fill_(0 if kind == "zeros" else 1)
+    store.put(hid, out)
+    return out.numel() * out.element_size()
+
+
+def _map(path: str, offset: int, length: int, write: bool) -> tuple[mmap.mmap, int]:
+    """Map ``length`` bytes of ``path`` from ``offset`` (page-aligned down); returns (map, skip)."""
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    fd = os.open(path, os.O_RDWR if write else os.O_RDONLY)
+    try:
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if write else 0)
+        m = mmap.mmap(fd, length + offset - start, flags=flags, prot=prot, offset=start)
+    finally:
+        os.close(fd)
+    return m, offset - start
+
+
+def _span(shape: tuple[int, ...], box: tuple[pl.Range, ...], itemsize: int) -> tuple[int, int]:
+    """First byte and length of the stretch of a row-major file that contains ``box``."""
+    strides = [itemsize]
+    for s in reversed(shape[1:]):
+        strides.insert(0, strides[0] * s)
+    first = sum(a * st for (a, _), st in zip(box, strides))
+    last = sum((b - 1) * st for (_, b), st in zip(box, strides)) + itemsize
+    return first, last - first
+
+
+def _file_view(path: str, shape: tuple[int, ...], box: tuple[pl.Range, ...], dtype: Any, write: bool):
+    """A tensor view of the part of the global tensor in ``path`` that ``box`` selects."""
+    import torch
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    first, length = _span(shape, box, itemsize)
+    m, skip = _map(path, first, length, write)
+    with warnings.catch_warnings():  # a read-only map warns that the tensor is not writable; we only read it
+        warnings.simplefilter("ignore", UserWarning)
+        flat = torch.frombuffer(m, dtype=torch.uint8, count=length, offset=skip).view(dtype)
+    strides = [1]
+    for s in reversed(shape[1:]):
+        strides.insert(0, strides[0] * s)
+    sizes = tuple(b - a for a, b in box)
+    return flat.as_strided(sizes, tuple(strides) if shape else ()), m
+
+
+def scatter_from_file(hid: str, path: str, shape: tuple[int, ...], placement: pl.Placement, dtype: str) -> int:
+    """Copy this rank's slice of the global tensor in the shared file ``path`` into its shard."""
+    import torch
+
+    me = _me(shape, placement)
+    dt = dtype_of(dtype)
+    out = torch.empty(me.shape, dtype=dt, device=runtime.state().device)
+    if out.numel():
+        view, m = _file_view(path, shape, me.ranges, dt, write=False)
+        out.copy_(view)
+        del view
+        m.close()
+    store.put(hid, out)
+    return out.numel() * out.element_size()
+
+
+def gather_to_file(hid: str, path: str, shape: tuple[int, ...], placement: pl.Placement) -> int:
+    """Write this rank's shard into its place in the shared file ``path`` (replicas: rank 0 only)."""
+    st = runtime.state()
+    local = store.get(hid)
+    if isinstance(placement, pl.Replicate) and st.rank != 0:
+        return 0
+    me = _me(shape, placement)
+    if not local.numel():
+        return 0
+    view, m = _file_view(path, shape, me.ranges, local.dtype, write=True)
+    view.copy_(local)
+    del view
+    m.close()
+    return local.numel() * local.element_size()
+
+
+def exchange(local: Any, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: pl.Placement) -> tuple[Any, int]:
+    """This rank's piece of the global tensor in ``dst_pl``, built from its piece in ``src_pl``.
+
+    Step ``d`` (1..P-1) sends to rank ``r+d`` and receives from ``r-d``: every pair exchanges
+    exactly the overlap of its boxes, read from the pure shard tables on both sides (no size
+    messages). Returns ``(tensor, bytes received)``.
+    """
+    import torch
+    import torch.distributed as dist
+
+    st = runtime.state()
+    r, p = st.rank, st.world_size
+    mv = pl.moves(shape, src_pl, dst_pl, p)
+    s_me, d_me = _me(shape, src_pl), _me(shape, dst_pl)
+    out = torch.empty(d_me.shape, dtype=local.dtype, device=local.device)
+    if mv[r][r] is not None:
+        out[_sub(mv[r][r], d_me.ranges)].copy_(local[_sub(mv[r][r], s_me.ranges)])
+    received = 0
+    for d in range(1, p):
+        to, frm = (r + d) % p, (r - d) % p
+        work = None
+        if mv[r][to] is not None:
+            work = dist.isend(local[_sub(mv[r][to], s_me.ranges)].contiguous(), to)
+        if mv[frm][r] is not None:
+            target = out[_sub(mv[frm][r], d_me.ranges)]
+            buf = target if target.is_contiguous() else torch.empty(target.shape, dtype=out.dtype, device=out.device)
+            dist.irecv(buf, frm).wait()
+            if buf is not target:
+                target.copy_(buf)
+            received += buf.numel() * buf.element_size()
+            del buf, target
+        if work is not None:
+            work.wait()
+    return out, received
+
+
+def redistribute(src: str, dst: str, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: pl.Placement) -> int:
+    """Store shard ``dst`` (placement ``dst_pl``) made from shard ``src``; returns bytes received."""
+    out, received = exchange(store.get(src), shape, src_pl, dst_pl)
+    store.put(dst, out)
+    return received
+
+
+def free(ids: list[str]) -> int:
+    """Free shards; returns bytes released on this rank."""
+    return store.free(ids)
+
+
+def local_copy(hid: str) -> Any:
+    """This rank's shard as a CPU tensor (for ``dt.local(rank)``: small data only)."""
+    return store.get(hid).detach().to("cpu", copy=True)
+
+
+def shard_bytes(hid: str) -> int:
+    t = store.get(hid)
+    return t.numel() * t.element_size()
+
+
+def memory_status() -> dict[str, int]:
+    """Free memory of this rank's device in bytes, as an allocation would see it."""
+    st = runtime.state()
+    if st.device_kind == "cuda":
+        import torch
+
+        free_b, total = torch.cuda.mem_get_info(st.device)
+        return {"free": int(free_b), "total": int(total), "budget": st.budget_bytes}
+    from ..engine import budget
+
+    used = budget.current_data_bytes()
+    limit = st.data_limit or (used + st.budget_bytes)
+    # leave the runtime's own headroom out: it is for gloo buffers and allocator slack
+    free_b = max(0, limit - used - budget.RUNTIME_HEADROOM // 2)
+    return {"free": int(free_b), "total": int(st.budget_bytes), "budget": st.budget_bytes,
+            "resident": int(telemetry._proc_status().get("VmRSS", 0))}
