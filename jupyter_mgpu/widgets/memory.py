@@ -233,7 +233,8 @@ class MemoryDashboard(anywidget.AnyWidget):
             pass
 
     def close(self) -> None:
-        self.stop()
+        if hasattr(self, "_halt"):  # not set when the constructor refused its arguments
+            self.stop()
         super().close()
 
     @property

@@ -1,0 +1,204 @@
+"""Live memory with real engines: sampler numbers, updates while busy, dashboard state, death, cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import jupyter_mgpu as mg
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.memory import live_threads as reader_threads
+from jupyter_mgpu.memory import monitor
+from jupyter_mgpu.widgets import memory as wm
+
+pytestmark = pytest.mark.cluster
+
+MiB = 2**20
+
+
+def wait_for(predicate, timeout: float = 3.0, every: float = 0.02):
+    """Poll ``predicate()`` until it returns something truthy; returns it, or None after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    return None
+
+
+def resident(rank: int) -> int:
+    return mg.memory()[rank]["resident_bytes"]
+
+
+def test_memory_rows_have_the_documented_keys_in_rank_order(s4):
+    rows = wait_for(lambda: (r := mg.memory()) and all(x["time"] for x in r) and r)
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3]
+    for r in rows:
+        assert {"rank", "time", "state", "resident_bytes", "peak_resident_bytes", "budget_bytes"} <= set(r)
+        assert r["state"] in ("idle", "busy")
+        assert abs(r["time"] - time.time()) < 2
+        assert r["peak_resident_bytes"] >= r["resident_bytes"] > 50 * MiB
+        assert r["budget_bytes"] == s4.devices[r["rank"]].total_memory
+        assert r["pid"] == s4.cluster.engine_pids[r["rank"]]
+
+
+def test_a_known_allocation_shows_on_its_rank_only(s2):
+    s2.run_cell("import gc; gc.collect()")
+    time.sleep(0.3)
+    before = [resident(0), resident(1)]
+    s2.run_cell("_mem_probe = torch.ones(96 * 2**20, dtype=torch.uint8) + 1", targets=1)  # 96 MiB, touched
+    try:
+        grown = wait_for(lambda: resident(1) - before[1] > 90 * MiB and resident(1) - before[1])
+        assert grown is not None, "rank 1's resident memory did not grow by the 96 MiB it allocated"
+        assert abs(grown - 96 * MiB) < 0.05 * 96 * MiB + 4 * MiB
+        assert abs(resident(0) - before[0]) < 16 * MiB
+        assert mg.memory()[1]["peak_resident_bytes"] >= before[1] + 90 * MiB
+    finally:
+        s2.run_cell("del _mem_probe", targets=1)
+    assert wait_for(lambda: resident(1) - before[1] < 16 * MiB), "the freed tensor still shows as resident"
+
+
+def test_samples_keep_arriving_while_an_engine_is_busy_in_a_long_cpp_op(s2):
+    base = resident(0)
+    pending = s2.run_cell(
+        "_hold = torch.ones(64 * 2**20, dtype=torch.uint8) + 1\n"
+        "_m = torch.randn(1400, 1400)\n"
+        "for _ in range(12): _m = torch.tanh(_m @ _m)\n"
+        "del _hold, _m", targets=0, block=False, stream=False)
+    try:
+        busy = wait_for(lambda: (r := mg.memory()[0])["state"] == "busy" and r["resident_bytes"] - base > 60 * MiB,
+                        timeout=5)
+        assert busy, "the 64 MiB allocated before the matmul loop did not show while the rank was busy"
+        times = set()
+        while not pending.ready() and len(times) < 5:
+            times.add(mg.memory()[0]["time"])
+            time.sleep(0.06)
+        assert len(times) >= 5 or pending.ready(), "samples stopped while the engine was busy"
+        assert len(times) >= 3
+        assert mg.memory()[0]["op"] in ("%%mgpu cell", None)
+    finally:
+        pending.get(timeout=60)
+    assert wait_for(lambda: mg.memory()[0]["state"] == "idle")
+
+
+def test_dashboard_model_follows_the_samples_while_a_cell_runs(s2):
+    board = mg.dashboard()
+    assert mg.dashboard() is board  # one per session: every view shows the same model
+    assert [d["rank"] for d in board.devices] == [0, 1]
+    before = board.devices[1]["used"]
+    start = board.updates
+    pending = s2.run_cell(
+        "_hold = torch.ones(80 * 2**20, dtype=torch.uint8) + 1\nimport time as _t\n_t.sleep(1.2)\ndel _hold",
+        targets=1, block=False, stream=False)
+    try:
+        seen = wait_for(lambda: board.devices[1]["used"] - before > 75 * MiB and board.devices[1], timeout=3)
+        assert seen, "the dashboard did not show the 80 MiB allocated while the cell was running"
+        assert seen["state"] == "busy" and not pending.ready()
+        assert seen["fill"] == wm.FILL_OK and 0 < seen["fraction"] < 0.6
+        assert seen["limit"] == seen["baseline"] + s2.devices[1].total_memory
+        assert board.updates > start
+    finally:
+        pending.get(timeout=30)
+    points = wait_for(lambda: len(board.timeline[1]) >= 3 and board.timeline[1])
+    assert points and all(-board.window <= ago <= 0.5 for ago, _ in points)
+    assert max(v for _, v in points) - before > 75 * MiB  # the timeline kept the spike
+
+
+def test_pause_stops_updates_and_resume_restarts_them(s2):
+    board = mg.dashboard()
+    board.paused = True
+    time.sleep(0.25)
+    frozen = board.updates
+    time.sleep(0.5)
+    assert board.updates == frozen
+    board.paused = False
+    assert wait_for(lambda: board.updates > frozen, timeout=2)
+    board.refresh_rate = 2.0
+    time.sleep(0.2)
+    n = board.updates
+    time.sleep(1.5)
+    assert board.updates - n <= 4  # at most 2 per second
+    board.refresh_rate = wm.DEFAULT_RATE
+
+
+def test_reset_peak_works_on_every_rank_even_while_one_is_busy(s2):
+    s2.run_cell("_peak = torch.ones(64 * 2**20, dtype=torch.uint8) + 1\ndel _peak")
+    wait_for(lambda: all(r["peak_resident_bytes"] - r["resident_bytes"] > 48 * MiB for r in mg.memory()))
+    pending = s2.run_cell("import time as _t\n_t.sleep(1.0)", targets=0, block=False, stream=False)
+    try:
+        time.sleep(0.2)
+        mg.reset_peak()
+        assert not pending.ready()
+        for r in mg.memory():
+            assert r["peak_resident_bytes"] - r["resident_bytes"] < 16 * MiB, r
+    finally:
+        pending.get(timeout=30)
+
+
+def test_history_covers_the_recent_minutes(s2):
+    rows = mg.memory_history(minutes=0.05)
+    assert {r["rank"] for r in rows} == {0, 1}
+    times = [r["time"] for r in rows]
+    assert times == sorted(times) and time.time() - times[0] <= 3.5
+    assert len([r for r in rows if r["rank"] == 0]) >= 10  # ~10 samples a second
+    with pytest.raises(MgpuError, match="minutes must be more than 0"):
+        mg.memory_history(minutes=0)
+
+
+def test_bad_input_gets_one_sentence(s2):
+    for rate in (0, -1, 1e6, "fast", True):
+        with pytest.raises(MgpuError, match="refresh_rate must be between 0.1 and 20 updates per second"):
+            mg.dashboard(refresh_rate=rate)
+    import jupyter_mgpu.session as sm
+
+    saved, sm._current = sm._current, None
+    try:
+        with pytest.raises(MgpuError, match="no multi-GPU session is running"):
+            mg.dashboard()
+        with pytest.raises(MgpuError, match="no multi-GPU session is running"):
+            mg.memory()
+    finally:
+        sm._current = saved
+
+
+def test_eight_ranks_a_dead_engine_and_clean_shutdown(own_session):
+    with own_session(8) as s:
+        board = mg.dashboard()
+        rows = wait_for(lambda: (r := mg.memory()) and all(x["state"] in ("idle", "busy") for x in r) and r, 10)
+        assert rows and [r["rank"] for r in rows] == list(range(8))
+        assert len({r["pid"] for r in rows}) == 8
+        assert wait_for(lambda: [d["rank"] for d in board.devices] == list(range(8)) and
+                        all(d["time"] for d in board.devices))
+        rundir = Path(s.runtime_dir)
+        killed = time.monotonic()
+        os.kill(s.cluster.engine_pids[5], signal.SIGKILL)
+        assert wait_for(lambda: mg.memory()[5]["state"] == "dead", timeout=2.0), "rank 5 not dead within 2 s"
+        assert wait_for(lambda: board.devices[5]["state"] == "dead", timeout=2.5 - (time.monotonic() - killed))
+        assert board.devices[5]["fill"] == wm.FILL_DEAD
+        assert [r["state"] for r in mg.memory()].count("dead") == 1
+        assert len(reader_threads()) >= 1 and board.running
+        mon = monitor(s)
+    # after shutdown: no reader or dashboard thread of that session, no files
+    assert not mon.running and not board.running
+    assert board.status == "session shut down"
+    assert not rundir.exists()
+    assert not [t for t in threading.enumerate() if t in (mon._thread, board._thread)]
+
+
+def test_sessions_leave_no_threads_behind(own_session):
+    before = {t.ident for t in reader_threads() + wm.live_threads()}
+    with own_session(2) as s:
+        mg.dashboard()
+        mg.memory_history(1)
+        assert len({t.ident for t in reader_threads() + wm.live_threads()} - before) == 2
+        telemetry = Path(s.runtime_dir) / "telemetry"
+        assert sorted(p.name for p in telemetry.glob("rank*.json")) == ["rank0.json", "rank1.json"]
+        assert oct(telemetry.stat().st_mode & 0o777) == "0o700"
+    assert {t.ident for t in reader_threads() + wm.live_threads()} - before == set()
+    assert not telemetry.exists()

@@ -1,0 +1,135 @@
+"""The memory dashboard without a kernel or engines: feed samples, check its model; telemetry file safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+import traitlets
+
+from jupyter_mgpu.engine import telemetry as tele
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.widgets import memory as wm
+from jupyter_mgpu.widgets.colors import rank_color
+
+GiB = 2**30
+
+
+def cpu_sample(rank, resident, t, state="idle", peak=None, budget=4 * GiB, baseline=GiB // 4):
+    return {"rank": rank, "time": t, "state": state, "kind": "cpu", "device": f"cpu:{rank}", "op": None,
+            "resident_bytes": resident, "peak_resident_bytes": peak or resident, "budget_bytes": budget,
+            "baseline_resident_bytes": baseline}
+
+
+def gpu_sample(rank, allocated, reserved, t, total=80 * GiB, state="busy"):
+    return {"rank": rank, "time": t, "state": state, "kind": "cuda", "device": f"cuda:{rank}", "op": "matmul",
+            "allocated_bytes": allocated, "reserved_bytes": reserved, "peak_allocated_bytes": allocated + GiB,
+            "total_bytes": total, "free_bytes": total - reserved, "budget_bytes": total, "resident_bytes": GiB}
+
+
+def test_a_detached_dashboard_shows_pushed_samples():
+    board = wm.MemoryDashboard(detached=True)
+    now = time.time()
+    board.update([cpu_sample(1, 3 * GiB, now, "busy"), cpu_sample(0, GiB, now)], now=now)
+    assert [d["rank"] for d in board.devices] == [0, 1]
+    d0, d1 = board.devices
+    assert d0["used"] == GiB and d0["limit"] == GiB // 4 + 4 * GiB and d0["state"] == "idle"
+    assert d0["fraction"] == pytest.approx(GiB / (GiB // 4 + 4 * GiB))
+    assert d0["fill"] == wm.FILL_OK and d1["fill"] == wm.FILL_HIGH  # 3 of 4.25 GiB: past 60 %
+    assert d0["color"] == rank_color(0) != d1["color"] == rank_color(1)
+    assert board.updates == 1 and board.updated_at == now
+    assert board.timeline == [[[0.0, GiB]], [[0.0, 3 * GiB]]]
+
+
+def test_timeline_keeps_the_last_window_with_the_peak_of_each_step():
+    board = wm.MemoryDashboard(detached=True)
+    t0 = 1000.0
+    for i in range(800):  # 80 s at 10 Hz; a one-sample spike at 70 s
+        t = t0 + i / 10
+        board.update([cpu_sample(0, 5 * GiB if i == 700 else GiB, t)], now=t)
+    points = board.timeline[0]
+    assert all(-60 <= ago <= 0 for ago, _ in points)
+    assert points[0][0] < -59 and points[-1][0] == 0
+    assert max(v for _, v in points) == 5 * GiB  # not lost to the down-sampling
+    assert 200 <= len(points) <= 61 / wm.TIMELINE_STEP
+
+
+def test_gpu_rows_use_allocator_numbers():
+    board = wm.MemoryDashboard(detached=True)
+    board.update([gpu_sample(0, 70 * GiB, 75 * GiB, time.time())])
+    d = board.devices[0]
+    assert (d["used"], d["reserved"], d["peak"], d["limit"]) == (70 * GiB, 75 * GiB, 71 * GiB, 80 * GiB)
+    assert d["fill"] == wm.FILL_FULL and d["labels"]["used"] == "allocated" and d["labels"]["limit"] == "total"
+    assert d["op"] == "matmul"
+
+
+def test_dead_and_starting_ranks():
+    board = wm.MemoryDashboard(detached=True)
+    board.update([{**cpu_sample(0, GiB, time.time()), "state": "dead"}, {"rank": 1, "time": None, "state": "starting"}])
+    assert board.devices[0]["fill"] == wm.FILL_DEAD and board.devices[0]["state"] == "dead"
+    assert board.devices[1]["used"] is None and board.devices[1]["state"] == "starting"
+    assert board.timeline[1] == []
+
+
+@pytest.mark.parametrize("rate", [0, -2, 0.01, 21, 1e9, float("nan"), "10", None, True])
+def test_bad_refresh_rates_get_one_sentence(rate):
+    with pytest.raises(MgpuError, match=r"^refresh_rate must be between 0\.1 and 20 updates per second, got "):
+        wm.MemoryDashboard(detached=True, refresh_rate=rate)
+    board = wm.MemoryDashboard(detached=True)
+    with pytest.raises(traitlets.TraitError, match="refresh_rate must be between"):
+        board.refresh_rate = rate if isinstance(rate, (int, float)) and not isinstance(rate, bool) else -1
+    assert board.refresh_rate == wm.DEFAULT_RATE
+
+
+def test_no_session_is_one_sentence(monkeypatch):
+    import jupyter_mgpu.session as sm
+
+    monkeypatch.setattr(sm, "_current", None)
+    with pytest.raises(MgpuError, match=r"^no multi-GPU session is running, so there is no memory to show; start"):
+        wm.dashboard()
+    with pytest.raises(MgpuError, match="no multi-GPU session is running"):
+        wm.MemoryDashboard()
+
+
+def test_the_es_module_and_styles_ship_with_the_package():
+    board = wm.MemoryDashboard(detached=True)
+    assert "export default" in wm.STATIC.joinpath("memory.js").read_text()
+    assert board._esm and board._css
+
+
+def _write(path, data):
+    path.write_text(json.dumps(data))
+
+
+def test_read_samples_ignores_foreign_stale_and_malformed_files(tmp_path):
+    d = tmp_path / tele.TELEMETRY_DIR
+    d.mkdir()
+    good = {"rank": 0, "time": 1.0, "cluster_id": "abc", "pid": 1}
+    _write(d / "rank0.json", good)
+    _write(d / "rank1.json", {**good, "rank": 1, "cluster_id": "other"})  # another cluster's file
+    _write(d / "rank2.json", {**good, "rank": 3})  # name and content disagree
+    (d / "rank4.json").write_text("{not json")
+    _write(d / "rank5.json", {**good, "rank": 5, "time": "late"})
+    (d / "rank6.json").write_text(" " * (tele.MAX_SAMPLE_BYTES + 1))
+    _write(tmp_path / "elsewhere.json", {**good, "rank": 7})
+    os.symlink(tmp_path / "elsewhere.json", d / "rank7.json")  # links are not followed
+    assert list(tele.read_samples(tmp_path, "abc")) == [0]
+    assert sorted(tele.read_samples(tmp_path)) == [0, 1]
+    assert tele.read_samples(tmp_path / "missing") == {}
+
+
+def test_control_file_is_private_and_merges_changes(tmp_path):
+    tele.write_control(tmp_path, reset_peak=1)
+    ctl = tele.write_control(tmp_path, period=0.2)
+    assert ctl == {"reset_peak": 1, "period": 0.2}
+    path = tmp_path / tele.TELEMETRY_DIR / tele.CONTROL_FILE
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / tele.TELEMETRY_DIR).stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("period", [-1, 0.001, 61, "fast", True])
+def test_engine_sampling_period_is_checked(period):
+    with pytest.raises(ValueError, match="sampling period must be 0"):
+        tele.set_period(period)
