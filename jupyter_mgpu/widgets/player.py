@@ -1,0 +1,71 @@
+"""A generic step player: a sequence of pre-rendered frames (SVG/HTML) with play, pause and step.
+
+Shared by every animation of the project (the collectives' logical schedule, the placement replay):
+the Python side renders frames, the browser side (``static/player.js``, an anywidget ES module)
+only shows frame ``index`` and moves it. State lives in synced traitlets, so the player is testable
+without a browser: set ``index``, call :meth:`step`, :meth:`play`, :meth:`pause`.
+"""
+
+from __future__ import annotations
+
+import html
+import pathlib
+
+import anywidget
+import traitlets
+
+
+class FramePlayer(anywidget.AnyWidget):
+    """Shows ``frames[index]`` with ⏮ ◀ ▶/⏸ ▶ ⏭ controls and a slider; ``badge`` labels what it is."""
+
+    _esm = pathlib.Path(__file__).parent / "static" / "player.js"
+    frames = traitlets.List(traitlets.Unicode(), default_value=[]).tag(sync=True)
+    captions = traitlets.List(traitlets.Unicode(), default_value=[]).tag(sync=True)
+    index = traitlets.Int(0).tag(sync=True)
+    playing = traitlets.Bool(False).tag(sync=True)
+    interval_ms = traitlets.Int(900).tag(sync=True)
+    loop = traitlets.Bool(False).tag(sync=True)
+    title = traitlets.Unicode("").tag(sync=True)
+    badge = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, frames: list[str], captions: list[str] | None = None, *, title: str = "",
+                 badge: str = "", interval_ms: int = 900, **kwargs):
+        if not frames:
+            raise ValueError("a player needs at least one frame")
+        captions = list(captions) if captions is not None else [""] * len(frames)
+        if len(captions) != len(frames):
+            raise ValueError(f"{len(frames)} frames but {len(captions)} captions")
+        super().__init__(frames=list(frames), captions=captions, title=title, badge=badge,
+                         interval_ms=int(interval_ms), **kwargs)
+
+    @traitlets.validate("index")
+    def _clamp(self, proposal: dict) -> int:
+        return max(0, min(int(proposal["value"]), len(self.frames) - 1))
+
+    @property
+    def frame(self) -> str:
+        """The frame shown now."""
+        return self.frames[self.index]
+
+    def step(self, by: int = 1) -> int:
+        """Move ``by`` frames (negative: back); stops at the ends. Returns the new index."""
+        self.index = self.index + by
+        if self.index == len(self.frames) - 1 and not self.loop:
+            self.playing = False
+        return self.index
+
+    def play(self) -> None:
+        """Start playing from the current frame (from the start when at the end)."""
+        if self.index == len(self.frames) - 1:
+            self.index = 0
+        self.playing = True
+
+    def pause(self) -> None:
+        self.playing = False
+
+    def static_html(self, index: int | None = None) -> str:
+        """One frame as plain HTML (for exported notebooks, where widgets do not run)."""
+        i = self.index if index is None else index
+        head = f"<div style='font:12px sans-serif;color:#555'>{html.escape(self.badge)}" \
+               f"{' — ' if self.badge and self.captions[i] else ''}{html.escape(self.captions[i])}</div>"
+        return f"<div class='mgpu-player-static'>{head}{self.frames[i]}</div>"
