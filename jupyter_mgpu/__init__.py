@@ -59,13 +59,27 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jupyter_mgpu``: register the ``%mgpu_*`` magics."""
+    import os
+
     from .magics import register
 
     register(ipython)
+    if not os.environ.get("JUPYTER_MGPU_NO_PREWARM") and current(required=False) is None:
+        prewarm()
+
+
+def prewarm() -> None:
+    """Start warming up engines in the background (torch imported once) so the next ``init`` is quick."""
+    from .cluster import prewarm as _prewarm
+
+    _prewarm()
 
 
 def unload_ipython_extension(ipython: Any) -> None:
+    from .cluster import discard_spare
+
     shutdown()
+    discard_spare()
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

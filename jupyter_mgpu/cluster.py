@@ -70,11 +70,24 @@ class Cluster:
     # -- starting ---------------------------------------------------------------------------
     @classmethod
     def start(cls, spec: ClusterSpec) -> "Cluster":
-        """Start the controller and engines, connect a client, and wait until every rank is ready."""
+        """Start the controller and engines, connect a client, and wait until every rank is ready.
+
+        A supervisor pre-warmed by :func:`prewarm` (at ``%load_ext``) is used when there is one.
+        """
+        global _spare
         rd.clean_stale()
-        cluster_id = rd.new_cluster_id()
-        path = rd.create(cluster_id)
         kernel_pid, kernel_ctime = _kernel_identity()
+        spare, _spare = _spare, None
+        if spare is not None and spare[1].poll() is None:
+            path, supervisor = spare
+            cluster_id = path.name
+        else:
+            cluster_id = rd.new_cluster_id()
+            path = rd.create(cluster_id)
+            supervisor = None
+        # engines see what the notebook sees: environment, working directory, import path
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        env = {**os.environ, "MGPU_TELEMETRY_PERIOD": str(spec.telemetry_period)}
         config = {
             "cluster_id": cluster_id,
             "rundir": str(path),
@@ -85,27 +98,17 @@ class Cluster:
             "timeout": spec.timeout,
             "threads": spec.threads,
             "mem_per_device": spec.mem_per_device,
+            "env": env,
+            "cwd": os.getcwd(),
+            "sys_path": list(dict.fromkeys([os.getcwd(), *paths])),
         }
+        controller = _spawn(path, [
+            "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime), "--usethreads",
+            f"--ping={CONTROLLER_PING_MS}", "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}",
+            "--log-level=WARN"])
         rd.write_json(path / "launch.json", config)
-        env = dict(os.environ)
-        env["MGPU_TELEMETRY_PERIOD"] = str(spec.telemetry_period)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # engines import what the notebook can import (local modules next to the notebook, test dirs)
-        paths = [p for p in sys.path if p and os.path.isdir(p)]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([os.getcwd(), *paths]))
-        log = open(path / "processes.log", "ab")
-        common = dict(stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env,
-                      cwd=os.getcwd())
-        controller = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime),
-             "--usethreads", f"--ping={CONTROLLER_PING_MS}", "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}",
-             "--log-level=WARN"],
-            **common,
-        )
-        supervisor = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_mgpu.engine.launcher", str(path)], **common
-        )
-        log.close()
+        if supervisor is None:
+            supervisor = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path)])
         cluster = cls(spec, cluster_id, path, controller, supervisor)
         cluster._write_state("starting")
         try:
@@ -229,6 +232,48 @@ class Cluster:
                 except ProcessLookupError:
                     pass
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+_spare: "tuple[Path, subprocess.Popen] | None" = None
+
+
+def _spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
+    """Start ``python -m <module_args>`` in its own session, logging into the cluster directory."""
+    with open(path / "processes.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=os.getcwd(),
+        )
+
+
+def prewarm() -> None:
+    """Start a spare supervisor now (it imports torch and waits), so the next start skips that cost."""
+    global _spare
+    if _spare is not None and _spare[1].poll() is None:
+        return
+    kernel_pid, kernel_ctime = _kernel_identity()
+    rd.clean_stale()
+    cluster_id = rd.new_cluster_id()
+    path = rd.create(cluster_id)
+    rd.write_json(path / rd.STATE_FILE, {"cluster_id": cluster_id, "status": "spare", "kernel_pid": kernel_pid,
+                                         "kernel_create_time": kernel_ctime})
+    proc = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path), str(kernel_pid), repr(kernel_ctime)])
+    _spare = (path, proc)
+
+
+def discard_spare() -> None:
+    """Stop the spare supervisor, if any, and remove its directory."""
+    import shutil
+
+    global _spare
+    spare, _spare = _spare, None
+    if spare is not None:
+        spare[1].terminate()
+        try:
+            spare[1].wait(3)
+        except subprocess.TimeoutExpired:
+            spare[1].kill()
+        shutil.rmtree(spare[0], ignore_errors=True)
 
 
 def _kill_group(pid: int) -> None:

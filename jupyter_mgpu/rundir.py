@@ -91,12 +91,16 @@ def is_private(path: Path) -> bool:
     )
 
 
-def cluster_dirs() -> list[Path]:
-    """This user's cluster directories that look valid (private, with a state file)."""
+def cluster_dirs(include_spare: bool = False) -> list[Path]:
+    """This user's cluster directories that look valid (private, with a state file).
+
+    Spare directories (a pre-warmed supervisor waiting for ``mg.init``) are skipped unless asked for.
+    """
     root = base_dir()
     out = []
     for child in sorted(root.iterdir()):
-        if is_private(child) and (child / STATE_FILE).exists():
+        state = read_json(child / STATE_FILE) if is_private(child) else None
+        if state is not None and (include_spare or state.get("status") != "spare"):
             out.append(child)
     return out
 

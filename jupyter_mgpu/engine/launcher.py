@@ -30,6 +30,12 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if "env" in config:
+            os.environ.clear()
+            os.environ.update(config["env"])
+        if config.get("cwd"):
+            os.chdir(config["cwd"])
+        sys.path[:0] = [p for p in config.get("sys_path", []) if p not in sys.path]
         from . import runtime, watchdog
 
         watchdog.start(config["kernel_pid"], config["kernel_create_time"])
@@ -83,6 +89,20 @@ def _write_exit(rundir: Path, rank: int, pid: int, status: int | None, error: st
     write_json(path, record)
 
 
+def _warm_up() -> None:
+    """Import everything an engine needs, once, leaving CUDA untouched (children inherit it)."""
+    import ipykernel.ipkernel  # noqa: F401
+    import ipykernel.zmqshell  # noqa: F401
+    import ipyparallel.engine.app  # noqa: F401
+    import ipyparallel.engine.kernel  # noqa: F401
+    import torch
+    import torch.distributed  # noqa: F401
+
+    from . import calls, runtime, telemetry  # noqa: F401
+
+    assert not torch.cuda.is_initialized()
+
+
 def _wait_for(path: Path, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -92,8 +112,16 @@ def _wait_for(path: Path, timeout: float) -> bool:
     return False
 
 
-def main(rundir_arg: str) -> None:
+def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str | None = None) -> None:
+    """Supervise one cluster. With a kernel pid, start as a spare: warm up, then wait for launch.json."""
     rundir = Path(rundir_arg)
+    if kernel_pid is not None:
+        from . import watchdog
+
+        watchdog.start(int(kernel_pid), float(kernel_create_time or 0) or None)
+        _warm_up()
+        while not (rundir / "launch.json").exists():
+            time.sleep(0.005)
     config = json.loads((rundir / "launch.json").read_text())
     children: dict[int, int] = {}
     stopping = False
@@ -140,17 +168,7 @@ def main(rundir_arg: str) -> None:
 
     watchdog.start(config["kernel_pid"], config["kernel_create_time"], on_gone=stop_children)
 
-    # the warm part: everything an engine needs, imported once, CUDA left untouched
-    import ipykernel.ipkernel  # noqa: F401
-    import ipykernel.zmqshell  # noqa: F401
-    import ipyparallel.engine.app  # noqa: F401
-    import ipyparallel.engine.kernel  # noqa: F401
-    import torch
-    import torch.distributed  # noqa: F401
-
-    from . import runtime, telemetry  # noqa: F401
-
-    assert not torch.cuda.is_initialized()
+    _warm_up()
     if not _wait_for(rundir / ENGINE_FILE, config["timeout"]):
         _log(rundir, "the controller never wrote its connection file")
         sys.exit(2)
@@ -169,4 +187,4 @@ def main(rundir_arg: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:4])
