@@ -1,0 +1,296 @@
+"""What the sidebar shows, without tornado: this user's clusters, their ranks' memory, the host's devices.
+
+The manager reads only this user's private runtime directories (``rundir.cluster_dirs()``: owned by
+this uid, mode 0700, with a state file), skips stale ones (kernel gone), and reads each rank's latest
+telemetry sample from the files the engines' sampler threads write. It never talks to the engines
+through ipyparallel (a busy engine would not answer) and never imports torch (a server must stay
+light); GPUs are read through NVML (nvidia-ml-py) when it is installed, else the devices are the CPU
+virtual devices of the running clusters. Stopping a cluster signals only processes whose command
+line names that cluster's directory and that belong to this user.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+from .. import rundir as rd
+from ..engine.telemetry import read_samples
+
+CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+STOP_GRACE = 3.0
+
+
+class ClusterNotFound(LookupError):
+    """No running cluster of this user has that id (or the id is malformed)."""
+
+
+@dataclass(frozen=True)
+class StopResult:
+    cluster_id: str
+    signalled: list[int]
+    killed: list[int]
+    remaining: list[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster_id": self.cluster_id,
+            "signalled": self.signalled,
+            "killed": self.killed,
+            "remaining": self.remaining,
+        }
+
+
+def _process_of_cluster(pid: Any, path: Path) -> psutil.Process | None:
+    """The live process ``pid`` if it belongs to this user and its command line names ``path``."""
+    try:
+        proc = psutil.Process(int(pid))
+        if proc.status() == psutil.STATUS_ZOMBIE or proc.uids().real != os.getuid():
+            return None
+        cmdline = proc.cmdline()
+    except (psutil.Error, TypeError, ValueError, OSError):
+        return None
+    text = str(path)
+    return proc if any(text in arg for arg in cmdline) else None
+
+
+def _rank_entry(rank: int, pid: Any, sample: dict[str, Any] | None, alive: bool, now: float) -> dict[str, Any]:
+    """One rank of a cluster payload: memory used/total in bytes, state, age of the telemetry sample."""
+    entry: dict[str, Any] = {
+        "rank": rank,
+        "pid": int(pid) if pid is not None else None,
+        "alive": alive,
+        "device": None,
+        "kind": None,
+        "state": "dead" if not alive else "unknown",
+        "op": None,
+        "used_bytes": 0,
+        "peak_bytes": 0,
+        "total_bytes": 0,
+        "sample_age_s": None,
+    }
+    if sample is None:
+        return entry
+    kind = sample.get("kind")
+    if kind == "cuda":
+        used = int(sample.get("allocated_bytes", 0))
+        peak = int(sample.get("peak_allocated_bytes", used))
+        total = int(sample.get("budget_bytes") or sample.get("total_bytes") or 0)
+    else:
+        used = int(sample.get("resident_bytes", 0))
+        peak = int(sample.get("peak_resident_bytes", used))
+        total = int(sample.get("budget_bytes") or 0)
+    entry.update(
+        device=sample.get("device"),
+        kind=kind,
+        state=(sample.get("state") or "unknown") if alive else "dead",
+        op=sample.get("op"),
+        used_bytes=used,
+        peak_bytes=peak,
+        total_bytes=total,
+        sample_age_s=round(max(0.0, now - float(sample.get("time", now))), 3),
+    )
+    return entry
+
+
+class ClusterManager:
+    """Discovers and describes this user's jupyter_mgpu clusters; stops one on request.
+
+    ``dirs`` (a callable returning candidate cluster directories) and ``nvml`` exist for tests and
+    for servers that know better; by default they are ``rundir.cluster_dirs`` and nvidia-ml-py.
+    """
+
+    def __init__(self, dirs: Callable[[], list[Path]] | None = None, use_nvml: bool = True):
+        self._dirs = dirs or rd.cluster_dirs
+        self._use_nvml = use_nvml and not os.environ.get("JUPYTER_MGPU_FORCE_CPU")
+
+    # -- discovery -----------------------------------------------------------------------------
+    def _live_dirs(self) -> list[Path]:
+        out = []
+        try:
+            candidates = self._dirs()
+        except OSError:
+            return out
+        for path in candidates:
+            # re-check here too: a custom ``dirs`` must not widen what this user can see or stop
+            if rd.is_private(path) and (path / rd.STATE_FILE).exists() and not rd.is_stale(path):
+                out.append(path)
+        return out
+
+    def _find(self, cluster_id: str) -> tuple[Path, dict[str, Any]]:
+        if not isinstance(cluster_id, str) or not CLUSTER_ID_RE.match(cluster_id):
+            raise ClusterNotFound(f"malformed cluster id {cluster_id!r}")
+        for path in self._live_dirs():
+            state = rd.read_json(path / rd.STATE_FILE)
+            if path.name == cluster_id and state is not None and state.get("cluster_id") == cluster_id:
+                return path, state
+        raise ClusterNotFound(f"no running jupyter_mgpu cluster of this user has id {cluster_id!r}")
+
+    def describe(self, path: Path, state: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+        """The payload of one cluster (keys mirrored by ``ClusterInfo`` in the labextension)."""
+        now = time.time() if now is None else now
+        samples = read_samples(path)
+        engine_pids = {int(r): p for r, p in (state.get("engine_pids") or {}).items()}
+        world_size = int(state.get("world_size") or len(engine_pids) or len(samples))
+        supervisor_alive = _process_of_cluster(state.get("supervisor_pid"), path) is not None
+        controller_alive = _process_of_cluster(state.get("controller_pid"), path) is not None
+        ranks = []
+        for rank in range(world_size):
+            pid = engine_pids.get(rank, (samples.get(rank) or {}).get("pid"))
+            exited = (path / "exits" / f"{rank}.json").exists()
+            alive = pid is not None and not exited and _process_of_cluster(pid, path) is not None
+            ranks.append(_rank_entry(rank, pid, samples.get(rank), alive, now))
+        status = str(state.get("status") or "unknown")
+        if not (supervisor_alive and controller_alive) and status in ("starting", "running"):
+            status = "stopped"
+        elif status == "running" and not all(r["alive"] for r in ranks):
+            status = "degraded"
+        return {
+            "cluster_id": state.get("cluster_id", path.name),
+            "status": status,
+            "notebook": state.get("notebook"),
+            "kernel_pid": state.get("kernel_pid"),
+            "controller_pid": state.get("controller_pid"),
+            "supervisor_pid": state.get("supervisor_pid"),
+            "world_size": world_size,
+            "backend": state.get("backend"),
+            "kind": (state.get("devices") or [{}])[0].get("kind", "cpu"),
+            "started_at": state.get("started_at"),
+            "devices": list(state.get("devices") or []),
+            "ranks": ranks,
+            "used_bytes": sum(r["used_bytes"] for r in ranks),
+            "total_bytes": sum(r["total_bytes"] for r in ranks),
+        }
+
+    def clusters(self) -> dict[str, Any]:
+        """``{"time", "clusters": [...]}`` for every running cluster of this user."""
+        now = time.time()
+        out = []
+        for path in self._live_dirs():
+            state = rd.read_json(path / rd.STATE_FILE)
+            if state is not None:
+                out.append(self.describe(path, state, now))
+        return {"time": now, "clusters": out}
+
+    def cluster(self, cluster_id: str) -> dict[str, Any]:
+        path, state = self._find(cluster_id)
+        return self.describe(path, state)
+
+    # -- devices -------------------------------------------------------------------------------
+    def _nvml_devices(self) -> list[dict[str, Any]] | None:
+        if not self._use_nvml:
+            return None
+        try:
+            import pynvml  # nvidia-ml-py
+        except ImportError:
+            return None
+        try:
+            pynvml.nvmlInit()
+        except Exception:  # no driver / no GPU: not an error for a CPU node
+            return None
+        try:
+            out = []
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            tokens = [t.strip() for t in visible.split(",")] if visible else None
+            count = pynvml.nvmlDeviceGetCount()
+            indices = tokens if tokens is not None else [str(i) for i in range(count)]
+            for cuda_index, token in enumerate(indices):
+                if not token or token.startswith("-"):
+                    break
+                handle = (pynvml.nvmlDeviceGetHandleByIndex(int(token)) if token.isdigit()
+                          else pynvml.nvmlDeviceGetHandleByUUID(token))
+                name = pynvml.nvmlDeviceGetName(handle)
+                mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                try:
+                    util = int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+                except Exception:
+                    util = None
+                out.append({
+                    "id": f"cuda:{cuda_index}",
+                    "kind": "cuda",
+                    "index": cuda_index,
+                    "name": name.decode() if isinstance(name, bytes) else str(name),
+                    "used_bytes": int(mem.used),
+                    "total_bytes": int(mem.total),
+                    "utilization": util,
+                    "cluster_id": None,
+                    "rank": None,
+                })
+            return out
+        except Exception:
+            return None
+        finally:
+            try:
+                pynvml.nvmlShutdown()
+            except Exception:
+                pass
+
+    def devices(self, clusters: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``{"time", "host", "source", "devices": [...]}``: NVML GPUs, else running clusters' CPU devices."""
+        gpus = self._nvml_devices()
+        if gpus:
+            return {"time": time.time(), "host": socket.gethostname(), "source": "nvml", "devices": gpus}
+        clusters = clusters if clusters is not None else self.clusters()
+        out = []
+        for c in clusters["clusters"]:
+            for r in c["ranks"]:
+                info = c["devices"][r["rank"]] if r["rank"] < len(c["devices"]) else {}
+                kind = info.get("kind", r["kind"] or "cpu")
+                index = int(info.get("index", r["rank"]))
+                out.append({
+                    "id": f"{c['cluster_id']}/{kind}:{index}",
+                    "kind": kind,
+                    "index": index,
+                    "name": info.get("name", f"{kind}:{index}"),
+                    "used_bytes": r["used_bytes"],
+                    "total_bytes": r["total_bytes"] or int(info.get("total_memory", 0)),
+                    "utilization": None,
+                    "cluster_id": c["cluster_id"],
+                    "rank": r["rank"],
+                })
+        return {"time": time.time(), "host": socket.gethostname(), "source": "clusters", "devices": out}
+
+    def snapshot(self) -> dict[str, Any]:
+        """Clusters and devices at once (what one websocket frame carries)."""
+        clusters = self.clusters()
+        return {"time": clusters["time"], "clusters": clusters["clusters"], "devices": self.devices(clusters)}
+
+    # -- stopping ------------------------------------------------------------------------------
+    def stop(self, cluster_id: str, grace: float = STOP_GRACE) -> StopResult:
+        """SIGTERM the cluster's supervisor and controller, then SIGKILL what is left after ``grace`` s.
+
+        Only processes of this user whose command line names this cluster's directory are touched
+        (so a reused pid is never signalled). Raises :class:`ClusterNotFound` before signalling
+        anything when the id is not one of this user's running clusters.
+        """
+        path, state = self._find(cluster_id)
+        main = [p for p in (_process_of_cluster(state.get(k), path) for k in ("supervisor_pid", "controller_pid"))
+                if p is not None]
+        engines = [p for p in (_process_of_cluster(pid, path) for pid in (state.get("engine_pids") or {}).values())
+                   if p is not None]
+        signalled = []
+        for proc in main or engines:
+            try:
+                proc.send_signal(signal.SIGTERM)
+                signalled.append(proc.pid)
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(main + engines, timeout=grace)
+        killed = []
+        for proc in alive:
+            if _process_of_cluster(proc.pid, path) is not None:
+                try:
+                    proc.kill()
+                    killed.append(proc.pid)
+                except psutil.Error:
+                    pass
+        _, still = psutil.wait_procs(alive, timeout=1.0)
+        return StopResult(cluster_id, signalled, killed, [p.pid for p in still])

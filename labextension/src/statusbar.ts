@@ -1,0 +1,23 @@
+/**
+ * The status-bar item "mgpu 4× cpu · 3.1 / 8.0 GiB"; clicking it opens the sidebar.
+ */
+import { Widget } from '@lumino/widgets';
+
+import { statusText, Units } from './format';
+import { SnapshotMessage } from './payloads';
+
+export class MgpuStatus extends Widget {
+  constructor(onClick: () => void) {
+    super();
+    this.addClass('jp-mgpu-status');
+    this.node.title = 'jupyter_mgpu: devices and memory (click to open the Multi-GPU panel)';
+    this.node.textContent = statusText(null);
+    this.node.onclick = onClick;
+  }
+
+  units: Units = 'binary';
+
+  render(snap: SnapshotMessage | null): void {
+    this.node.textContent = statusText(snap, this.units);
+  }
+}
