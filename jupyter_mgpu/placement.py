@@ -202,7 +202,7 @@ def moves(shape: Iterable[int], src: Placement, dst: Placement, world_size: int)
         row = []
         for d in range(world_size):
             if isinstance(normalize(src, len(shape), world_size), Replicate):
-                row.append(dt[d].ranges if s == d else None)
+                row.append(dt[d].ranges if s == d and dt[d].numel > 0 else None)
                 continue
             box = intersect(st[s].ranges, dt[d].ranges)
             row.append(box if box is not None and box_numel(box) > 0 else None)

@@ -187,6 +187,11 @@ class DistTensor:
                       label="redistribute")
         return new
 
+    def __matmul__(self, other: "DistTensor") -> "DistTensor":
+        from .sharded_matmul import matmul
+
+        return matmul(self, other)
+
     def local(self, rank: int = 0) -> Any:
         """A CPU copy of rank ``rank``'s shard (for inspection of small tensors)."""
         self.check()
@@ -302,3 +307,19 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
         transfer.write_tensor(path, tensor)
         _run_creating(h, shards.scatter_from_file, h.handle_id, path, h.shape, target, dt, label="scatter")
     return h
+
+
+def bind_handles(user_ns: dict, code: str, session: Any) -> list[str]:
+    """Make the DistTensors a ``%%mgpu`` cell names usable there (``mgpu.local(A)``); returns the names."""
+    import re
+
+    refs = {}
+    for name in set(re.findall(r"\b[A-Za-z_]\w*\b", code)):
+        value = user_ns.get(name)
+        if isinstance(value, DistTensor) and value.session is session and value._state == "live":
+            refs[name] = (value.handle_id, value.shape, value.placement.label)
+    if refs:
+        from .engine import store
+
+        session.run(store.bind_names, refs, label="bind names")
+    return sorted(refs)

@@ -64,3 +64,32 @@ def nbytes() -> int:
 def clear() -> int:
     """Drop every shard (used when a session resets its engines)."""
     return free(list(_SHARDS))
+
+
+class HandleRef:
+    """What a DistTensor's notebook name means inside a ``%%mgpu`` cell: ``mgpu.local(A)`` finds its shard."""
+
+    def __init__(self, handle_id: str, shape: tuple, placement: str):
+        self.handle_id, self.shape, self.placement = handle_id, tuple(shape), placement
+
+    @property
+    def local(self) -> Any:
+        return get(self.handle_id)
+
+    def __repr__(self) -> str:
+        return f"<DistTensor {self.handle_id} {self.shape} {self.placement}: use mgpu.local(name) for this rank's shard>"
+
+
+def bind_names(refs: dict[str, tuple[str, tuple, str]]) -> None:
+    """Define ``name = HandleRef(...)`` in this engine's cell namespace for each DistTensor a cell uses."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except Exception:
+        shell = None
+    import sys
+
+    ns = shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
+    for name, (hid, shape, label) in refs.items():
+        ns[name] = HandleRef(hid, shape, label)

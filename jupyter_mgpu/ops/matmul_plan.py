@@ -287,3 +287,15 @@ def misfit_message(options: dict[str, StrategyPlan], free: list[int], m: int, k:
     more = f"at least {bigger} devices with this much free memory" if bigger else "more devices"
     return (f"no matmul strategy fits: the leanest ({lean.strategy}) needs {_fmt(need)} on rank {r}, "
             f"which has {_fmt(free[r])} free; use {more}, or at least {_fmt(need)} free per device")
+
+
+EPS = {"float64": 2.2e-16, "float32": 1.2e-7, "bfloat16": 7.8e-3, "float16": 9.8e-4}
+
+
+def tolerance(dtype: str, k: int) -> float:
+    """Max abs error allowed against ``torch.mm`` of unit-normal inputs with inner size ``k``.
+
+    Entries of C reach about ``4 sqrt(k)``; each rounding costs ``eps`` of that, and sharded
+    strategies accumulate partial products in the output dtype a few dozen times (factor 8).
+    """
+    return 32 * EPS[dtype] * max(1, k) ** 0.5
