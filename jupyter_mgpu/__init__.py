@@ -19,9 +19,25 @@ from .errors import (
 )
 from .session import PendingResult, Session, current, init, shutdown
 from .memory import memory, memory_history, reset_peak  # noqa: E402 (replaces the submodule attribute)
+from .placement import Block2D, Replicate, Shard  # noqa: E402
+from .tensor import DistTensor, arange, ones, rand, randn, scatter, zeros  # noqa: E402
+from .sharded_matmul import MatmulReport, matmul, plan_matmul  # noqa: E402
 
 __all__ = [
     "__version__",
+    "Block2D",
+    "DistTensor",
+    "MatmulReport",
+    "Replicate",
+    "Shard",
+    "arange",
+    "matmul",
+    "ones",
+    "plan_matmul",
+    "rand",
+    "randn",
+    "scatter",
+    "zeros",
     "CollectiveTimeoutError",
     "DeviceInfo",
     "DeviceOutOfMemoryError",

@@ -143,6 +143,9 @@ class MgpuMagics(Magics):
         """Run the cell on every rank (``rank``, ``world_size``, ``device``, ``torch``, ``dist`` defined)."""
         args = _parse(self.mgpu, line)
         s = sessmod.current()
+        from .tensor import bind_handles  # DistTensors the cell names become usable: mgpu.local(A)
+
+        bind_handles(self.shell.user_ns, cell, s)
         if not args.block:
             return s.run_cell(cell, targets=args.targets, block=False, stream=args.stream)
         ranks = sessmod.parse_targets(args.targets, s.world_size)
@@ -151,6 +154,22 @@ class MgpuMagics(Magics):
             if value is not None:
                 print(f"Out[rank {rank}]: {value}")
         return None
+
+    @magic_arguments()
+    @argument("sizes", nargs="+", help="M, or M K N: multiply an MxK by a KxN random matrix")
+    @argument("--strategy", default="auto", help="auto, row, col, inner, ring or summa (default auto)")
+    @argument("--dtype", default="float32", help="float32, float64, bfloat16 (float16 on GPUs)")
+    @argument("--grid", default=None, help="SUMMA grid rows x cols, e.g. 2x2")
+    @argument("--seed", default="0", help="seed of A (B uses seed + 1)")
+    @argument("--check", action="store_true", help="verify against torch.mm of the same inputs (on the ranks)")
+    @argument("--gather", action="store_true", help="gather C into the notebook as _mgpu_C")
+    @line_magic
+    def mgpu_matmul(self, line: str = "") -> Any:
+        """Create random A and B on the ranks, multiply them sharded, show the plan and the measured cost."""
+        from .matmul_magic import run_matmul_magic
+
+        args = _parse(self.mgpu_matmul, line)
+        return run_matmul_magic(args, self.shell.user_ns)
 
 
 def _show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_offset: Any = None) -> Any:
