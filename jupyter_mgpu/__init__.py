@@ -19,6 +19,8 @@ from .errors import (
 )
 from .session import PendingResult, Session, current, init, shutdown
 from .memory import memory, memory_history, reset_peak  # noqa: E402 (replaces the submodule attribute)
+from .collective import CollectiveResult, collective  # noqa: E402 (replaces the submodule attribute)
+from .bench import BenchResult, bench  # noqa: E402 (replaces the submodule attribute)
 from .placement import Block2D, Replicate, Shard  # noqa: E402
 from .tensor import DistTensor, arange, ones, rand, randn, scatter, zeros  # noqa: E402
 from .sharded_matmul import MatmulReport, matmul, plan_matmul  # noqa: E402
@@ -38,6 +40,10 @@ __all__ = [
     "randn",
     "scatter",
     "zeros",
+    "BenchResult",
+    "CollectiveResult",
+    "bench",
+    "collective",
     "CollectiveTimeoutError",
     "DeviceInfo",
     "DeviceOutOfMemoryError",

@@ -156,6 +156,58 @@ class MgpuMagics(Magics):
         return None
 
     @magic_arguments()
+    @argument("name", help="broadcast, reduce, all_reduce, all_gather, reduce_scatter, scatter, gather, "
+              "all_to_all, barrier or send_recv")
+    @argument("--op", default="sum", help="reduce op: sum, product, min, max, avg (reduce, all_reduce, reduce_scatter)")
+    @argument("--src", "--root", dest="src", default="0", help="root rank of broadcast, reduce, scatter, gather")
+    @argument("--shape", default=None, help="shape of the demo tensors, e.g. 12x12 (default 11x11)")
+    @argument("--dtype", default="float32", help="dtype of the demo tensors")
+    @argument("--inputs", default=None, help="a notebook variable: a function rank -> tensor, or a DistTensor")
+    @argument("--no-animate", action="store_true", help="do not show the logical-schedule player")
+    @line_magic
+    def mgpu_collective(self, line: str = "") -> None:
+        """Run a collective on every rank and show each rank's data before and after, plus its schedule."""
+        from .collective import collective
+
+        args = _parse(self.mgpu_collective, line)
+        try:
+            src = int(args.src)
+        except ValueError:
+            raise UsageError(f"--src takes a rank number, got {args.src!r}") from None
+        inputs = None
+        if args.inputs is not None:
+            if args.inputs not in self.shell.user_ns:
+                raise UsageError(f"--inputs names no notebook variable: {args.inputs!r} is not defined")
+            inputs = self.shell.user_ns[args.inputs]
+        result = collective(args.name, inputs, op=args.op, src=src, shape=args.shape, dtype=args.dtype)
+        result.show(animate=not args.no_animate)
+
+    @magic_arguments()
+    @argument("collectives", nargs="+", help="collectives to time, e.g. all_reduce all_gather")
+    @argument("--sizes", default="1K:1M", help="sizes as a range 1K:256M (x factor each step) or a list 1K,1M")
+    @argument("--factor", default="2", help="growth factor of a size range (default 2)")
+    @argument("--iters", default="20", help="timed iterations per size (default 20)")
+    @argument("--warmup", default="5", help="untimed warm-up iterations per size (default 5)")
+    @argument("--op", default="sum", help="reduce op of reduce, all_reduce, reduce_scatter")
+    @argument("--root", default="0", help="root rank of broadcast, reduce, gather, scatter")
+    @argument("--dtype", default="float32", help="element type (default float32)")
+    @argument("--no-plot", action="store_true", help="show the table only")
+    @line_magic
+    def mgpu_bench(self, line: str = "") -> None:
+        """Benchmark collectives like nccl-tests: table of time, algbw, busbw, #wrong and a busbw plot."""
+        from .bench import bench
+
+        args = _parse(self.mgpu_bench, line)
+        numbers = {}
+        for key, kind in (("factor", float), ("iters", int), ("warmup", int), ("root", int)):
+            try:
+                numbers[key] = kind(getattr(args, key))
+            except ValueError:
+                raise UsageError(f"--{key} takes a number, got {getattr(args, key)!r}") from None
+        result = bench(args.collectives, args.sizes, op=args.op, dtype=args.dtype, **numbers)
+        result.show(plot=not args.no_plot)
+
+    @magic_arguments()
     @argument("sizes", nargs="+", help="M, or M K N: multiply an MxK by a KxN random matrix")
     @argument("--strategy", default="auto", help="auto, row, col, inner, ring or summa (default auto)")
     @argument("--dtype", default="float32", help="float32, float64, bfloat16 (float16 on GPUs)")
@@ -170,7 +222,6 @@ class MgpuMagics(Magics):
 
         args = _parse(self.mgpu_matmul, line)
         return run_matmul_magic(args, self.shell.user_ns)
-
 
 def _show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_offset: Any = None) -> Any:
     """Show jupyter_mgpu errors as one line, without the controller-side traceback."""

@@ -247,7 +247,7 @@ def bench_rank(names: list[str], sizes: list[int], iters: int = 20, warmup: int 
     elem = torch.empty((), dtype=tdtype).element_size()
     records = []
     for name in names:
-        for size in sizes:
+        for size in ([0] if name == "barrier" else sizes):  # a barrier moves no data: one row
             count = element_count(name, size, elem, n)
             times, wrong = _one(name, count, n, rank, op, root, tdtype, st.device, iters, warmup, corrupt)
             records.append({"name": name, "size": size, "count": count, "times": times, "wrong": wrong})

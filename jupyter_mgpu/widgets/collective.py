@@ -162,7 +162,8 @@ def render_grid(title: str, subtitle: str, columns: list[str], cells: list[list[
     top = 48 + 18
     row_h = bh + label_h + 18
     legend = colors.legend()
-    width = left + sum(col_w) + 20
+    width = max(left + sum(col_w) + 20, 24 + 9 * len(title), 24 + 6.5 * len(subtitle),
+                160 + sum(22 + 7 * len(t) for t, _ in legend) + (300 if colors.categorical else 0))
     height = top + n * row_h + 40
     c = _Canvas()
     c.text(12, 22, title, size=16, weight="bold")

@@ -1,0 +1,128 @@
+"""Views of a collective benchmark: the nccl-tests style table (text and HTML) and the busbw plot.
+
+The table follows nccl-tests' layout (size, count, type, redop, root, time, algbw, busbw, #wrong),
+one block per collective; the plot is plotly (busbw in GB/s against size on a log axis, one line
+per collective). :func:`busbw_svg` draws the same plot as plain SVG for exported notebooks.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+from .colors import PALETTE
+
+HEADER = ("#       size         count      type   redop    root     time   algbw   busbw #wrong",
+          "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       ")
+
+
+def _row_text(r: dict[str, Any]) -> str:
+    return (f"{r['size']:12d}  {r['count']:12d}  {r['dtype']:>8s}  {r['redop']:>6s}  {r['root']:6d}  "
+            f"{r['time_us']:7.1f}  {r['algbw']:6.2f}  {r['busbw']:6.2f}  {r['wrong']:5d}")
+
+
+def table_text(result: Any) -> str:
+    """The table as text: a header naming the run, then one block per collective (nccl-tests layout)."""
+    lines = [f"# jupyter_mgpu collective benchmark: {result.world_size} ranks, {result.backend}, "
+             f"{result.iters} iterations after {result.warmup} warm-up, barrier before each, slowest rank's time"]
+    current = None
+    for r in result.rows:
+        if r["collective"] != current:
+            current = r["collective"]
+            lines += ["#", f"# {current}", *HEADER]
+        lines.append(_row_text(r))
+    lines.append(f"# Out of bounds values : 0 OK" if result.wrong == 0 else
+                 f"# {result.wrong} wrong result elements")
+    return "\n".join(lines)
+
+
+def table_html(result: Any) -> str:
+    """The table as HTML (one table, a collective column), wrong counts in red."""
+    cols = ("collective", "size (B)", "count", "type", "redop", "root", "time (us)", "algbw (GB/s)",
+            "busbw (GB/s)", "#wrong")
+    head = "".join(f"<th>{c}</th>" for c in cols)
+    body = []
+    for r in result.rows:
+        style = " style='color:#c00;font-weight:bold'" if r["wrong"] else ""
+        cells = (r["collective"], _size(r["size"]), str(r["count"]), r["dtype"], r["redop"], str(r["root"]),
+                 f"{r['time_us']:.1f}", f"{r['algbw']:.3f}", f"{r['busbw']:.3f}")
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + f"<td{style}>{r['wrong']}</td></tr>")
+    caption = (f"{result.world_size} ranks, {result.backend}: {result.iters} iterations after {result.warmup} "
+               "warm-up, barrier before each, slowest rank's time; busbw factors of nccl-tests")
+    return (f"<table class='mgpu-bench'><caption style='caption-side:top;text-align:left'>{html.escape(caption)}"
+            f"</caption><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+def _size(b: int) -> str:
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= f:
+            return f"{b / f:g} {unit}"
+    return f"{b} B"
+
+
+def _series(result: Any) -> dict[str, list[dict[str, Any]]]:
+    series: dict[str, list[dict[str, Any]]] = {}
+    for r in result.rows:
+        if r["size"] > 0 and r["collective"] != "barrier":
+            series.setdefault(r["collective"], []).append(r)
+    return series
+
+
+def busbw_figure(result: Any) -> Any:
+    """plotly figure: busbw (GB/s) against size (log axis), one line per collective."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for i, (name, rows) in enumerate(_series(result).items()):
+        fig.add_trace(go.Scatter(
+            x=[r["size"] for r in rows], y=[r["busbw"] for r in rows], mode="lines+markers", name=name,
+            line={"color": PALETTE[i % len(PALETTE)]},
+            customdata=[[_size(r["size"]), r["time_us"], r["algbw"], r["wrong"]] for r in rows],
+            hovertemplate=("%{customdata[0]}: busbw %{y:.3f} GB/s, algbw %{customdata[2]:.3f} GB/s, "
+                           "%{customdata[1]:.1f} us, #wrong %{customdata[3]}<extra>" + name + "</extra>")))
+    fig.update_layout(title=f"busbw vs size — {result.world_size} ranks, {result.backend}",
+                      xaxis={"type": "log", "title": "size (bytes)"}, yaxis={"title": "busbw (GB/s)"},
+                      template="plotly_white", height=380, margin={"l": 60, "r": 20, "t": 50, "b": 50})
+    return fig
+
+
+def busbw_svg(result: Any, width: int = 640, height: int = 340) -> str:
+    """The busbw plot as a small hand-written SVG (for static exports; no kaleido needed)."""
+    series = _series(result)
+    pts = [r for rows in series.values() for r in rows]
+    left, right, top, bottom = 60, 140, 30, 40
+    pw, ph = width - left - right, height - top - bottom
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' style='background:#fff' "
+             "font-family='sans-serif' font-size='11'>",
+             f"<text x='{left}' y='18' font-size='13' font-weight='bold'>busbw vs size — {result.world_size} ranks, "
+             f"{html.escape(result.backend)}</text>",
+             f"<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='none' stroke='#999'/>"]
+    if pts:
+        lx = [math.log2(r["size"]) for r in pts]
+        x0, x1 = min(lx), max(lx) if max(lx) > min(lx) else min(lx) + 1
+        y1 = max(r["busbw"] for r in pts) * 1.1 or 1.0
+
+        def px(size: int) -> float:
+            return left + (math.log2(size) - x0) / (x1 - x0) * pw
+
+        def py(v: float) -> float:
+            return top + ph - v / y1 * ph
+
+        for k in range(5):
+            v = y1 * k / 4
+            parts.append(f"<text x='{left - 6}' y='{py(v) + 4:.1f}' text-anchor='end'>{v:.2f}</text>")
+        for r in pts:
+            parts.append(f"<text x='{px(r['size']):.1f}' y='{top + ph + 14}' text-anchor='middle'>"
+                         f"{html.escape(_size(r['size']))}</text>")
+        for i, (name, rows) in enumerate(series.items()):
+            color = PALETTE[i % len(PALETTE)]
+            path = " ".join(f"{'M' if j == 0 else 'L'} {px(r['size']):.1f} {py(r['busbw']):.1f}" for j, r in enumerate(rows))
+            parts.append(f"<path d='{path}' fill='none' stroke='{color}' stroke-width='2'/>")
+            parts += [f"<circle cx='{px(r['size']):.1f}' cy='{py(r['busbw']):.1f}' r='3' fill='{color}'/>" for r in rows]
+            parts.append(f"<rect x='{width - right + 10}' y='{top + 16 * i}' width='10' height='10' fill='{color}'/>"
+                         f"<text x='{width - right + 24}' y='{top + 16 * i + 9}'>{html.escape(name)}</text>")
+    parts.append(f"<text x='{left + pw / 2}' y='{height - 6}' text-anchor='middle'>size (bytes, log scale)</text>")
+    parts.append(f"<text x='14' y='{top + ph / 2}' transform='rotate(-90 14 {top + ph / 2})' "
+                 "text-anchor='middle'>busbw (GB/s)</text></svg>")
+    return "".join(parts)
