@@ -161,14 +161,22 @@ class Cluster:
     def dead_ranks(self) -> dict[int, dict]:
         return self.exits()
 
+    def infrastructure_failure(self) -> str | None:
+        """Why the cluster as a whole is unusable (controller or supervisor gone), or None."""
+        for name, proc in (("ipyparallel controller", self.controller), ("supervisor", self.supervisor)):
+            code = proc.poll()
+            if code is not None:
+                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                return f"the cluster's {name} {how}"
+        return None
+
     def _check_alive(self, when: str) -> None:
         exits = self.exits()
         if exits:
             raise EngineDiedError(describe_exit(min(exits), exits[min(exits)], when), ranks=sorted(exits))
-        for name, proc in (("controller", self.controller), ("supervisor", self.supervisor)):
-            if proc.poll() is not None:
-                raise MgpuError(f"the cluster's {name} exited with code {proc.returncode} {when} "
-                                f"(see {self.path / 'processes.log'})")
+        failure = self.infrastructure_failure()
+        if failure:
+            raise MgpuError(f"{failure} {when} (see {self.path / 'processes.log'})")
 
     def interrupt(self, ranks: list[int] | None = None) -> None:
         """Send SIGINT to the engines of ``ranks`` (all by default): a KeyboardInterrupt in their code."""

@@ -78,6 +78,14 @@ def build_error(
         msg += ("; the process group was rebuilt, so later collectives work" if rebuilt else
                 "; the process group may be unusable now, run %mgpu_init --restart")
         return CollectiveTimeoutError(msg, failed, failures)
+    real = [r for r in failed if not failures[r].get("collective_failure")]
+    if timed and real:
+        # one rank failed on its own; the others were stuck waiting for it in a collective
+        inner = build_error({r: failures[r] for r in real}, succeeded=None, budgets=budgets,
+                            device_kind=device_kind)
+        msg = f"{inner}; {rank_list(timed)} {'was' if len(timed) == 1 else 'were'} left waiting in a collective"
+        msg += f" and released after the {timeout:.0f} s timeout" if timeout else " and timed out"
+        return type(inner)(msg, failed, failures)
     if all(failures[r].get("interrupted") for r in failed):
         return RankError(f"interrupted on {rank_list(failed)}", failed, failures)
     groups: dict[tuple[str, str], list[int]] = {}

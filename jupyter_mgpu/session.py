@@ -86,6 +86,7 @@ class Session:
         self.cluster = cluster
         self.id = next(_ids)
         self.alive = True
+        self.broken: str | None = None
         self.handles: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
         self.shutdown_callbacks: list[Callable[[], None]] = []  # run first by shutdown(), errors ignored
         for hook in list(session_start_hooks):
@@ -125,8 +126,18 @@ class Session:
                 f"{self.device_kind}, {self.backend}, {state}>")
 
     def check_alive(self) -> None:
+        if self.broken:
+            raise MgpuError(f"this session's cluster failed ({self.broken}); run %mgpu_init --restart")
         if not self.alive:
             raise MgpuError("this session was shut down; start a new one with %mgpu_init or mg.init()")
+
+    def _check_infrastructure(self) -> None:
+        """If the controller or supervisor is gone, stop what is left and raise a clear error."""
+        failure = self.cluster.infrastructure_failure()
+        if failure:
+            self.broken = failure
+            self.shutdown()
+            raise MgpuError(f"{failure}; its engines were stopped, run %mgpu_init --restart to start again")
 
     # -- running ----------------------------------------------------------------------------
     def _view(self, ranks: list[int]) -> Any:
@@ -134,6 +145,7 @@ class Session:
 
     def _submit(self, fn: Callable, args: tuple, ranks: list[int]) -> Any:
         self.check_alive()
+        self._check_infrastructure()
         dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
         if dead:
             r = min(dead)
@@ -179,6 +191,7 @@ class Session:
                 dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
                 if dead:
                     self._after_death(ar, ranks, dead, relay)
+                self._check_infrastructure()
                 if deadline is not None and time.monotonic() > deadline:
                     pending = self._pending_ranks(ar, ranks)
                     self.cluster.interrupt(pending)
