@@ -121,6 +121,7 @@ class StreamHandler(_ManagerMixin, WebSocketMixin, tornado.websocket.WebSocketHa
     paused = False
     _task: asyncio.Task | None = None
     _wake: asyncio.Event | None = None
+    _force = False  # a refresh asked for while paused
 
     async def get(self, *args: Any, **kwargs: Any) -> None:
         if self.current_user is None:  # a websocket cannot be redirected to a login page
@@ -137,7 +138,8 @@ class StreamHandler(_ManagerMixin, WebSocketMixin, tornado.websocket.WebSocketHa
         loop = asyncio.get_running_loop()
         assert self._wake is not None
         while True:
-            if not self.paused:
+            if not self.paused or self._force:
+                self._force = False
                 try:
                     snap = await loop.run_in_executor(None, self.manager.snapshot)
                     if self.ws_connection is None:
@@ -161,6 +163,7 @@ class StreamHandler(_ManagerMixin, WebSocketMixin, tornado.websocket.WebSocketHa
             self.write_message(json.dumps({"type": "error", "message": str(exc)}))
             return
         if send_now and self._wake is not None:
+            self._force = True
             self._wake.set()
 
     def on_close(self) -> None:

@@ -121,7 +121,10 @@ class ClusterManager:
             return out
         for path in candidates:
             # re-check here too: a custom ``dirs`` must not widen what this user can see or stop
-            if rd.is_private(path) and (path / rd.STATE_FILE).exists() and not rd.is_stale(path):
+            if not rd.is_private(path) or rd.is_stale(path):
+                continue
+            state = rd.read_json(path / rd.STATE_FILE)
+            if state is not None and state.get("status") != "spare":  # spare: a pre-warmed supervisor
                 out.append(path)
         return out
 

@@ -1,0 +1,88 @@
+"""The REST handlers through a real Jupyter server (pytest-jupyter): auth, base_url, 404s, stopping."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from conftest import running
+
+NO_AUTH = {"Authorization": ""}
+
+
+async def test_clusters_and_devices_need_auth(jp_fetch, fake_clusters):
+    fake_clusters.make("222-bbbb0001")
+    for path in (("mgpu", "api", "clusters"), ("mgpu", "api", "devices"), ("mgpu", "api", "clusters", "222-bbbb0001")):
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch(*path, headers=NO_AUTH)
+        assert err.value.code == 403
+
+
+async def test_stop_without_auth_is_refused_and_stops_nothing(jp_fetch, fake_clusters):
+    path = fake_clusters.make("222-bbbb0002")
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("mgpu", "api", "clusters", "222-bbbb0002", method="DELETE", headers=NO_AUTH)
+    assert err.value.code == 403
+    assert all(running(p) for p in fake_clusters.pids(path))
+
+
+async def test_clusters_payload(jp_fetch, fake_clusters):
+    fake_clusters.make("222-bbbb0003", world_size=2)
+    r = await jp_fetch("mgpu", "api", "clusters")
+    body = json.loads(r.body)
+    assert [c["cluster_id"] for c in body["clusters"]] == ["222-bbbb0003"]
+    assert [rk["rank"] for rk in body["clusters"][0]["ranks"]] == [0, 1]
+    one = json.loads((await jp_fetch("mgpu", "api", "clusters", "222-bbbb0003")).body)
+    assert one["cluster_id"] == "222-bbbb0003" and one["world_size"] == 2
+
+
+async def test_devices_payload_degrades_to_cpu_devices(jp_fetch, fake_clusters):
+    fake_clusters.make("222-bbbb0004", world_size=2)
+    body = json.loads((await jp_fetch("mgpu", "api", "devices")).body)
+    assert body["source"] == "clusters"
+    assert [d["id"] for d in body["devices"]] == ["222-bbbb0004/cpu:0", "222-bbbb0004/cpu:1"]
+
+
+async def test_handlers_live_under_base_url_only(jp_fetch, jp_base_url, http_server_client, jp_auth_header,
+                                                 mgpu_root):
+    assert jp_base_url != "/"
+    r = await jp_fetch("mgpu", "api", "clusters")  # jp_fetch prefixes the base_url
+    assert r.code == 200 and r.effective_url.split("?")[0].endswith(f"{jp_base_url}mgpu/api/clusters")
+    with pytest.raises(HTTPClientError) as err:
+        await http_server_client.fetch("/mgpu/api/clusters", headers=jp_auth_header)
+    assert err.value.code == 404
+
+
+@pytest.mark.parametrize("cluster_id", ["333-cccc0000", "not-ours", "..", "a%2Fb"])
+async def test_stop_unknown_cluster_is_404_with_message(jp_fetch, fake_clusters, cluster_id):
+    path = fake_clusters.make("222-bbbb0005")
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("mgpu", "api", "clusters", cluster_id, method="DELETE")
+    assert err.value.code == 404
+    message = json.loads(err.value.response.body)["message"]
+    assert "cluster" in message
+    assert all(running(p) for p in fake_clusters.pids(path))
+
+
+async def test_stop_another_users_cluster_is_404(jp_fetch, fake_clusters, monkeypatch):
+    import os
+
+    path = fake_clusters.make("222-bbbb0006")
+    monkeypatch.setattr(os, "getuid", lambda: os.geteuid() + 4242)
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("mgpu", "api", "clusters", "222-bbbb0006", method="DELETE")
+    assert err.value.code == 404
+    assert "no running jupyter_mgpu cluster of this user" in json.loads(err.value.response.body)["message"]
+    assert all(running(p) for p in fake_clusters.pids(path))
+
+
+async def test_stop_ends_the_cluster(jp_fetch, fake_clusters):
+    path = fake_clusters.make("222-bbbb0007", world_size=2)
+    pids = fake_clusters.pids(path)
+    r = await jp_fetch("mgpu", "api", "clusters", "222-bbbb0007", method="DELETE")
+    body = json.loads(r.body)
+    assert set(body["signalled"]) == set(pids[:2])
+    assert body["remaining"] == []
+    assert not any(running(p) for p in pids[:2])

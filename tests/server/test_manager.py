@@ -1,0 +1,125 @@
+"""ClusterManager without a server: discovery, privacy, staleness, telemetry, and safe stopping."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import running
+from jupyter_mgpu.server.manager import ClusterManager, ClusterNotFound
+
+
+def ids(payload):
+    return [c["cluster_id"] for c in payload["clusters"]]
+
+
+def test_lists_this_users_running_cluster_with_ranks_and_memory(fake_clusters):
+    path = fake_clusters.make("111-aaaa0001", world_size=3, used=300 << 20, budget=1 << 30)
+    payload = ClusterManager().clusters()
+    assert ids(payload) == ["111-aaaa0001"]
+    c = payload["clusters"][0]
+    assert c["status"] == "running" and c["world_size"] == 3 and c["notebook"] == "demo.ipynb"
+    assert [r["rank"] for r in c["ranks"]] == [0, 1, 2]
+    assert all(r["alive"] for r in c["ranks"])
+    assert [r["pid"] for r in c["ranks"]] == fake_clusters.pids(path)[2:]
+    assert [r["used_bytes"] for r in c["ranks"]] == [(300 << 20) + r for r in range(3)]
+    assert c["used_bytes"] == sum((300 << 20) + r for r in range(3))
+    assert c["total_bytes"] == 3 << 30
+
+
+def test_devices_without_gpu_are_the_clusters_cpu_devices(fake_clusters):
+    fake_clusters.make("111-aaaa0002", world_size=2)
+    devices = ClusterManager(use_nvml=False).devices()
+    assert devices["source"] == "clusters"
+    assert [d["id"] for d in devices["devices"]] == ["111-aaaa0002/cpu:0", "111-aaaa0002/cpu:1"]
+    assert all(d["total_bytes"] == 1 << 30 for d in devices["devices"])
+
+
+def test_no_clusters_and_no_gpu_is_an_empty_answer_not_an_error(mgpu_root):
+    m = ClusterManager()
+    assert m.clusters()["clusters"] == []
+    assert m.devices()["devices"] == []
+
+
+def test_non_private_dirs_are_ignored(fake_clusters):
+    fake_clusters.make("111-aaaa0003", mode=0o755)
+    assert ids(ClusterManager().clusters()) == []
+
+
+def test_other_users_dirs_are_ignored(fake_clusters, monkeypatch):
+    fake_clusters.make("111-aaaa0004")
+    assert ids(ClusterManager().clusters()) == ["111-aaaa0004"]
+    monkeypatch.setattr(os, "getuid", lambda: os.geteuid() + 4242)  # the server now runs as someone else
+    assert ids(ClusterManager().clusters()) == []
+    with pytest.raises(ClusterNotFound):
+        ClusterManager().stop("111-aaaa0004")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_dir_owned_by_another_uid_is_ignored(fake_clusters):
+    path = fake_clusters.make("111-aaaa0005")
+    os.chown(path, 65534, 65534)
+    try:
+        assert ids(ClusterManager().clusters()) == []
+    finally:
+        os.chown(path, 0, 0)
+
+
+def test_stale_dirs_are_ignored(fake_clusters):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    fake_clusters.make("111-aaaa0006", kernel_pid=dead.pid, kernel_create_time=1.0, processes=False)
+    # a live pid with the wrong start time is a reused pid: stale too
+    fake_clusters.make("111-aaaa0007", kernel_pid=os.getpid(), kernel_create_time=1.0, processes=False)
+    assert ids(ClusterManager().clusters()) == []
+
+
+def test_symlinked_dir_is_ignored(fake_clusters, tmp_path):
+    real = fake_clusters.make("111-aaaa0008")
+    outside = tmp_path / "elsewhere"
+    shutil.move(str(real), outside)
+    os.symlink(outside, fake_clusters.root / "111-aaaa0008")
+    assert ids(ClusterManager().clusters()) == []
+
+
+def test_stop_ends_the_clusters_processes(fake_clusters):
+    path = fake_clusters.make("111-aaaa0009", world_size=2)
+    pids = fake_clusters.pids(path)
+    result = ClusterManager().stop("111-aaaa0009", grace=2.0)
+    assert set(result.signalled) == set(pids[:2])
+    assert result.remaining == []
+    assert not any(running(p) for p in pids[:2])
+
+
+def test_stop_never_signals_a_pid_that_is_not_the_clusters(fake_clusters):
+    path = fake_clusters.make("111-aaaa0010", world_size=1, processes=False)
+    decoy = fake_clusters.sleeper("not-a-cluster")  # e.g. a pid reused by an unrelated process
+    state = (path / "cluster.json").read_text().replace("999998", str(decoy.pid))
+    (path / "cluster.json").write_text(state)
+    result = ClusterManager().stop("111-aaaa0010", grace=0.2)
+    assert result.signalled == [] and result.killed == []
+    assert running(decoy.pid)
+
+
+@pytest.mark.parametrize("bad", ["nope-0000", "../etc", "", "a/b", "111-aaaa0011/../x"])
+def test_unknown_or_malformed_id_is_not_found_and_stops_nothing(fake_clusters, bad):
+    path = fake_clusters.make("111-aaaa0011")
+    with pytest.raises(ClusterNotFound, match="cluster"):
+        ClusterManager().stop(bad)
+    assert all(running(p) for p in fake_clusters.pids(path))
+
+
+def test_dead_ranks_are_reported(fake_clusters):
+    path = fake_clusters.make("111-aaaa0012", world_size=2)
+    pids = fake_clusters.pids(path)
+    victim = next(p for p in fake_clusters.procs if p.pid == pids[3])
+    victim.kill()
+    victim.wait()
+    c = ClusterManager().clusters()["clusters"][0]
+    assert [r["alive"] for r in c["ranks"]] == [True, False]
+    assert c["ranks"][1]["state"] == "dead"
+    assert c["status"] == "degraded"
