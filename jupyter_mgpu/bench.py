@@ -52,13 +52,24 @@ class BenchResult:
 
         return busbw_figure(self)
 
+    def svg(self) -> str:
+        """The busbw plot as plain SVG (the static image of exported notebooks; no kaleido needed)."""
+        from .widgets.bench import busbw_svg
+
+        return busbw_svg(self)
+
     def show(self, plot: bool = True) -> None:
-        """Display the table and (``plot``) the busbw plot."""
+        """Display the table and (``plot``) the busbw plot: interactive plotly, with an SVG fallback."""
+        import json
+
         from IPython.display import display
 
         display(self)
         if plot:
-            display(self.figure())
+            fig = json.loads(self.figure().to_json())
+            fig["config"] = {"displaylogo": False}
+            display({"application/vnd.plotly.v1+json": fig, "image/svg+xml": self.svg(),
+                     "text/plain": f"<busbw plot of {len(self.rows)} rows>"}, raw=True)
 
 
 def _names(collectives: Any) -> list[str]:
