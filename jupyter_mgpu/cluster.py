@@ -250,7 +250,7 @@ def _spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
     with open(path / "processes.log", "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=os.getcwd(),
+            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=os.getcwd(), umask=0o077,
         )
 
 

@@ -1,0 +1,152 @@
+"""``python -m jupyter_mgpu.selftest``: run the device path end to end and print a pass/fail table.
+
+On a machine with GPUs this exercises what no CI machine here can: nccl initialisation, per-GPU
+memory stats, a collective and a matmul on the GPUs, and a clean shutdown. Without GPUs (or with
+``--cpu``) it runs the same checks on CPU virtual devices with gloo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+
+def _all_reduce_check() -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    from jupyter_mgpu.engine import runtime
+
+    st = runtime.state()
+    x = torch.full((1024,), float(st.rank + 1), device=st.device)
+    dist.all_reduce(x)
+    return [x[0].item(), float(st.world_size * (st.world_size + 1) / 2)]
+
+
+def _memory_check() -> dict[str, Any]:
+    import torch
+
+    from jupyter_mgpu.engine import runtime
+
+    st = runtime.state()
+    before = runtime.describe()
+    t = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device=st.device).fill_(1)
+    after = runtime.describe()
+    del t
+    key = "allocated_bytes" if st.device_kind == "cuda" else "resident_bytes"
+    return {"grew_by": after[key] - before[key], "device": before["device"],
+            "total": after.get("total_bytes", st.budget_bytes)}
+
+
+def _matmul_check(n: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    from jupyter_mgpu.engine import runtime
+
+    st = runtime.state()
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g, dtype=torch.float64)
+    b = torch.randn(n, n, generator=g, dtype=torch.float64)
+    rows = torch.tensor_split(torch.arange(n), st.world_size)[st.rank]
+    local = (a[rows].to(st.device) @ b.to(st.device)).cpu()
+    parts = [torch.empty(len(r), n, dtype=torch.float64) for r in torch.tensor_split(torch.arange(n), st.world_size)]
+    if st.backend == "nccl":
+        gathered = [p.to(st.device) for p in parts]
+        dist.all_gather(gathered, local.to(st.device))
+        parts = [p.cpu() for p in gathered]
+    else:
+        dist.all_gather(parts, local)
+    return float((torch.cat(parts) - a @ b).abs().max())
+
+
+def run(cpu: bool = False, n: int | None = None) -> bool:
+    """Run every check; prints a table and returns True when all pass."""
+    import jupyter_mgpu as mg
+    from jupyter_mgpu.devices import cuda_device_count, format_bytes
+
+    results: list[tuple[str, bool, str]] = []
+    gpus = 0 if cpu else cuda_device_count()
+    kind = "GPU" if gpus else "CPU virtual device"
+    print(f"jupyter_mgpu selftest: {gpus} CUDA GPU(s) visible; testing {kind}s"
+          + ("" if gpus or cpu else " (no GPU visible: running the CPU path)"))
+
+    def check(name: str, fn: Callable[[], str]) -> None:
+        start = time.perf_counter()
+        try:
+            detail = fn()
+            results.append((name, True, f"{detail} ({time.perf_counter() - start:.2f} s)"))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a table row
+            results.append((name, False, f"{type(exc).__name__}: {exc}".splitlines()[0]))
+            traceback.print_exc(file=sys.stderr)
+
+    session: list[Any] = []
+
+    def start() -> str:
+        s = mg.init(n if n else (gpus or 2), cpu=cpu or not gpus, timeout=60)
+        session.append(s)
+        return f"{s.world_size} ranks, backend {s.backend}"
+
+    check("start engines + process group", start)
+    if session:
+        s = session[0]
+
+        def cuda_untouched() -> str:
+            import torch
+
+            assert not torch.cuda.is_initialized(), "the controller initialised CUDA"
+            return "controller never initialised CUDA"
+
+        def all_reduce() -> str:
+            got = s.run(_all_reduce_check)
+            assert all(g == want for g, want in got), f"all_reduce gave {got}"
+            return f"sum = {got[0][0]:g} on every rank"
+
+        def memory() -> str:
+            got = s.run(_memory_check)
+            assert all(g["grew_by"] >= 60 * 2**20 for g in got), f"64 MiB allocation not seen: {got}"
+            return ", ".join(f"{g['device']} +{format_bytes(g['grew_by'])} of {format_bytes(g['total'])}" for g in got)
+
+        def matmul() -> str:
+            err = max(s.run(_matmul_check, 512))
+            assert err < 1e-9, f"max abs error {err}"
+            return f"512x512 float64, max abs error {err:.1e}"
+
+        def shutdown() -> str:
+            pids = [s.cluster.controller.pid, s.cluster.supervisor.pid, *s.cluster.engine_pids.values()]
+            s.shutdown()
+            import psutil
+
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+                time.sleep(0.05)
+            left = [p for p in pids if psutil.pid_exists(p)]
+            assert not left, f"processes left: {left}"
+            return "engines and controller gone"
+
+        for name, fn in [("controller leaves CUDA alone", cuda_untouched), ("all_reduce", all_reduce),
+                         ("per-device memory stats", memory), ("sharded matmul vs torch.mm", matmul),
+                         ("shutdown, no orphans", shutdown)]:
+            check(name, fn)
+    width = max(len(r[0]) for r in results)
+    print(f"{'check':<{width}}  result  detail")
+    for name, ok, detail in results:
+        print(f"{name:<{width}}  {'PASS' if ok else 'FAIL':<6}  {detail}")
+    passed = all(ok for _, ok, _ in results)
+    print("all checks passed" if passed else "SOME CHECKS FAILED")
+    return passed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jupyter_mgpu.selftest", description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu", action="store_true", help="test CPU virtual devices even where GPUs are visible")
+    ap.add_argument("-n", type=int, default=None, help="number of devices (default: all GPUs, or 2)")
+    args = ap.parse_args(argv)
+    return 0 if run(cpu=args.cpu, n=args.n) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
