@@ -41,8 +41,8 @@ def parse_size(text: str | int | float) -> int:
     if isinstance(text, bool):
         raise MgpuError(f"malformed memory size {text!r}: use a number with a unit such as 512MiB or 2GiB")
     if isinstance(text, (int, float)):
-        if text <= 0:
-            raise MgpuError(f"memory size must be positive, got {text!r}")
+        if not (1 <= text < 2**63):  # also rejects NaN
+            raise MgpuError(f"memory size must be at least 1 byte, got {text!r}")
         return int(text)
     m = _SIZE_RE.match(str(text))
     if not m:
@@ -52,8 +52,8 @@ def parse_size(text: str | int | float) -> int:
     # no unit: bytes; K/M/G or KiB/MiB/GiB: binary; KB/MB/GB: decimal (as pip, docker and slurm read them)
     base = 1024 if (binary or not b) else 1000
     value = int(float(number) * base**power)
-    if value <= 0:
-        raise MgpuError(f"memory size must be positive, got {text!r}")
+    if not 1 <= value < 2**63:
+        raise MgpuError(f"memory size must be at least 1 byte, got {text!r}")
     return value
 
 
