@@ -1,7 +1,9 @@
 """The engine's memory sampler: a thread that publishes samples out of band, never via ipyparallel.
 
-Each rank atomically rewrites ``<rundir>/telemetry/rank<r>.json`` every ``period`` seconds (default
-0.1 s). The thread keeps running while the engine's main thread is busy in a long C++ op (those
+Each rank rewrites its record ``<rundir>/telemetry/rank<r>.json`` in place every ``period`` seconds
+(default 0.1 s): one ``pwrite`` of a fixed-size block (JSON padded with spaces), about 1 µs where a
+write-and-rename costs 100+ µs. A reader that catches a write half-done sees JSON that does not parse
+or whose ``seq`` and ``check`` differ, and skips it. The thread keeps running while the engine's main thread is busy in a long C++ op (those
 release the GIL), so the kernel and the server extension see memory move during a cell.
 
 The kernel steers the samplers out of band too: it writes ``telemetry/control.json`` (``period``,
@@ -30,17 +32,26 @@ MAX_PERIOD = 60.0
 TELEMETRY_DIR = "telemetry"
 CONTROL_FILE = "control.json"
 MAX_SAMPLE_BYTES = 64 * 1024
+RECORD_BYTES = 4096
 
 _sampler: "Sampler | None" = None
 
 
+_status_fd: int | None = None
+_status_pid: int | None = None
+
+
 def _proc_status() -> dict[str, int]:
+    """VmRSS, VmHWM (peak resident) and VmData of this process, in bytes (one pread of a kept fd)."""
+    global _status_fd, _status_pid
+    if _status_fd is None or _status_pid != os.getpid():  # a forked child must not read its parent's
+        _status_fd, _status_pid = os.open("/proc/self/status", os.O_RDONLY), os.getpid()
+    text = os.pread(_status_fd, 8192, 0)
     out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:", "VmData:")):
-                key, value = line.split(":", 1)
-                out[key] = int(value.split()[0]) * 1024
+    for key in (b"VmRSS:", b"VmHWM:", b"VmData:"):
+        i = text.find(key)
+        if i >= 0:
+            out[key[:-1].decode()] = int(text[i + len(key):text.index(b"kB", i)]) * 1024
     return out
 
 
@@ -113,6 +124,8 @@ class Sampler(threading.Thread):
         self.baseline = _proc_status().get("VmRSS", 0)  # the engine's own runtime, before user code
         self._control_mtime: float | None = None
         self._halt = threading.Event()
+        self._resume = threading.Event()
+        self._fd: int | None = None
 
     def apply_control(self) -> None:
         """Apply the kernel's ``control.json`` (period, peak resets) if it changed since last tick."""
@@ -137,19 +150,22 @@ class Sampler(threading.Thread):
 
     def write_once(self) -> None:
         self.seq += 1
-        data = sample(self.state)
-        data.update(seq=self.seq, period=self.period, peak_reset=self.peak_reset,
-                    baseline_resident_bytes=self.baseline)
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, json.dumps(data).encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        data = {"seq": self.seq, **sample(self.state), "period": self.period, "peak_reset": self.peak_reset,
+                "baseline_resident_bytes": self.baseline}
+        if isinstance(data.get("op"), str):
+            data["op"] = data["op"][:200]
+        data["check"] = self.seq  # last key: a torn read has the new seq with an old check, or no JSON
+        payload = json.dumps(data).encode()
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        os.pwrite(self._fd, payload.ljust(max(RECORD_BYTES, len(payload))), 0)
 
     def run(self) -> None:
         while not self._halt.is_set():
+            if self.period <= 0:  # paused by set_period(0): no work at all until resumed
+                self._resume.wait()
+                self._resume.clear()
+                continue
             start = time.monotonic()
             try:
                 self.apply_control()
@@ -158,8 +174,13 @@ class Sampler(threading.Thread):
                 pass
             self._halt.wait(max(0.0, self.period - (time.monotonic() - start)))
 
+    def set_period(self, period: float) -> None:
+        self.period = period
+        self._resume.set()
+
     def stop(self) -> None:
         self._halt.set()
+        self._resume.set()
 
 
 def maybe_start(state: Any) -> "Sampler | None":
@@ -174,20 +195,16 @@ def maybe_start(state: Any) -> "Sampler | None":
 
 
 def set_period(period: float) -> None:
-    """Change this rank's sampling period (seconds); 0 stops sampling."""
+    """Change this rank's sampling period (seconds); 0 pauses sampling (the thread then does no work)."""
     global _sampler
     from . import runtime
 
     if isinstance(period, bool) or not isinstance(period, (int, float)) or not (
             period == 0 or MIN_PERIOD <= period <= MAX_PERIOD):
         raise ValueError(f"the sampling period must be 0 (off) or {MIN_PERIOD}-{MAX_PERIOD:g} s, got {period!r}")
-    if _sampler is not None and period > 0:
-        _sampler.period = float(period)
-        return
     if _sampler is not None:
-        _sampler.stop()
-        _sampler = None
-    if period > 0:
+        _sampler.set_period(float(period))
+    elif period > 0:
         _sampler = Sampler(runtime.state(), float(period))
         _sampler.start()
 
@@ -233,27 +250,33 @@ def read_sample_file(path: str | Path, cluster_id: str | None = None) -> dict[st
         return None
     if not isinstance(data.get("time"), (int, float)):
         return None
+    if "check" in data and data["check"] != data.get("seq"):
+        return None  # read while the rank was writing
     if cluster_id is not None and data.get("cluster_id") not in (None, cluster_id):
         return None
     return data
 
 
-def read_samples(rundir: str | Path, cluster_id: str | None = None) -> dict[int, dict[str, Any]]:
-    """The latest sample of every rank of the cluster in ``rundir`` (reader side; no torch needed).
+def read_samples(rundir: str | Path, cluster_id: str | None = None,
+                 ranks: "range | list[int] | None" = None) -> dict[int, dict[str, Any]]:
+    """The latest sample of every rank (or of ``ranks``) of the cluster in ``rundir``; no torch needed.
 
     Files owned by another user, links, oversized or malformed files and samples of another
     cluster (``cluster_id``) are skipped.
     """
     out: dict[int, dict[str, Any]] = {}
     directory = Path(rundir) / TELEMETRY_DIR
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return out
+    if ranks is not None:
+        names = [f"rank{r}.json" for r in ranks]
+    else:
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return out
     for name in names:
         if not (name.startswith("rank") and name.endswith(".json")):
             continue
-        data = read_sample_file(directory / name, cluster_id)
+        data = read_sample_file(directory / name, cluster_id) or read_sample_file(directory / name, cluster_id)
         if data is not None and name == f"rank{data['rank']}.json":
             out[data["rank"]] = data
     return out
