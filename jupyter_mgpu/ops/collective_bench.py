@@ -234,8 +234,6 @@ def bench_rank(names: list[str], sizes: list[int], iters: int = 20, warmup: int 
     rank) and ``wrong`` (wrong elements on this rank). ``corrupt=r`` adds 1 to rank r's first result
     element before the check — a hook that shows the ``#wrong`` column can catch a bad result.
     """
-    import gc
-
     import torch
     import torch.distributed as dist
 
@@ -251,5 +249,4 @@ def bench_rank(names: list[str], sizes: list[int], iters: int = 20, warmup: int 
             count = element_count(name, size, elem, n)
             times, wrong = _one(name, count, n, rank, op, root, tdtype, st.device, iters, warmup, corrupt)
             records.append({"name": name, "size": size, "count": count, "times": times, "wrong": wrong})
-            gc.collect()
     return records

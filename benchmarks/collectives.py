@@ -1,0 +1,213 @@
+"""Collectives through the notebook vs. a plain ``torch.multiprocessing.spawn`` script, side by side.
+
+Three measurements in one run, same backend (gloo on CPU) and world size:
+
+1. ``%mgpu_bench`` in an IPython shell on a jupyter_mgpu cluster (the numbers are read back from the
+   table the magic prints);
+2. a plain ``torch.multiprocessing.spawn`` script with the same timing loop (warm-up, barrier before each
+   timed iteration, slowest rank's time, nccl-tests busbw) and the same threads per process as the engines;
+3. the dispatch latency of an empty op: ``Session.run`` of a no-op, ``%mgpu_bench barrier`` with one
+   iteration (minus the barrier's own time) and ``%mgpu_collective barrier`` (two round trips + figure).
+
+The two bandwidth recipes alternate ``--repeat`` times; the table shows the best busbw of each.
+Targets (issue 4): busbw within 10% of the plain script at ≥ 1 MiB; dispatch overhead ≤ 5 ms per call.
+
+    python benchmarks/collectives.py [--ranks 4] [--sizes 1K,1M,4M,16M] [--iters 10] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
+os.environ.setdefault("JUPYTER_MGPU_NO_PREWARM", "1")
+
+from jupyter_mgpu.ops import collective_bench as cb  # noqa: E402  (pure: factors, sizes, summaries)
+
+NAMES = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"]
+
+
+# -- the plain script ---------------------------------------------------------------------------------
+def _plain_worker(rank: int, n: int, names: list[str], sizes: list[int], iters: int, warmup: int, port: int,
+                  threads: int, outdir: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+    records = []
+    for name in names:
+        for size in sizes:
+            count = cb.element_count(name, size, 4, n)
+            part = count // n
+            src = torch.ones(part if name == "all_gather" else count)
+            buf = torch.empty_like(src)
+            out = torch.empty(count if name in ("all_gather", "all_to_all") else part)
+            times = []
+            for i in range(warmup + iters):
+                buf.copy_(src)
+                dist.barrier()
+                t0 = time.perf_counter()
+                if name == "all_reduce":
+                    dist.all_reduce(buf)
+                elif name == "all_gather":
+                    dist.all_gather_single(out, buf)
+                elif name == "reduce_scatter":
+                    dist.reduce_scatter_single(out, buf)
+                elif name == "all_to_all":
+                    dist.all_to_all_single(out, buf)
+                elif name == "broadcast":
+                    dist.broadcast(buf, src=0)
+                elif name == "reduce":
+                    dist.reduce(buf, dst=0)
+                if i >= warmup:
+                    times.append(time.perf_counter() - t0)
+            records.append({"name": name, "size": size, "count": count, "times": times})
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+        json.dump(records, f)
+    dist.destroy_process_group()
+
+
+def plain(n: int, names: list[str], sizes: list[int], iters: int, warmup: int) -> dict:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    threads = max(1, (os.cpu_count() or 1) // n)  # what the engines use
+    with tempfile.TemporaryDirectory() as outdir:
+        mp.spawn(_plain_worker, args=(n, names, sizes, iters, warmup, port, threads, outdir), nprocs=n)
+        per_rank = [json.load(open(os.path.join(outdir, f"rank{r}.json"))) for r in range(n)]
+    rows = {}
+    for i, rec in enumerate(per_rank[0]):
+        rows[(rec["name"], rec["size"])] = cb.summarize(rec["name"], rec["size"], rec["count"], 4, n,
+                                                        [p[i]["times"] for p in per_rank], [0] * n)
+    return rows
+
+
+# -- through the magics -------------------------------------------------------------------------------
+def _captured_text(ip, line: str) -> str:
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        ip.run_line_magic(*line.split(" ", 1))
+    return cap.stdout + "".join(o.data.get("text/plain", "") for o in cap.outputs)
+
+
+def via_magic(ip, n: int, names: list[str], sizes: list[int], iters: int, warmup: int) -> dict:
+    text = _captured_text(ip, f"mgpu_bench {' '.join(names)} --sizes {','.join(map(str, sizes))} "
+                              f"--iters {iters} --warmup {warmup} --no-plot")
+    rows, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"# (\w+)$", line)
+        if m:
+            current = m.group(1)
+        m = re.match(r"\s+(\d+)\s+(\d+)\s+\w+\s+\S+\s+-?\d+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)", line)
+        if m and current:
+            size = int(m.group(1))
+            requested = min(sizes, key=lambda s: abs(s - size))
+            seconds = float(m.group(3)) / 1e6  # the table rounds GB/s to 2 decimals: recompute from time
+            algbw = size / seconds / 1e9 if seconds > 0 else 0.0
+            rows[(current, requested)] = {"time_us": seconds * 1e6, "algbw": algbw,
+                                          "busbw": algbw * cb.bus_factor(current, n), "wrong": int(m.group(6))}
+    return rows
+
+
+def dispatch(ip, s, trials: int) -> list[tuple[str, float, float]]:
+    def noop() -> None:
+        return None
+
+    out = []
+    for label, fn in [
+        ("Session.run(no-op)", lambda: (s.run(noop), "")[1]),
+        ("%mgpu_bench barrier --iters 1", lambda: _captured_text(
+            ip, "mgpu_bench barrier --sizes 0 --iters 1 --warmup 0 --no-plot")),
+        ("%mgpu_collective barrier --shape 1", lambda: _captured_text(
+            ip, "mgpu_collective barrier --shape 1 --no-animate")),
+    ]:
+        fn()
+        walls, ops = [], []
+        for _ in range(trials):
+            t0 = time.perf_counter()
+            text = fn()
+            walls.append(time.perf_counter() - t0)
+            m = re.search(r"\n\s+0\s+0\s+\w+\s+\S+\s+-?\d+\s+([\d.]+)", text or "")
+            c = re.search(r", ([\d.]+) ms>", text or "")
+            ops.append(float(m.group(1)) / 1e6 if m else float(c.group(1)) / 1e3 if c else 0.0)
+        out.append((label, statistics.median(walls), statistics.median(ops)))
+    return out
+
+
+def _size(b: int) -> str:
+    for unit, f in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if b >= f and b % f == 0:
+            return f"{b // f}{unit}"
+    return str(b)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--sizes", default="1K,1M,4M,16M")
+    ap.add_argument("--collectives", default=",".join(NAMES))
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--dispatch-trials", type=int, default=30)
+    args = ap.parse_args()
+    names = args.collectives.split(",")
+    sizes = cb.size_range(args.sizes)
+
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "jupyter_mgpu")
+    import jupyter_mgpu as mg
+
+    _captured_text(ip, f"mgpu_init {args.ranks} --cpu --no-dashboard")
+    s = mg.current()
+    try:
+        best_m: dict = {}
+        best_p: dict = {}
+        for _ in range(args.repeat):
+            for key, row in via_magic(ip, args.ranks, names, sizes, args.iters, args.warmup).items():
+                if key not in best_m or row["busbw"] > best_m[key]["busbw"]:
+                    best_m[key] = row
+            for key, row in plain(args.ranks, names, sizes, args.iters, args.warmup).items():
+                if key not in best_p or row["busbw"] > best_p[key]["busbw"]:
+                    best_p[key] = row
+        lat = dispatch(ip, s, args.dispatch_trials)
+    finally:
+        s.shutdown()
+
+    print(f"\n# {args.ranks} ranks, gloo, float32, {args.iters} iterations after {args.warmup} warm-up, "
+          f"best of {args.repeat}; busbw in GB/s, time in us (slowest rank, barrier before each iteration)")
+    head = f"{'collective':<15}{'size':>10}{'%mgpu_bench':>13}{'plain spawn':>13}{'ratio':>8}" \
+           f"{'time mgpu':>12}{'time plain':>12}{'#wrong':>8}"
+    print(head)
+    print("-" * len(head))
+    for name in names:
+        for size in sizes:
+            m, p = best_m.get((name, size)), best_p.get((name, size))
+            if not m or not p:
+                continue
+            ratio = m["busbw"] / p["busbw"] if p["busbw"] else float("nan")
+            flag = "" if size < (1 << 20) or ratio >= 0.9 else "  <- below 90%"
+            print(f"{name:<15}{_size(size):>10}{m['busbw']:>13.4f}"
+                  f"{p['busbw']:>13.4f}{ratio:>8.2f}{m['time_us']:>12.1f}{p['time_us']:>12.1f}{m['wrong']:>8d}{flag}")
+    print(f"\n# dispatch latency at {args.ranks} ranks (median of {args.dispatch_trials}); overhead = wall - op time")
+    print(f"{'call':<38}{'wall (ms)':>11}{'op (ms)':>10}{'overhead (ms)':>15}")
+    for label, wall, op in lat:
+        print(f"{label:<38}{wall * 1e3:>11.2f}{op * 1e3:>10.2f}{(wall - op) * 1e3:>15.2f}")
+
+
+if __name__ == "__main__":
+    main()
