@@ -166,13 +166,16 @@ class DistTensor:
                                 f"{self.dtype_name}, got {getattr(out, 'shape', type(out).__name__)}")
         flush_frees(self.session)
         numel = math.prod(self.shape)
-        with transfer.shared_file(numel * self.itemsize, "gather") as path:
-            self.session.run(shards.gather_to_file, self.handle_id, path, self.shape, self.placement, label="gather")
-            flat = transfer.map_tensor(path, numel, self.dtype)
-        result = flat.view(self.shape)
-        if out is None:
-            return result
-        out.copy_(result)
+        nbytes = numel * self.itemsize
+        args = (shards.gather_to_file, self.handle_id)
+        if out is None:  # the ranks write into fresh shared pages that become the result
+            with transfer.one_off(nbytes) as buf:
+                self.session.run(*args, buf.path, self.shape, self.placement, label="gather")
+                flat = buf.tensor(numel, self.dtype)
+            return flat.view(self.shape)
+        with transfer.staging(nbytes) as buf:  # warm pages, then one copy into out
+            self.session.run(*args, buf.path, self.shape, self.placement, label="gather")
+            out.copy_(buf.tensor(numel, self.dtype).view(self.shape))
         return out
 
     def redistribute(self, placement: Any) -> "DistTensor":
@@ -303,9 +306,9 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
     target = _placement(placement, tensor.dim(), s.world_size)
     flush_frees(s)
     h = _new_handle(s, tuple(tensor.shape), dt, target)
-    with transfer.shared_file(tensor.numel() * tensor.element_size(), "scatter") as path:
-        transfer.write_tensor(path, tensor)
-        _run_creating(h, shards.scatter_from_file, h.handle_id, path, h.shape, target, dt, label="scatter")
+    with transfer.staging(tensor.numel() * tensor.element_size()) as buf:
+        buf.tensor(tensor.numel(), tensor.dtype).view(tensor.shape).copy_(tensor)
+        _run_creating(h, shards.scatter_from_file, h.handle_id, buf.path, h.shape, target, dt, label="scatter")
     return h
 
 

@@ -38,7 +38,7 @@ def test_random_tensor_is_the_same_global_tensor_for_every_world_size(session_of
     assert torch.equal(mg.arange(5, 7, placement=mg.Shard(1)).gather(), torch.arange(35).reshape(5, 7))
     assert torch.equal(mg.ones(4, 3, dtype="float64").gather(), torch.ones(4, 3, dtype=torch.float64))
     assert torch.equal(mg.zeros(3, 4, placement=mg.Replicate()).gather(), torch.zeros(3, 4))
-    assert transfer.existing_leftovers() == []
+    assert transfer.open_buffers() == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool])
@@ -54,7 +54,7 @@ def test_scatter_gather_round_trip_is_bit_exact(session_of, dtype):
     # 1-D, 3-D and empty tensors too
     for y in (torch.arange(10.0), torch.randn(4, 5, 6), torch.empty(0, 3)):
         assert torch.equal(mg.scatter(y, mg.Shard(0)).gather(), y)
-    assert transfer.existing_leftovers() == []
+    assert transfer.open_buffers() == []
 
 
 def test_local_shards_follow_the_shard_table(s4):

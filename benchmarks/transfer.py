@@ -1,0 +1,108 @@
+"""Controller <-> engine transfer: mg.scatter / DistTensor.gather vs ipyparallel push/pull vs memcpy.
+
+Side by side in one run on the same machine, ``--size`` MiB (default 1024) of float32 over
+``--ranks`` ranks (default 4), each measured ``--trials`` times (best and median reported):
+
+- ``memcpy (warm)``: ``dst.copy_(src)`` in this process into an already-touched buffer;
+- ``memcpy (fresh)``: ``torch.empty`` + ``copy_`` — the same bytes landing in new pages, which is
+  what any transfer into new memory also pays;
+- ``mg.scatter``: S(0) through a shared-memory file; ``gather`` (result backed by the shared
+  buffer) and ``gather(out=)`` (one more copy into a preallocated tensor);
+- ``ipyparallel push`` / ``pull``: the ipyparallel default, one torch tensor slice per engine
+  (pickled), pull followed by ``torch.cat``.
+
+    python benchmarks/transfer.py [--size 1024] [--ranks 4] [--trials 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
+
+import torch  # noqa: E402
+
+import jupyter_mgpu as mg  # noqa: E402
+from jupyter_mgpu import transfer  # noqa: E402
+
+
+def _timed(fn, trials):
+    times = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times), statistics.median(times)
+
+
+def _drop(name):
+    globals().pop(name, None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=1024, help="MiB to move (default 1024)")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--trials", type=int, default=3)
+    args = ap.parse_args()
+    nbytes = args.size * 2**20
+    x = torch.randn(nbytes // 4 // 1024, 1024)
+    s = mg.init(args.ranks, cpu=True)
+    rows = []
+    try:
+        warm = torch.empty_like(x)
+        warm.copy_(x)
+        rows.append(("memcpy (warm), Tensor.copy_", *_timed(lambda: warm.copy_(x), args.trials)))
+        del warm
+        rows.append(("memcpy (fresh pages), empty+copy_", *_timed(lambda: torch.empty_like(x).copy_(x), args.trials)))
+
+        handles = []
+        rows.append(("mg.scatter S(0)", *_timed(lambda: handles.append(mg.scatter(x, mg.Shard(0))) or
+                                                 (len(handles) > 1 and handles.pop(0).free()), args.trials)))
+        X = handles[-1]
+        assert torch.equal(X.gather(), x)
+        rows.append(("DistTensor.gather()", *_timed(lambda: X.gather(), args.trials)))
+        out = torch.empty_like(x)
+        out.zero_()
+        rows.append(("DistTensor.gather(out=)", *_timed(lambda: X.gather(out=out), args.trials)))
+        for h in handles:
+            h.free()
+
+        client, engines = s.cluster.client, [s.cluster.rank_to_engine[r] for r in range(args.ranks)]
+        parts = [p.clone() for p in torch.tensor_split(x, args.ranks)]
+
+        def push():
+            ars = [client[e].push({"_bench_x": p}, block=False) for e, p in zip(engines, parts)]
+            for ar in ars:
+                ar.get()
+
+        def pull():
+            ars = [client[e].pull("_bench_x", block=False) for e in engines]
+            return torch.cat([ar.get() for ar in ars])
+
+        rows.append(("ipyparallel push (torch, pickled)", *_timed(push, args.trials)))
+        assert torch.equal(pull(), x)
+        rows.append(("ipyparallel pull + torch.cat", *_timed(pull, args.trials)))
+        client[engines].execute("del _bench_x", block=True)
+    finally:
+        s.shutdown()
+    assert transfer.open_buffers() == []
+
+    gbs = {name: nbytes / best / 1e9 for name, best, _ in rows}
+    memcpy, fresh = gbs["memcpy (warm), Tensor.copy_"], gbs["memcpy (fresh pages), empty+copy_"]
+    push_bw, pull_bw = gbs["ipyparallel push (torch, pickled)"], gbs["ipyparallel pull + torch.cat"]
+    print(f"\n{args.size} MiB float32, {args.ranks} ranks, best of {args.trials} (median in brackets); "
+          f"{os.cpu_count()} cores")
+    print(f"{'method':38} {'time s':>14} {'GB/s':>7} {'/memcpy':>8} {'/fresh':>7} {'/ipp':>6}")
+    for name, best, med in rows:
+        ipp = push_bw if "scatter" in name or "push" in name else pull_bw if ("gather" in name or "pull" in name) else None
+        ratio_ipp = f"{gbs[name] / ipp:6.1f}" if ipp else "     -"
+        print(f"{name:38} {best:7.3f} ({med:5.3f}) {gbs[name]:7.2f} {gbs[name] / memcpy:8.2f} "
+              f"{gbs[name] / fresh:7.2f} {ratio_ipp}")
+
+
+if __name__ == "__main__":
+    main()
