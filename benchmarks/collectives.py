@@ -23,7 +23,6 @@ import os
 import re
 import socket
 import statistics
-import sys
 import tempfile
 import time
 

@@ -15,12 +15,14 @@ import math
 from typing import Any
 
 from . import session as sessmod
+from .devices import format_bytes
 from .errors import MgpuError
 from .remote_errors import rank_list
 from .ops import collective_schedule as sched
 from .ops import collectives as coll
 from .ops import demo_inputs
 
+MAX_CAPTURE_BYTES = 64 << 20  # per rank: the view copies inputs and outputs to the notebook
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int16", "int8", "uint8")
 
 
@@ -73,12 +75,19 @@ def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str
                     f"got {type(inputs).__name__}")
 
 
-def _validate(name: str, metas: list[dict[str, Any]], n: int, what: str) -> None:
+def _validate(name: str, metas: list[dict[str, Any]], n: int, what: str, max_bytes: int) -> None:
     """One sentence for the first problem in the inputs the ranks built; nothing has run yet."""
     bad = [r for r, m in enumerate(metas) if m["type"] != "Tensor"]
     if bad:
         raise MgpuError(f"the input ({what}) is a {metas[bad[0]]['type']}, not a torch.Tensor, on "
                         f"{rank_list(bad)}")
+    bad = [r for r, m in enumerate(metas) if "token" not in m and m["device"].split(":")[0] ==
+           m["expected_device"].split(":")[0] and m["nbytes"] > max_bytes]
+    if bad:
+        r = bad[0]
+        raise MgpuError(f"rank {r}'s input is {format_bytes(metas[r]['nbytes'])}, more than the "
+                        f"{format_bytes(max_bytes)} a collective view captures and draws per rank; use a smaller "
+                        "tensor here, and mg.bench (%mgpu_bench) to time large sizes")
     bad = [r for r, m in enumerate(metas) if "token" not in m]
     if bad:
         r = bad[0]
@@ -206,13 +215,16 @@ def holdings_equal(a: Any, b: Any) -> bool:
 
 
 def collective(name: str, inputs: Any = None, op: str = "sum", src: int = 0, shape: Any = None,
-               dtype: str = "float32", *, session: Any = None) -> CollectiveResult:
+               dtype: str = "float32", *, session: Any = None,
+               max_bytes: int = MAX_CAPTURE_BYTES) -> CollectiveResult:
     """Run collective ``name`` on every rank for real and capture each rank's data before and after.
 
     ``inputs``: None (demo shapes of ``shape``, default 11x11, value rank+1, ``dtype``), a function
     ``rank -> tensor`` run on each rank, a :class:`~jupyter_mgpu.tensor.DistTensor` (its local
     shards) or a list of one tensor per rank. ``op`` (sum, product, min, max, avg) is used by
     reduce, all_reduce and reduce_scatter; ``src`` is the root of broadcast, reduce, scatter, gather.
+    Every rank's data comes back to the notebook to be drawn, so inputs over ``max_bytes`` per rank
+    (64 MiB) are refused; time large sizes with :func:`jupyter_mgpu.bench`.
     """
     s = session or sessmod.current()
     n = s.world_size
@@ -229,9 +241,9 @@ def collective(name: str, inputs: Any = None, op: str = "sum", src: int = 0, sha
         raise MgpuError(f"{name} splits dim 0 into {n} equal chunks (one per rank), but the demo shape "
                         f"{'x'.join(map(str, dims))} has {dims[0]} rows; use a first dimension that is a "
                         f"multiple of {n}, such as shape {good}")
-    metas = s.run(coll.prepare, spec, True, label=f"{name}: build inputs")
+    metas = s.run(coll.prepare, spec, True, max_bytes, label=f"{name}: build inputs")
     try:
-        _validate(name, metas, n, what)
+        _validate(name, metas, n, what, max_bytes)
     except MgpuError:
         s.run(coll.discard, label=f"{name}: discard inputs")
         raise

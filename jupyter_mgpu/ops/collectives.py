@@ -151,11 +151,12 @@ def _build(spec: tuple, rank: int, device: Any) -> Any:
     raise ValueError(f"unknown input kind {kind!r}")
 
 
-def prepare(spec: tuple, capture: bool = True) -> dict[str, Any]:
+def prepare(spec: tuple, capture: bool = True, max_bytes: int | None = None) -> dict[str, Any]:
     """Build this rank's input for a collective and keep it for :func:`execute`; report what it is.
 
     Returns ``token`` (pass it to execute), ``type`` (``Tensor`` or the type found), ``shape``,
-    ``dtype``, ``device``, ``expected_device`` and, with ``capture``, ``before`` (a CPU copy).
+    ``dtype``, ``device``, ``expected_device``, ``nbytes`` and, with ``capture``, ``before`` (a CPU copy).
+    Inputs on the wrong device or over ``max_bytes`` are reported but not kept.
     """
     import torch
 
@@ -168,8 +169,11 @@ def prepare(spec: tuple, capture: bool = True) -> dict[str, Any]:
     if not isinstance(x, torch.Tensor):
         return info
     info.update(shape=tuple(x.shape), dtype=str(x.dtype).replace("torch.", ""), device=str(x.device))
+    info["nbytes"] = x.numel() * x.element_size()
     if x.device.type != st.device.type or (x.device.type == "cuda" and x.device != st.device):
         return info  # refused by the controller; nothing kept
+    if max_bytes is not None and info["nbytes"] > max_bytes:
+        return info  # too large to capture and draw; refused by the controller
     token = next(_tokens)
     _prepared.clear()  # at most one prepared input per rank: a refused one must not linger
     _prepared[token] = x

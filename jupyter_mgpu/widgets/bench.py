@@ -32,7 +32,7 @@ def table_text(result: Any) -> str:
             current = r["collective"]
             lines += ["#", f"# {current}", *HEADER]
         lines.append(_row_text(r))
-    lines.append(f"# Out of bounds values : 0 OK" if result.wrong == 0 else
+    lines.append("# Out of bounds values : 0 OK" if result.wrong == 0 else
                  f"# {result.wrong} wrong result elements")
     return "\n".join(lines)
 
@@ -47,7 +47,8 @@ def table_html(result: Any) -> str:
         style = " style='color:#c00;font-weight:bold'" if r["wrong"] else ""
         cells = (r["collective"], _size(r["size"]), str(r["count"]), r["dtype"], r["redop"], str(r["root"]),
                  f"{r['time_us']:.1f}", f"{r['algbw']:.3f}", f"{r['busbw']:.3f}")
-        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + f"<td{style}>{r['wrong']}</td></tr>")
+        tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+        body.append(f"<tr>{tds}<td{style}>{r['wrong']}</td></tr>")
     caption = (f"{result.world_size} ranks, {result.backend}: {result.iters} iterations after {result.warmup} "
                "warm-up, barrier before each, slowest rank's time; busbw factors of nccl-tests")
     return (f"<table class='mgpu-bench'><caption style='caption-side:top;text-align:left'>{html.escape(caption)}"
@@ -117,9 +118,11 @@ def busbw_svg(result: Any, width: int = 640, height: int = 340) -> str:
                          f"{html.escape(_size(r['size']))}</text>")
         for i, (name, rows) in enumerate(series.items()):
             color = PALETTE[i % len(PALETTE)]
-            path = " ".join(f"{'M' if j == 0 else 'L'} {px(r['size']):.1f} {py(r['busbw']):.1f}" for j, r in enumerate(rows))
+            path = " ".join(f"{'M' if j == 0 else 'L'} {px(r['size']):.1f} {py(r['busbw']):.1f}"
+                            for j, r in enumerate(rows))
             parts.append(f"<path d='{path}' fill='none' stroke='{color}' stroke-width='2'/>")
-            parts += [f"<circle cx='{px(r['size']):.1f}' cy='{py(r['busbw']):.1f}' r='3' fill='{color}'/>" for r in rows]
+            parts += [f"<circle cx='{px(r['size']):.1f}' cy='{py(r['busbw']):.1f}' r='3' fill='{color}'/>"
+                      for r in rows]
             parts.append(f"<rect x='{width - right + 10}' y='{top + 16 * i}' width='10' height='10' fill='{color}'/>"
                          f"<text x='{width - right + 24}' y='{top + 16 * i + 9}'>{html.escape(name)}</text>")
     parts.append(f"<text x='{left + pw / 2}' y='{height - 6}' text-anchor='middle'>size (bytes, log scale)</text>")

@@ -202,9 +202,10 @@ def render_grid(title: str, subtitle: str, columns: list[str], cells: list[list[
         yb = top + b * row_h + label_h + bh / 2
         gx = left - 12 - (i % 8) * 12
         color = rank_color(a)
+        tip = html.escape(f"rank {a} → rank {b}: {label}")
         c.parts.append(f"<path d='M {left - 6:.1f} {ya:.1f} C {gx - 30:.1f} {ya:.1f}, {gx - 30:.1f} {yb:.1f}, "
                        f"{left - 8:.1f} {yb:.1f}' fill='none' stroke='{color}' stroke-width='2' "
-                       f"marker-end='url(#mgpu-arrow-{a % len(PALETTE)})'><title>{html.escape(f'rank {a} → rank {b}: {label}')}"
+                       f"marker-end='url(#mgpu-arrow-{a % len(PALETTE)})'><title>{tip}"
                        "</title></path>")
     markers = "".join(
         f"<marker id='mgpu-arrow-{a % len(PALETTE)}' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='6' "
