@@ -24,6 +24,9 @@ from .bench import BenchResult, bench  # noqa: E402 (replaces the submodule attr
 from .placement import Block2D, Replicate, Shard  # noqa: E402
 from .tensor import DistTensor, arange, ones, rand, randn, scatter, zeros  # noqa: E402
 from .sharded_matmul import MatmulReport, matmul, plan_matmul  # noqa: E402
+from .tensor_io import from_numpy, from_pandas, load, save  # noqa: E402
+from .mapping import map  # noqa: E402,A004 (mg.map; left out of __all__ so a star import keeps the builtin)
+from .metrics import clear_metrics, metrics, metrics_plot  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -40,6 +43,13 @@ __all__ = [
     "randn",
     "scatter",
     "zeros",
+    "clear_metrics",
+    "from_numpy",
+    "from_pandas",
+    "load",
+    "metrics",
+    "metrics_plot",
+    "save",
     "BenchResult",
     "CollectiveResult",
     "bench",

@@ -20,3 +20,6 @@ def local(handle: Any) -> Any:
     if hid is None:
         raise TypeError(f"mgpu.local() takes a DistTensor (or its id), got {type(handle).__name__}")
     return store.get(hid)
+
+
+from .training import ShardLoader, log, shard_loader  # noqa: E402  (mgpu.shard_loader, mgpu.log in %%mgpu cells)
