@@ -31,16 +31,30 @@ def _nested(fn: Any) -> bool:
     return "<locals>" in qual or "<lambda>" in qual
 
 
-def pickle_function(fn: Callable) -> bytes:
+def pickle_function(fn: Callable, by_value: bool = False) -> bytes:
     """``fn`` as bytes the ranks can load: by reference when importable, by value (cloudpickle) otherwise.
 
-    Notebook functions, lambdas and closures travel by value with the globals they use. Raises one
-    sentence saying how to fix a function that cannot be sent.
+    Notebook functions, lambdas and closures travel by value with the globals they use; with
+    ``by_value`` so does a function of a module the engines cannot import (a ``.py`` file beside the
+    notebook). Raises one sentence saying how to fix a function that cannot be sent.
     """
+    import sys
+
     if not callable(fn):
         raise MgpuError(f"mg.map needs a function to call on each rank's shards, got {type(fn).__name__}")
     name = _name(fn)
     module = getattr(fn, "__module__", None) or "__main__"
+    if by_value and module != "__main__" and module in sys.modules:
+        try:
+            import cloudpickle
+
+            cloudpickle.register_pickle_by_value(sys.modules[module])
+            try:
+                return cloudpickle.dumps(fn)
+            finally:
+                cloudpickle.unregister_pickle_by_value(sys.modules[module])
+        except Exception:  # fall through to the ordinary rules and their error message
+            pass
     by_value = module == "__main__" or _nested(fn)
     errors = []
     if not by_value:
@@ -194,9 +208,14 @@ def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement
                 inputs.append(moved)
         out = _new_handle(s, (0,), "float32", target)
         keep = reduce is None
+        ids = [t.handle_id for t in inputs]
         try:
-            results = s.run(rank_map.apply, blob, [t.handle_id for t in inputs], out.handle_id, keep, kwargs,
-                            label=f"mg.map {name}")
+            results = s.run(rank_map.apply, blob, ids, out.handle_id, keep, kwargs, label=f"mg.map {name}")
+            if all(not res["ok"] and res["stage"] == "unpickle" for res in results):
+                # the ranks cannot import fn's module (e.g. a .py file beside the notebook): send it by value
+                retry = pickle_function(fn, by_value=True)
+                if retry != blob:
+                    results = s.run(rank_map.apply, retry, ids, out.handle_id, keep, kwargs, label=f"mg.map {name}")
         except BaseException:
             out._state = "freed"
             s.run(shards.free, [out.handle_id], label="free")
