@@ -179,7 +179,8 @@ class CollectiveResult:
         if not self.schedule_matches():
             captions[-1] += " (differs from the real result: see the before/after figure)"
         return FramePlayer(svgs, captions, title=f"{self.name} on {self.world_size} ranks",
-                           badge="logical schedule (not the backend's real algorithm)", interval_ms=interval_ms)
+                           badge="logical schedule (not the backend's real algorithm)", interval_ms=interval_ms,
+                           show_captions=False)  # each frame draws its caption
 
     def show(self, animate: bool = True) -> None:
         """Display the before/after figure and (``animate``) the logical-schedule player."""

@@ -16,7 +16,10 @@ import traitlets
 
 
 class FramePlayer(anywidget.AnyWidget):
-    """Shows ``frames[index]`` with ⏮ ◀ ▶/⏸ ▶ ⏭ controls and a slider; ``badge`` labels what it is."""
+    """Shows ``frames[index]`` with « ‹ ▶/|| › » controls and a slider; ``badge`` labels what it is.
+
+    ``captions[i]`` is shown above frame i unless ``show_captions`` is off (frames that draw their own).
+    """
 
     _esm = pathlib.Path(__file__).parent / "static" / "player.js"
     frames = traitlets.List(traitlets.Unicode(), default_value=[]).tag(sync=True)
@@ -27,6 +30,7 @@ class FramePlayer(anywidget.AnyWidget):
     loop = traitlets.Bool(False).tag(sync=True)
     title = traitlets.Unicode("").tag(sync=True)
     badge = traitlets.Unicode("").tag(sync=True)
+    show_captions = traitlets.Bool(True).tag(sync=True)
 
     def __init__(self, frames: list[str], captions: list[str] | None = None, *, title: str = "",
                  badge: str = "", interval_ms: int = 900, **kwargs):

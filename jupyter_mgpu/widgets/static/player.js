@@ -20,8 +20,9 @@ function render({ model, el }) {
     b.className = "mgpu-player-" + tip.replace(/\s+/g, "-");
     return b;
   };
-  const first = mk("⏮", "first"), back = mk("◀", "step back"), play = mk("▶", "play"),
-        fwd = mk("▶|", "step forward"), last = mk("⏭", "last");
+  // glyphs every font has (the media-control block U+23EE.. is missing in many)
+  const first = mk("«", "first"), back = mk("‹", "step back"), play = mk("▶", "play"),
+        fwd = mk("›", "step forward"), last = mk("»", "last");
   const slider = document.createElement("input");
   slider.type = "range";
   slider.min = 0;
@@ -52,13 +53,14 @@ function render({ model, el }) {
     const i = model.get("index");
     stage.innerHTML = model.get("frames")[i] || "";
     caption.textContent = (model.get("captions")[i] || "");
+    caption.style.display = model.get("show_captions") ? "" : "none";
     badge.textContent = model.get("badge");
     badge.style.display = model.get("badge") ? "" : "none";
     title.textContent = model.get("title");
     slider.max = Math.max(0, n() - 1);
     slider.value = i;
     counter.textContent = `step ${i} / ${n() - 1}`;
-    play.textContent = model.get("playing") ? "⏸" : "▶";
+    play.textContent = model.get("playing") ? "||" : "▶";
     play.title = model.get("playing") ? "pause" : "play";
   };
   const syncTimer = () => {
@@ -76,7 +78,7 @@ function render({ model, el }) {
     model.save_changes();
   };
   slider.oninput = () => { model.set("playing", false); go(parseInt(slider.value, 10)); };
-  for (const name of ["index", "frames", "captions", "badge", "title", "playing"]) {
+  for (const name of ["index", "frames", "captions", "badge", "title", "playing", "show_captions"]) {
     model.on(`change:${name}`, sync);
   }
   model.on("change:playing", syncTimer);

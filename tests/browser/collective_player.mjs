@@ -1,0 +1,91 @@
+// Drives a real JupyterLab in Debian's Chromium (playwright-core): runs %mgpu_collective all_reduce on
+// 3 ranks, then uses the logical-schedule player's buttons (step forward, play, step back) and reads
+// what it shows. Called by tests/browser/test_collective_player.py with one JSON argument
+// {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
+import { chromium } from 'playwright-core';
+import path from 'node:path';
+
+const cfg = JSON.parse(process.argv[2]);
+const T = 90000;
+const report = (step, data = {}) => process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
+
+const context = await chromium.launchPersistentContext(cfg.profile, {
+  executablePath: cfg.chromium,
+  headless: true,
+  viewport: { width: 1280, height: 1000 },
+  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage']
+});
+const page = context.pages()[0] ?? (await context.newPage());
+const consoleErrors = [];
+page.on('pageerror', err => consoleErrors.push(String(err)));
+
+async function runCell(i) {
+  await page.evaluate(async k => {
+    const panel = window.jupyterapp.shell.currentWidget;
+    panel.content.activeCellIndex = k;
+    await window.jupyterapp.commands.execute('notebook:run-cell');
+  }, i);
+}
+
+const player = () => page.evaluate(() => {
+  const p = document.querySelector('.mgpu-player');
+  if (!p) return null;
+  const spans = p.querySelectorAll('span');
+  return {
+    counter: spans[spans.length - 1].textContent,
+    badge: spans[0].textContent,
+    play: p.querySelector('.mgpu-player-play').textContent,
+    svgTitle: p.querySelector('svg text')?.textContent,
+    caption: p.querySelector('svg text:nth-of-type(2)')?.textContent,
+    slider: p.querySelector('input[type=range]').value
+  };
+});
+
+try {
+  await page.goto(`${cfg.url}lab/tree/${cfg.notebook}?token=${cfg.token}`, { timeout: T });
+  await page.waitForFunction(() => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
+  }, null, { timeout: T, polling: 200 });
+  await runCell(0);
+  await page.waitForFunction(() => /engines ready/.test(
+    window.jupyterapp.shell.currentWidget.content.widgets[0].node.innerText), null, { timeout: T, polling: 200 });
+  await runCell(1);
+  await page.waitForSelector('.mgpu-player svg', { timeout: T });
+  const figure = await page.evaluate(() =>
+    window.jupyterapp.shell.currentWidget.content.widgets[1].node.querySelector('.mgpu-collective svg text')?.textContent);
+  const first = await player();
+  await page.screenshot({ path: path.join(cfg.artifacts, 'player_0.png'), fullPage: true });
+  await page.click('.mgpu-player-step-forward');
+  await page.waitForFunction(() => /step 1 \//.test(document.querySelector('.mgpu-player').innerText), null,
+    { timeout: 10000 });
+  const stepped = await player();
+  await page.screenshot({ path: path.join(cfg.artifacts, 'player_1.png'), fullPage: true });
+  await page.click('.mgpu-player-play');
+  const sawPause = await page.waitForFunction(() => document.querySelector('.mgpu-player-pause') !== null ||
+      Array.from(document.querySelectorAll('.mgpu-player button')).some(b => b.textContent === '||'),
+    null, { timeout: 5000, polling: 50 }).then(() => true).catch(() => false);
+  await page.waitForFunction(() => {
+    const t = document.querySelector('.mgpu-player').innerText;
+    const m = /step (\d+) \/ (\d+)/.exec(t);
+    return m && m[1] === m[2];
+  }, null, { timeout: 30000, polling: 100 });
+  await page.waitForTimeout(300);
+  const end = await player();
+  await page.screenshot({ path: path.join(cfg.artifacts, 'player_end.png'), fullPage: true });
+  await page.click('.mgpu-player-step-back');
+  await page.waitForTimeout(300);
+  const back = await player();
+  // the kernel side sees the same index (state synced through the widget model)
+  report('played', { figure, first, stepped, sawPause, end, back });
+  await runCell(2);
+  await page.waitForFunction(() => /engines stopped/.test(
+    window.jupyterapp.shell.currentWidget.content.widgets[2].node.innerText), null, { timeout: T, polling: 200 });
+  report('done', { consoleErrors });
+} catch (err) {
+  report('error', { message: String(err && err.stack || err) });
+  await page.screenshot({ path: path.join(cfg.artifacts, 'player_error.png'), fullPage: true }).catch(() => {});
+} finally {
+  await context.close();
+}
