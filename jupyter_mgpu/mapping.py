@@ -248,11 +248,13 @@ def _as_tensor(out: DistTensor, results: list[dict], target: pl.Shard, name: str
     infos = [res["result"] for res in results]
     if any(i["kind"] != "tensor" for i in infos):
         return None
-    d = target.dim
     shapes = [tuple(i["shape"]) for i in infos]
     dtypes = {i["dtype"] for i in infos}
-    if len(dtypes) > 1 or len({len(sh) for sh in shapes}) > 1 or len(shapes[0]) <= d:
+    if len(dtypes) > 1 or len({len(sh) for sh in shapes}) > 1:
         raise_uneven(out, name, shapes, dtypes)
+    # pieces join along the input's shard dim; a result with fewer dims (a reduction) along its last
+    d = target.dim if len(shapes[0]) > target.dim else len(shapes[0]) - 1
+    target = pl.Shard(d)
     rest = {sh[:d] + sh[d + 1:] for sh in shapes}
     if len(rest) > 1:
         raise_uneven(out, name, shapes, dtypes)
@@ -262,6 +264,7 @@ def _as_tensor(out: DistTensor, results: list[dict], target: pl.Shard, name: str
     if expected != shapes:
         raise_uneven(out, name, shapes, dtypes)
     out.shape = shape
+    out.placement = target
     out.dtype_name = dtype_name(dtypes.pop())
     return out
 

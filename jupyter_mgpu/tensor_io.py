@@ -199,9 +199,14 @@ def from_numpy(array: Any, placement: Any = None, session: Any = None) -> DistTe
                         "use numpy.stack(list(array)) first (or mg.from_pandas for a dataframe)")
     if str(array.dtype) not in _NUMPY_OK:
         raise MgpuError(f"unsupported numpy dtype {array.dtype}: use one of {', '.join(_NUMPY_OK)}")
+    import warnings
+
     import torch
 
-    return scatter(torch.from_numpy(np.ascontiguousarray(array)), placement=placement, session=session)
+    with warnings.catch_warnings():  # a read-only array (pandas copy-on-write) is only read here
+        warnings.simplefilter("ignore", UserWarning)
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+    return scatter(tensor, placement=placement, session=session)
 
 
 def _stack_cells(values: Sequence[Any], name: str) -> Any:
@@ -228,7 +233,7 @@ def from_pandas(frame: Any, columns: Sequence[str] | str | None = None, placemen
 
     Cells that are arrays (e.g. a 300-d embedding per row) become trailing dims: one such column
     gives ``(rows, 300)``, several give ``(rows, columns, 300)``; numeric scalar columns give
-    ``(rows, columns)``. Rows whose arrays differ in shape are reported by row number.
+    ``(rows, columns)`` (a Series of numbers gives ``(rows,)``). Rows whose arrays differ in shape are reported by row number.
     """
     try:
         import pandas as pd
@@ -236,7 +241,8 @@ def from_pandas(frame: Any, columns: Sequence[str] | str | None = None, placemen
         raise MgpuError("from_pandas needs pandas: pip install pandas") from None
     import numpy as np
 
-    if isinstance(frame, pd.Series):
+    series = isinstance(frame, pd.Series)
+    if series:
         frame = frame.to_frame(name=frame.name if frame.name is not None else 0)
     if not isinstance(frame, pd.DataFrame):
         raise MgpuError(f"from_pandas needs a pandas DataFrame or Series, got {type(frame).__name__}")
@@ -259,7 +265,8 @@ def from_pandas(frame: Any, columns: Sequence[str] | str | None = None, placemen
     if len(shapes) > 1:
         raise MgpuError("the columns hold cells of different shapes "
                         f"({', '.join(str(p.shape[1:]) for p in parts)}); choose columns of one shape with columns=")
-    array = parts[0] if len(parts) == 1 else np.stack(parts, axis=1)
+    scalars = parts[0].ndim == 1
+    array = parts[0] if len(parts) == 1 and (series or not scalars) else np.stack(parts, axis=1)
     if dtype is not None:
         array = array.astype(dtype_name(dtype))
     elif array.dtype == np.float64 and all(p.dtype == np.float32 for p in parts):
