@@ -154,3 +154,23 @@ def test_naive_concat_runs_out_of_memory_where_mg_matmul_fits(own_session):
         assert C.report.strategy == C.plan.strategy
         assert max(C.report.peak_bytes) < 0.75 * m * k_n * 4  # well under the full C rank 0 could not hold
         assert mg.sharded_matmul.max_error(C, 1, 2) <= tolerance("float32", k)
+
+
+def test_mgpu_matmul_magic(s4, capsys):
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "jupyter_mgpu")
+    r = ip.run_cell("%mgpu_matmul 96 64 80 --strategy summa --check --gather")
+    assert r.success, r.error_in_exec
+    out = capsys.readouterr().out
+    assert "* summa" in out and "B(2x2)" in out and "matmul report: summa" in out
+    assert "check against torch.mm: max abs error" in out and ": ok" in out
+    assert torch.allclose(ip.user_ns["_mgpu_C"], _reference(96, 64, 80, seeds=(0, 1)), atol=tolerance("float32", 64))
+    assert ip.run_cell("%mgpu_matmul 50 --dtype float64 --check").success
+    assert ": ok" in capsys.readouterr().out
+    for bad, words in [("%mgpu_matmul 0", "at least 1"), ("%mgpu_matmul 8 --strategy nope", "unknown matmul strategy"),
+                       ("%mgpu_matmul 8 9", "M K N"), ("%mgpu_matmul 8 --grid 3x3", "not rows x cols")]:
+        r = ip.run_cell(bad)
+        assert not r.success and words in str(r.error_in_exec), (bad, r.error_in_exec)
+    del ip.user_ns["_mgpu_C"]
