@@ -245,6 +245,8 @@ class ClusterManager:
         out = []
         for c in clusters["clusters"]:
             for r in c["ranks"]:
+                if not r["alive"]:  # a stopped cluster's or a dead rank's device is no longer in use
+                    continue
                 info = c["devices"][r["rank"]] if r["rank"] < len(c["devices"]) else {}
                 kind = info.get("kind", r["kind"] or "cpu")
                 index = int(info.get("index", r["rank"]))

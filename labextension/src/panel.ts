@@ -196,7 +196,8 @@ export class MgpuPanel extends Widget {
     view.card.dataset.status = c.status;
     view.card.dataset.worldSize = String(c.world_size);
     view.title.textContent = `${c.cluster_id} · ${c.status}`;
-    const notebook = c.notebook ? c.notebook : 'unknown notebook';
+    const notebook = c.notebook ? c.notebook.split('/').pop() : 'unknown notebook';
+    view.meta.title = c.notebook ?? '';
     view.meta.textContent =
       `${notebook} · ${c.world_size}× ${c.kind} · ${c.backend ?? ''} · ` +
       `${formatUsedTotal(c.used_bytes, c.total_bytes, this._units)}`;
@@ -240,7 +241,9 @@ export class MgpuPanel extends Widget {
   }
 
   private _renderSpark(view: ClusterView, c: ClusterInfo, now: number): void {
-    const max = Math.max(1, ...c.ranks.map(r => r.total_bytes || r.peak_bytes));
+    // scale to the largest value seen in the window (not the budget) so that changes are visible
+    const seen = c.ranks.flatMap(r => this._history.get(`${c.cluster_id}/${r.rank}`).map(s => s.v));
+    const max = Math.max(1, ...seen) * 1.1;
     for (const old of Array.from(view.spark.querySelectorAll('polyline'))) {
       old.remove();
     }

@@ -7,7 +7,7 @@ import json
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from conftest import running
+from server_fakes import running
 
 NO_AUTH = {"Authorization": ""}
 

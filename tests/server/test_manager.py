@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import running
+from server_fakes import running
 from jupyter_mgpu.server.manager import ClusterManager, ClusterNotFound
 
 
@@ -123,3 +123,5 @@ def test_dead_ranks_are_reported(fake_clusters):
     assert [r["alive"] for r in c["ranks"]] == [True, False]
     assert c["ranks"][1]["state"] == "dead"
     assert c["status"] == "degraded"
+    devices = ClusterManager(use_nvml=False).devices()["devices"]
+    assert [d["rank"] for d in devices] == [0]  # the dead rank's device is not listed as in use

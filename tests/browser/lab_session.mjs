@@ -1,0 +1,217 @@
+// Drives a real JupyterLab in Debian's Chromium (playwright-core, no browser download) through the
+// Multi-GPU sidebar story, saving a screenshot per state. Called by tests/browser/test_lab.py with one
+// JSON argument: {url, token, notebook, artifacts, docsShot, chromium, profile}. Prints one JSON line
+// per step ({"step": ..., ...observations}) and a final {"step": "done"}; the pytest asserts on them.
+import { chromium } from 'playwright-core';
+import path from 'node:path';
+
+const cfg = JSON.parse(process.argv[2]);
+const STEP_TIMEOUT = 90000;
+
+function report(step, data = {}) {
+  process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(cfg.artifacts, `${name}.png`) });
+}
+
+// Run the active notebook's cell `index` through the UI and wait until it has executed.
+async function runCell(page, index) {
+  await page.evaluate(async i => {
+    const panel = window.jupyterapp.shell.currentWidget;
+    panel.content.activeCellIndex = i;
+    await window.jupyterapp.commands.execute('notebook:run-cell');
+  }, index);
+}
+
+async function cellText(page, index) {
+  return page.evaluate(i => {
+    const cell = window.jupyterapp.shell.currentWidget.content.widgets[i];
+    return { source: cell.model.sharedModel.getSource(), output: cell.node.innerText };
+  }, index);
+}
+
+// What the sidebar shows for each cluster: id, status, world size, and each rank's bar.
+async function sidebar(page) {
+  return page.evaluate(() =>
+    Array.from(document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-cluster')).map(card => ({
+      id: card.dataset.clusterId,
+      status: card.dataset.status,
+      worldSize: Number(card.dataset.worldSize),
+      ranks: Array.from(card.querySelectorAll('.jp-mgpu-rank')).map(r => ({
+        rank: Number(r.dataset.rank),
+        pid: Number(r.dataset.pid),
+        used: Number(r.dataset.usedBytes),
+        total: Number(r.dataset.totalBytes),
+        width: r.querySelector('.jp-mgpu-bar-fill').style.width
+      })),
+      sparkPoints: Array.from(card.querySelectorAll('polyline')).map(p => p.getAttribute('points').split(' ').length)
+    }))
+  );
+}
+
+async function waitFor(page, fn, arg, timeout = STEP_TIMEOUT) {
+  await page.waitForFunction(fn, arg, { timeout, polling: 200 });
+}
+
+const context = await chromium.launchPersistentContext(cfg.profile, {
+  executablePath: cfg.chromium,
+  headless: true,
+  viewport: { width: 1280, height: 800 },
+  args: [
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+    '--disable-dev-shm-usage'
+  ]
+});
+const page = context.pages()[0] ?? (await context.newPage());
+const consoleErrors = [];
+page.on('console', msg => {
+  if (msg.type() === 'error') {
+    consoleErrors.push(msg.text());
+  }
+});
+page.on('pageerror', err => consoleErrors.push(String(err)));
+
+try {
+  // 1. open the quickstart notebook; wait for JupyterLab, the kernel and our status-bar item
+  await page.goto(`${cfg.url}lab/tree/${cfg.notebook}?token=${cfg.token}`, { timeout: STEP_TIMEOUT });
+  await waitFor(page, () => {
+    const app = window.jupyterapp;
+    const w = app && app.shell.currentWidget;
+    return !!(w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel &&
+      w.sessionContext.session.kernel.status === 'idle' && w.content.widgets.length > 0);
+  });
+  await page.waitForSelector('.jp-mgpu-status', { timeout: STEP_TIMEOUT });
+  const plugins = await page.evaluate(() => window.jupyterapp.hasPlugin('jupyter-mgpu:plugin'));
+  const statusBefore = await page.textContent('.jp-mgpu-status');
+  // clicking the status item opens the sidebar
+  await page.click('.jp-mgpu-status');
+  await page.waitForSelector('#jupyter-mgpu-panel:not(.lm-mod-hidden)', { timeout: 10000 });
+  const panelVisible = await page.isVisible('#jupyter-mgpu-panel');
+  const heading = await page.textContent('#jupyter-mgpu-panel .jp-mgpu-heading');
+  await shot(page, '01_notebook_open');
+  report('open', { plugins, statusBefore, panelVisible, heading });
+
+  // 2. run %load_ext (the notebook's first code cell), then the sidebar's "Insert %mgpu_init" button
+  const sources = await page.evaluate(() =>
+    window.jupyterapp.shell.currentWidget.content.widgets.map(c => c.model.sharedModel.getSource())
+  );
+  const loadIndex = sources.findIndex(s => s.includes('%load_ext jupyter_mgpu'));
+  await runCell(page, loadIndex);
+  await page.evaluate(i => {
+    window.jupyterapp.shell.currentWidget.content.activeCellIndex = i;
+  }, loadIndex);
+  await page.click('#jupyter-mgpu-panel .jp-mgpu-insert');
+  const initIndex = loadIndex + 1;
+  const inserted = (await cellText(page, initIndex)).source;
+  await runCell(page, initIndex);
+  await page.waitForSelector('.mgpu-mem .mgpu-mem-row', { timeout: STEP_TIMEOUT });
+  await waitFor(page, () => document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-rank').length >= 2);
+  await waitFor(page, () => /mgpu \d+× cpu/.test(document.querySelector('.jp-mgpu-status').textContent));
+  const dashboardRows = await page.evaluate(() =>
+    Array.from(document.querySelectorAll('.mgpu-mem .mgpu-mem-row')).map(r => ({
+      rank: Number(r.dataset.rank),
+      text: r.innerText
+    }))
+  );
+  const started = await sidebar(page);
+  const statusStarted = await page.textContent('.jp-mgpu-status');
+  const initOutput = (await cellText(page, initIndex)).output;
+  await shot(page, '02_cluster_started');
+  report('started', { inserted, dashboardRows, sidebar: started, status: statusStarted, initOutput });
+
+  // 3. allocate 256 MiB per rank in a %%mgpu cell; the sidebar bars must grow
+  const before = started[0].ranks.map(r => r.used);
+  const allocIndex = initIndex + 1;
+  await page.evaluate(i => {
+    const nb = window.jupyterapp.shell.currentWidget.content;
+    nb.activeCellIndex = i - 1;
+  }, allocIndex);
+  await page.evaluate(() => window.jupyterapp.commands.execute('notebook:insert-cell-below'));
+  await page.evaluate(() => {
+    const nb = window.jupyterapp.shell.currentWidget.content;
+    nb.activeCell.model.sharedModel.setSource(
+      '%%mgpu\nbig = torch.ones(64, 1024, 1024)  # 256 MiB of float32 on every rank\nbig.numel() * 4 >> 20'
+    );
+  });
+  await runCell(page, allocIndex);
+  const grew = await page
+    .waitForFunction(
+      b =>
+        Array.from(document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-rank')).every(
+          (r, i) => Number(r.dataset.usedBytes) - b[i] > 200 * 2 ** 20
+        ),
+      before,
+      { timeout: 30000, polling: 200 }
+    )
+    .then(() => true)
+    .catch(() => false);
+  await page.waitForTimeout(1500); // let the sparkline and dashboard catch up for the picture
+  const allocated = await sidebar(page);
+  const allocOutput = (await cellText(page, allocIndex)).output;
+  const dashboardAfter = await page.evaluate(() =>
+    Array.from(document.querySelectorAll('.mgpu-mem .mgpu-mem-row')).map(r => r.innerText)
+  );
+  await shot(page, '03_after_allocation');
+  if (cfg.docsShot) {
+    await page.screenshot({ path: cfg.docsShot, clip: { x: 0, y: 0, width: 1280, height: 800 } });
+  }
+  report('allocated', { before, grew, sidebar: allocated, allocOutput, dashboardAfter });
+
+  // 4. "Stop cluster" asks for confirmation, then ends the engines
+  const clusterId = allocated[0].id;
+  await page.click(`#jupyter-mgpu-panel .jp-mgpu-cluster[data-cluster-id="${clusterId}"] .jp-mgpu-stop`);
+  await page.waitForSelector('.jp-Dialog', { timeout: 10000 });
+  const dialogText = await page.textContent('.jp-Dialog');
+  await shot(page, '04_stop_confirmation');
+  await page.click('.jp-Dialog button.jp-mod-warn');
+  const stopped = await page
+    .waitForFunction(
+      id => {
+        const card = document.querySelector(`#jupyter-mgpu-panel .jp-mgpu-cluster[data-cluster-id="${id}"]`);
+        return !card || card.dataset.status === 'stopped';
+      },
+      clusterId,
+      { timeout: 30000, polling: 200 }
+    )
+    .then(() => true)
+    .catch(() => false);
+  const afterStop = await sidebar(page);
+  const errorDialog = await page.$('.jp-Dialog');
+  await shot(page, '05_stopped');
+  report('stopped', {
+    clusterId,
+    dialogText,
+    stopped,
+    sidebar: afterStop,
+    errorDialog: errorDialog ? await errorDialog.textContent() : null
+  });
+  // 5. theme-aware: the panel follows JupyterLab's dark theme
+  const lightBg = await page.evaluate(() => getComputedStyle(document.getElementById('jupyter-mgpu-panel')).backgroundColor);
+  await page.evaluate(() => window.jupyterapp.commands.execute('apputils:change-theme', { theme: 'JupyterLab Dark' }));
+  const darkApplied = await page
+    .waitForFunction(
+      bg => getComputedStyle(document.getElementById('jupyter-mgpu-panel')).backgroundColor !== bg,
+      lightBg,
+      { timeout: 20000, polling: 200 }
+    )
+    .then(() => true)
+    .catch(() => false);
+  const darkBg = await page.evaluate(() => getComputedStyle(document.getElementById('jupyter-mgpu-panel')).backgroundColor);
+  await shot(page, '06_dark_theme');
+  report('theme', { lightBg, darkBg, darkApplied });
+  report('done', { consoleErrors: consoleErrors.filter(e => /mgpu/i.test(e)) });
+} catch (err) {
+  await shot(page, '99_failure').catch(() => {});
+  report('error', { message: String(err && err.stack ? err.stack : err), consoleErrors });
+  process.exitCode = 1;
+} finally {
+  await context.close();
+}

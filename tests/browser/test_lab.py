@@ -1,0 +1,192 @@
+"""Real-browser test: a real ``jupyter lab`` driven by Debian's Chromium through playwright-core.
+
+Opens notebooks/01_quickstart.ipynb (a copy), inserts ``%mgpu_init 2`` with the sidebar's button and
+runs it, checks the memory dashboard shows 2 devices and the sidebar lists the cluster with 2 ranks,
+allocates 256 MiB per rank and checks the sidebar's bars grow, stops the cluster from the sidebar
+(with its confirmation) and checks the engines are gone. Screenshots of each state go to
+test-artifacts/browser/; ``MGPU_UPDATE_DOCS_SHOT=1`` also refreshes docs/sidebar_dashboard.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from processes import wait_gone
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "browser"
+DOCS_SHOT = REPO / "docs" / "sidebar_dashboard.png"
+CHROMIUM = os.environ.get("MGPU_CHROMIUM", "/usr/bin/chromium")
+SCRIPT = Path(__file__).with_name("lab_session.mjs")
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _procs_naming(text: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(text in a for a in (p.info["cmdline"] or [])):
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A real JupyterLab on a free loopback port with a token, in a private temp root and runtime dir."""
+    for need, how in ((CHROMIUM, "apt-get install -y chromium"), (shutil.which("node"), "install Node.js"),
+                      (REPO / "node_modules" / "playwright-core", "pip install -e . (runs jlpm install)")):
+        assert need and Path(need).exists(), f"the browser test needs {need}: {how}"
+    tmp = tmp_path_factory.mktemp("lab")
+    root = tmp / "root"
+    shutil.copytree(REPO / "notebooks", root / "notebooks")
+    runtime = tmp / "runtime"
+    runtime.mkdir(mode=0o700)
+    port, token = _free_port(), os.urandom(12).hex()
+    env = dict(os.environ)
+    env.update(
+        JUPYTER_RUNTIME_DIR=str(runtime),
+        JUPYTER_MGPU_RUNTIME_DIR=str(runtime / "jupyter-mgpu"),
+        JUPYTER_MGPU_FORCE_CPU="1",
+        JUPYTER_CONFIG_DIR=str(tmp / "config"),
+    )
+    cmd = [
+        sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+        f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False",
+        "--LabApp.expose_app_in_browser=True", f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+        "--ServerApp.port_retries=0",
+    ]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    news = tmp / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    log = open(tmp / "lab.log", "wb")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(f"jupyter lab did not start: {(tmp / 'lab.log').read_text()[-3000:]}")
+            time.sleep(0.3)
+    yield {"url": url, "token": token, "tmp": tmp, "runtime": runtime, "log": tmp / "lab.log"}
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    log.close()
+    # nothing the lab started (kernel, controller, supervisor, engines) outlives it
+    assert wait_gone(_procs_naming(str(runtime)), timeout=15) == []
+
+
+@pytest.fixture(scope="module")
+def story(lab):
+    """Run the browser script once; return its steps by name."""
+    if ARTIFACTS.exists():
+        shutil.rmtree(ARTIFACTS)
+    ARTIFACTS.mkdir(parents=True)
+    cfg = {
+        "url": lab["url"], "token": lab["token"], "notebook": "notebooks/01_quickstart.ipynb",
+        "artifacts": str(ARTIFACTS), "chromium": CHROMIUM, "profile": str(lab["tmp"] / "chromium-profile"),
+        "docsShot": str(ARTIFACTS / "sidebar_dashboard.png"),
+    }
+    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=360,
+                         cwd=REPO)
+    steps = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            steps[rec["step"]] = rec
+    assert "error" not in steps, f"{steps['error']['message']}\nlab log:\n{lab['log'].read_text()[-3000:]}"
+    assert run.returncode == 0 and "done" in steps, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    if os.environ.get("MGPU_UPDATE_DOCS_SHOT"):
+        shutil.copyfile(ARTIFACTS / "sidebar_dashboard.png", DOCS_SHOT)
+    return steps
+
+
+def test_lab_loads_the_extension_and_the_status_item_opens_the_panel(story):
+    s = story["open"]
+    assert s["plugins"] is True
+    assert s["statusBefore"].startswith("mgpu")
+    assert s["panelVisible"] is True and s["heading"] == "Multi-GPU"
+
+
+def test_insert_button_and_mgpu_init_show_two_devices_in_dashboard_and_sidebar(story):
+    s = story["started"]
+    assert s["inserted"] == "%mgpu_init 2"
+    assert [r["rank"] for r in s["dashboardRows"]] == [0, 1]
+    assert all("cpu:" in r["text"] for r in s["dashboardRows"])
+    [cluster] = s["sidebar"]
+    assert cluster["worldSize"] == 2 and cluster["status"] == "running"
+    assert [r["rank"] for r in cluster["ranks"]] == [0, 1]
+    assert all(r["pid"] > 0 and r["used"] > 0 and r["total"] > 0 for r in cluster["ranks"])
+    assert s["status"].startswith("mgpu 2× cpu · ") and s["status"].endswith("iB")
+
+
+def test_sidebar_bars_grow_after_allocating_256_mib_per_rank(story):
+    s = story["allocated"]
+    assert s["grew"] is True, f"before {s['before']}, after {s['sidebar']}"
+    after = [r["used"] for r in s["sidebar"][0]["ranks"]]
+    assert all(a - b > 200 * 2**20 for a, b in zip(after, s["before"]))
+    assert "256" in s["allocOutput"]
+    assert all(n >= 2 for n in s["sidebar"][0]["sparkPoints"])  # the sparkline has a history
+
+
+def test_stop_cluster_asks_then_ends_the_engines(story, lab):
+    s = story["stopped"]
+    assert "Stop cluster" in s["dialogText"]
+    assert s["stopped"] is True
+    assert s["errorDialog"] is None
+    pids = [r["pid"] for r in story["started"]["sidebar"][0]["ranks"]]
+    assert wait_gone(pids, timeout=10) == []
+
+
+def test_panel_follows_the_dark_theme(story):
+    s = story["theme"]
+    assert s["darkApplied"] is True and s["lightBg"] != s["darkBg"]
+
+
+def _brightness(css: str) -> float:
+    r, g, b = (float(v) for v in css[css.index("(") + 1:css.index(")")].split(",")[:3])
+    return (r + g + b) / 3
+
+
+def test_dark_panel_is_dark(story):
+    s = story["theme"]
+    assert _brightness(s["darkBg"]) < 100 < _brightness(s["lightBg"])
+
+
+def test_screenshots_of_each_state(story):
+    names = sorted(p.name for p in ARTIFACTS.glob("*.png"))
+    assert names == ["01_notebook_open.png", "02_cluster_started.png", "03_after_allocation.png",
+                     "04_stop_confirmation.png", "05_stopped.png", "06_dark_theme.png", "sidebar_dashboard.png"]
+    assert (ARTIFACTS / "sidebar_dashboard.png").stat().st_size < 300_000
+    assert story["done"]["consoleErrors"] == []
