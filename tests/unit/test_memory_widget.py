@@ -9,6 +9,7 @@ import time
 import pytest
 import traitlets
 
+import jupyter_mgpu.memory  # noqa: F401  (the module, for _frame)
 from jupyter_mgpu.engine import telemetry as tele
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.widgets import memory as wm
@@ -133,3 +134,16 @@ def test_control_file_is_private_and_merges_changes(tmp_path):
 def test_engine_sampling_period_is_checked(period):
     with pytest.raises(ValueError, match="sampling period must be 0"):
         tele.set_period(period)
+
+
+def test_dataframe_view_needs_pandas():
+    import importlib.util
+    import sys
+
+    rows = [{"rank": 0, "time": 1.0, "state": "idle"}]
+    frame = sys.modules["jupyter_mgpu.memory"]._frame
+    if importlib.util.find_spec("pandas") is None:
+        with pytest.raises(MgpuError, match="as_frame=True needs pandas"):
+            frame(rows)
+    else:
+        assert list(frame(rows)["rank"]) == [0]

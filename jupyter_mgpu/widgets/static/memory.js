@@ -64,7 +64,7 @@ function drawBar(d, scale) {
   return bar;
 }
 
-function drawTimeline(points, d, scale, window) {
+function drawTimeline(points, d, [lo, scale], window) {
   const w = 180;
   const h = 28;
   const svg = document.createElementNS(SVG, "svg");
@@ -72,8 +72,8 @@ function drawTimeline(points, d, scale, window) {
   svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
   svg.setAttribute("preserveAspectRatio", "none");
   const x = (ago) => w * (1 + ago / window);
-  const y = (v) => h - (h - 2) * Math.min(1, (v || 0) / (scale || 1)) - 1;
-  if (d.limit) {
+  const y = (v) => h - (h - 2) * Math.max(0, Math.min(1, ((v || 0) - lo) / (scale - lo || 1))) - 1;
+  if (d.limit && d.limit <= scale && d.limit >= lo) {
     const line = document.createElementNS(SVG, "line");
     line.setAttribute("x1", 0);
     line.setAttribute("x2", w);
@@ -90,7 +90,7 @@ function drawTimeline(points, d, scale, window) {
     svg.appendChild(path);
   }
   const title = document.createElementNS(SVG, "title");
-  title.textContent = `rank ${d.rank}: last ${window} s`;
+  title.textContent = `rank ${d.rank}: ${d.labels.used} over the last ${window} s (${fmtBytes(lo)} to ${fmtBytes(scale)})`;
   svg.appendChild(title);
   return svg;
 }
@@ -122,7 +122,8 @@ function render({ model, el: root }) {
 
   function drawControls() {
     title.textContent = `Device memory — ${model.get("title")}`;
-    pause.textContent = model.get("paused") ? "▶ resume" : "⏸ pause";
+    pause.textContent = model.get("paused") ? "resume" : "pause";
+    pause.title = model.get("paused") ? "resume live updates (every view)" : "pause live updates (every view)";
     const r = model.get("refresh_rate");
     if (!RATES.includes(r)) {
       const opt = el("option", "", `${r} Hz`);
@@ -137,7 +138,13 @@ function render({ model, el: root }) {
     const devices = model.get("devices") || [];
     const timeline = model.get("timeline") || [];
     const window = model.get("window") || 60;
+    // bars share one scale up to the largest limit (as in Dask); timelines share one scale that fits
+    // what they show, so a 64 MiB step stays visible next to a 16 GiB limit
     const scale = Math.max(1, ...devices.map((d) => Math.max(d.limit || 0, d.reserved || 0, d.peak || 0, d.used || 0)));
+    const seen = timeline.flatMap((pts) => (pts || []).map(([, v]) => v || 0));
+    const thigh = Math.max(1, ...seen, ...devices.map((d) => d.used || 0));
+    const tlow = seen.length ? Math.min(...seen) : 0;
+    const tscale = [Math.max(0, tlow - 0.1 * (thigh - tlow) - 0.05 * thigh), thigh + 0.1 * (thigh - tlow) + 0.05 * thigh];
     rows.replaceChildren();
     devices.forEach((d, i) => {
       const row = el("div", `mgpu-mem-row mgpu-state-${d.state}`);
@@ -152,13 +159,34 @@ function render({ model, el: root }) {
         `${fmtBytes(d.used)}${d.limit ? ` / ${fmtBytes(d.limit)}` : ""}` +
         (d.peak ? ` · peak ${fmtBytes(d.peak)}` : "") +
         (d.reserved !== null && d.reserved !== undefined ? ` · reserved ${fmtBytes(d.reserved)}` : ""));
-      row.append(label, badge, drawBar(d, scale), text, drawTimeline(timeline[i], d, scale, window));
+      row.append(label, badge, drawBar(d, scale), text, drawTimeline(timeline[i], d, tscale, window));
       rows.appendChild(row);
     });
   }
 
-  const onControls = () => drawControls();
-  const onRows = () => drawRows();
+  // Pause and rate act here at once, for every view of this model: a kernel busy in another cell
+  // reads the new values only when that cell ends, and keeps sending samples until then.
+  let lastDraw = 0;
+  let timer = null;
+  function scheduleRows() {
+    if (model.get("paused")) return;
+    const interval = 1000 / (model.get("refresh_rate") || 10);
+    const wait = lastDraw + interval - Date.now();
+    if (wait <= 0) {
+      lastDraw = Date.now();
+      drawRows();
+    } else if (timer === null) {
+      timer = setTimeout(() => {
+        timer = null;
+        scheduleRows();
+      }, wait);
+    }
+  }
+  const onControls = () => {
+    drawControls();
+    scheduleRows();
+  };
+  const onRows = () => scheduleRows();
   model.on("change:paused", onControls);
   model.on("change:refresh_rate", onControls);
   model.on("change:status", onControls);
@@ -168,6 +196,7 @@ function render({ model, el: root }) {
   drawControls();
   drawRows();
   return () => {
+    if (timer !== null) clearTimeout(timer);
     model.off("change:paused", onControls);
     model.off("change:refresh_rate", onControls);
     model.off("change:status", onControls);
