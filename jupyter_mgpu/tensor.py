@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import sys
 import threading
 from typing import Any, Sequence
@@ -247,8 +248,31 @@ def session_of(*tensors: Any, session: Any = None) -> Any:
     return s
 
 
+def _split_args(args: Sequence[Any], placement: Any, dtype: Any, seed: Any) -> tuple:
+    """Accept ``(3, 4)``, ``((3, 4),)`` and ``((3, 4), placement, dtype, seed)`` positionally, like torch."""
+    args = tuple(args)
+    if args and isinstance(args[0], (tuple, list)):
+        shape, rest = args[0], args[1:]
+    else:
+        n = 0
+        while n < len(args) and isinstance(args[n], numbers.Integral) and not isinstance(args[n], bool):
+            n += 1
+        shape, rest = args[:n], args[n:]
+    if len(rest) > 3:
+        raise MgpuError(f"too many positional arguments: {rest!r}; use shape, placement, dtype, seed")
+    named = [placement, dtype, seed]
+    for i, value in enumerate(rest):
+        if named[i] is not None and i != 2:
+            raise MgpuError(f"{('placement', 'dtype', 'seed')[i]} given twice")
+        named[i] = value
+    if rest and not isinstance(named[0], (pl.Shard, pl.Replicate, pl.Block2D)):
+        raise MgpuError(f"shape must be whole numbers, got {args!r}")
+    return (tuple(shape), *named)
+
+
 def _create(kind: str, shape: Sequence[Any], placement: Any, dtype: Any, seed: int | None,
             session: Any, default_dtype: str = "float32") -> DistTensor:
+    shape, placement, dtype, seed = _split_args(shape, placement, dtype, seed)
     s = session or sessmod.current()
     s.check_alive()
     shape = _shape(shape)

@@ -38,6 +38,11 @@ def test_random_tensor_is_the_same_global_tensor_for_every_world_size(session_of
     assert torch.equal(mg.arange(5, 7, placement=mg.Shard(1)).gather(), torch.arange(35).reshape(5, 7))
     assert torch.equal(mg.ones(4, 3, dtype="float64").gather(), torch.ones(4, 3, dtype=torch.float64))
     assert torch.equal(mg.zeros(3, 4, placement=mg.Replicate()).gather(), torch.zeros(3, 4))
+    # torch-like positional forms: (shape, placement, dtype, seed)
+    P = mg.randn((301, 259), mg.Shard(1), "float64", 5)
+    assert P.placement == mg.Shard(1) and P.dtype == torch.float64
+    assert torch.equal(P.gather(), seeding.global_tensor("randn", (301, 259), dtype=torch.float64, seed=5))
+    assert mg.ones(torch.Size([2, 3]), mg.Replicate()).shape == (2, 3)
     assert transfer.open_buffers() == []
 
 
@@ -115,6 +120,8 @@ def test_bad_input_is_one_sentence_and_allocates_nothing(s2):
         (lambda: mg.randn(4, 4, dtype="int64"), "floating-point"),
         (lambda: mg.randn(4, 4, dtype="complex-ish"), "unsupported dtype"),
         (lambda: mg.zeros(-1, 4), "non-negative"),
+        (lambda: mg.zeros(4.5, 4), "whole numbers"),
+        (lambda: mg.zeros((4, 4), mg.Shard(0), placement=mg.Shard(1)), "given twice"),
         (lambda: mg.randn(4, 4, seed=-2), "seed"),
         (lambda: mg.scatter("text"), "scatter needs"),
         (lambda: mg.randn(4, 4).gather(out=torch.empty(3, 3)), "out= must be"),
