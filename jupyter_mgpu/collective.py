@@ -23,6 +23,7 @@ from .ops import collectives as coll
 from .ops import demo_inputs
 
 MAX_CAPTURE_BYTES = 64 << 20  # per rank: the view copies inputs and outputs to the notebook
+FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int16", "int8", "uint8")
 
 
@@ -75,7 +76,7 @@ def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str
                     f"got {type(inputs).__name__}")
 
 
-def _validate(name: str, metas: list[dict[str, Any]], n: int, what: str, max_bytes: int) -> None:
+def _validate(name: str, op: str, metas: list[dict[str, Any]], n: int, what: str, max_bytes: int) -> None:
     """One sentence for the first problem in the inputs the ranks built; nothing has run yet."""
     bad = [r for r, m in enumerate(metas) if m["type"] != "Tensor"]
     if bad:
@@ -107,8 +108,9 @@ def _validate(name: str, metas: list[dict[str, Any]], n: int, what: str, max_byt
         raise MgpuError(f"{name} needs tensors with at least one dimension, got a scalar")
     if name in coll.SPLITTING and shape[0] % n:
         raise MgpuError(_split_hint(name, shape[0], n, f"the input of shape {tuple(shape)}"))
-    if metas[0]["dtype"] == "bool" and name in coll.REDUCING:
-        raise MgpuError(f"{name} cannot reduce bool tensors; convert them to an integer dtype first")
+    if op == "avg" and name in coll.REDUCING and metas[0]["dtype"] not in FLOAT_DTYPES:
+        raise MgpuError(f"op avg needs floating-point tensors, these are {metas[0]['dtype']} (the backend "
+                        "computes the mean in floating point and cannot store it back); use sum, or a float dtype")
 
 
 class CollectiveResult:
@@ -244,7 +246,7 @@ def collective(name: str, inputs: Any = None, op: str = "sum", src: int = 0, sha
                         f"multiple of {n}, such as shape {good}")
     metas = s.run(coll.prepare, spec, True, max_bytes, label=f"{name}: build inputs")
     try:
-        _validate(name, metas, n, what, max_bytes)
+        _validate(name, op, metas, n, what, max_bytes)
     except MgpuError:
         s.run(coll.discard, label=f"{name}: discard inputs")
         raise

@@ -43,7 +43,9 @@ ALIASES = {
     "recv": "send_recv", "bcast": "broadcast",
 }
 OP_ALIASES = {"prod": "product", "mean": "avg", "average": "avg", "minimum": "min", "maximum": "max"}
-# (backend, op) pairs a backend refuses, with the reason; gloo in torch 2.13 supports all five ops.
+# (backend, op) pairs a backend refuses, with the reason. gloo (torch 2.13) and NCCL support all five
+# ops on floating-point tensors; avg on integer or bool tensors fails in gloo ("result type Float can't
+# be cast"), so the controller refuses avg on non-float dtypes before anything runs.
 UNSUPPORTED_OPS: dict[tuple[str, str], str] = {}
 
 _prepared: dict[int, Any] = {}

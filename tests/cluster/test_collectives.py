@@ -113,6 +113,7 @@ def test_bad_input_is_one_sentence_and_the_session_stays_usable(s4):
          "rank 0's input tensor is on meta but rank 0's device is cpu"),
         (dict(name="all_reduce", inputs=lambda rank: [rank]), "is a list, not a torch.Tensor, on ranks 0, 1, 2, 3"),
         (dict(name="all_reduce", inputs=42), "inputs must be a function rank -> tensor"),
+        (dict(name="reduce", op="avg", dtype="int64"), "op avg needs floating-point tensors, these are int64"),
         (dict(name="all_reduce", inputs=lambda rank: torch.ones(300), max_bytes=1024),
          "rank 0's input is .*, more than the .* a collective view captures and draws per rank"),
     ]
