@@ -36,6 +36,8 @@ class MetricsPlot(ipywidgets.VBox):
 
     def __init__(self, session: Any, names: Any = None, interval: float = 0.25):
         super().__init__()
+        from plotly.basewidget import BaseFigureWidget  # noqa: F401  (a one-time import of several seconds: here, not mid-training)
+
         if isinstance(names, str):
             names = [names]
         self.session = session
