@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import pathlib
+from typing import Any
 
 import anywidget
 import traitlets
@@ -66,6 +67,21 @@ class FramePlayer(anywidget.AnyWidget):
 
     def pause(self) -> None:
         self.playing = False
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The live widget, plus an HTML fallback (every step's caption and the last frame) for exports."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if isinstance(data, dict):
+            data["text/html"] = self.summary_html()
+        return bundle
+
+    def summary_html(self) -> str:
+        """Every step's caption as a list, then the last frame (what an exported notebook shows)."""
+        steps = "".join(f"<li>{html.escape(c)}</li>" for c in self.captions if c)
+        head = f"<div style='font:12px sans-serif;color:#555'>{html.escape(self.badge)}</div>" if self.badge else ""
+        listing = f"<ol start='0' style='font:12px sans-serif'>{steps}</ol>" if steps else ""
+        return f"<div class='mgpu-player-static'>{head}{listing}{self.frames[-1]}</div>"
 
     def static_html(self, index: int | None = None) -> str:
         """One frame as plain HTML (for exported notebooks, where widgets do not run)."""

@@ -235,6 +235,10 @@ def test_player_steps_plays_and_pauses_without_a_browser():
     p.step(2)
     assert p.index == 2 and not p.playing  # reaching the end stops
     assert "logical schedule" in p.static_html() and "<svg>2</svg>" in p.static_html()
+    data = p._repr_mimebundle_()
+    data = data[0] if isinstance(data, tuple) else data
+    assert "application/vnd.jupyter.widget-view+json" in data  # the live player …
+    assert "<li>c</li>" in data["text/html"] and data["text/html"].endswith("<svg>2</svg></div>")  # … and its export
     assert p._esm.exists() if hasattr(p._esm, "exists") else "render" in p._esm
     with pytest.raises(ValueError):
         FramePlayer([])
