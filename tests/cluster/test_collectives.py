@@ -173,9 +173,28 @@ def _die_soon(rank):
 
 
 def test_a_rank_dying_during_a_collective_is_named_without_a_hang(own_session):
+    import os
+    import signal
+
     with own_session(2) as s:
         t0 = time.monotonic()
         with pytest.raises(EngineDiedError, match="rank 1") as info:
             mg.collective("all_reduce", _die_soon, session=s)
         assert time.monotonic() - t0 < s.timeout + 5
         assert info.value.ranks == [1]
+    with own_session(2) as s:
+        # rank 1 alone enters the collective (it waits in it for rank 0) and is killed there
+        metas = s.run(coll.prepare, ("demo", (4, 4), "float32"), False)
+        pending = s.run(coll.execute, [m["token"] for m in metas], "all_reduce", "sum", 0, targets=[1],
+                        label="all_reduce", block=False)
+        deadline = time.monotonic() + 10
+        while s.memory()[1].get("op") != "all_reduce" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.memory()[1].get("op") == "all_reduce" and not pending.ready()
+        t0 = time.monotonic()
+        os.kill(s.cluster.engine_pids[1], signal.SIGKILL)
+        with pytest.raises(EngineDiedError, match="rank 1"):
+            pending.get()
+        with pytest.raises(EngineDiedError, match="rank 1"):
+            mg.collective("all_reduce", session=s)
+        assert time.monotonic() - t0 < s.timeout
