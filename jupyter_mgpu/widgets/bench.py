@@ -113,9 +113,9 @@ def busbw_svg(result: Any, width: int = 640, height: int = 340) -> str:
         for k in range(5):
             v = y1 * k / 4
             parts.append(f"<text x='{left - 6}' y='{py(v) + 4:.1f}' text-anchor='end'>{v:.2f}</text>")
-        for r in pts:
-            parts.append(f"<text x='{px(r['size']):.1f}' y='{top + ph + 14}' text-anchor='middle'>"
-                         f"{html.escape(_size(r['size']))}</text>")
+        for size in sorted({r["size"] for r in pts}):
+            parts.append(f"<text x='{px(size):.1f}' y='{top + ph + 14}' text-anchor='middle'>"
+                         f"{html.escape(_size(size))}</text>")
         for i, (name, rows) in enumerate(series.items()):
             color = PALETTE[i % len(PALETTE)]
             path = " ".join(f"{'M' if j == 0 else 'L'} {px(r['size']):.1f} {py(r['busbw']):.1f}"

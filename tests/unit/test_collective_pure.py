@@ -242,3 +242,31 @@ def test_player_steps_plays_and_pauses_without_a_browser():
     assert p._esm.exists() if hasattr(p._esm, "exists") else "render" in p._esm
     with pytest.raises(ValueError):
         FramePlayer([])
+
+
+def _bench_result(wrong=0):
+    from jupyter_mgpu.bench import BenchResult
+
+    rows = []
+    for name in ("all_reduce", "all_gather"):
+        for i, size in enumerate((1024, 1 << 20)):
+            row = cb.summarize(name, size, size // 4, 4, 4, [[1e-3 * (i + 1)]] * 4, [wrong, 0, 0, 0])
+            row.update(dtype="float32", redop="sum" if name == "all_reduce" else "none", root=-1)
+            rows.append(row)
+    return BenchResult(rows, 4, "gloo", "float32", "sum", 0, 5, 1)
+
+
+def test_bench_table_plot_and_svg_views():
+    ok = _bench_result()
+    text = ok.table()
+    assert "# all_reduce" in text and "# all_gather" in text and "#wrong" in text and "(GB/s)" in text
+    assert re.search(r"\n\s+1048576\s+262144\s+float32\s+sum\s+-1\s+2000\.0\s+0\.52\s+0\.79\s+0\n", text)
+    assert text.endswith("# Out of bounds values : 0 OK") and ok.wrong == 0
+    fig = ok.figure()
+    assert [t.name for t in fig.data] == ["all_reduce", "all_gather"] and fig.layout.xaxis.type == "log"
+    assert list(fig.data[0].y) == [r["busbw"] for r in ok.rows[:2]]
+    svg = ok.svg()
+    assert svg.startswith("<svg") and svg.count(">1 MiB<") == 1 and "all_gather" in svg
+    bad = _bench_result(wrong=3)
+    assert bad.wrong == 12 and "12 wrong result elements" in bad.table()
+    assert "color:#c00" in bad._repr_html_() and "color:#c00" not in ok._repr_html_()
