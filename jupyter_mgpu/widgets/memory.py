@@ -92,7 +92,7 @@ class MemoryDashboard(anywidget.AnyWidget):
     _esm = STATIC / "memory.js"
     _css = STATIC / "memory.css"
 
-    devices = traitlets.List(traitlets.Dict()).tag(sync=True)
+    devices = traitlets.List().tag(sync=True)  # one dict per rank (see device_row)
     timeline = traitlets.List().tag(sync=True)  # per rank: [[seconds before now, used bytes], ...]
     window = traitlets.Float(WINDOW_SECONDS).tag(sync=True)
     paused = traitlets.Bool(False).tag(sync=True)
@@ -166,6 +166,9 @@ class MemoryDashboard(anywidget.AnyWidget):
         """Show ``samples`` (one per rank, as :func:`jupyter_mgpu.memory` returns them) now."""
         with self._lock:
             self._record(samples)
+        self._push(samples, now)
+
+    def _push(self, samples: list[dict[str, Any]], now: float | None = None) -> None:
         now = time.time() if now is None else now
         devices = [device_row(s) for s in sorted(samples, key=lambda s: s["rank"])]
         timeline = None
@@ -208,7 +211,7 @@ class MemoryDashboard(anywidget.AnyWidget):
                 latest = self._latest
             if latest is not None:
                 try:
-                    self.update(latest)
+                    self._push(latest)  # already recorded by _on_samples
                 except Exception:
                     pass
                 last = time.monotonic()
