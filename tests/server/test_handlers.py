@@ -86,3 +86,15 @@ async def test_stop_ends_the_cluster(jp_fetch, fake_clusters):
     assert set(body["signalled"]) == set(pids[:2])
     assert body["remaining"] == []
     assert not any(running(p) for p in pids[:2])
+
+
+async def test_no_gpu_means_no_warnings_or_errors_in_the_log(jp_fetch, fake_clusters, caplog):
+    import logging
+
+    fake_clusters.make("222-bbbb0008")
+    caplog.set_level(logging.DEBUG)
+    for _ in range(3):
+        await jp_fetch("mgpu", "api", "devices")
+        await jp_fetch("mgpu", "api", "clusters")
+    bad = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert bad == []

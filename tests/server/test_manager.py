@@ -22,9 +22,9 @@ def test_lists_this_users_running_cluster_with_ranks_and_memory(fake_clusters):
     payload = ClusterManager().clusters()
     assert ids(payload) == ["111-aaaa0001"]
     c = payload["clusters"][0]
-    assert c["status"] == "running" and c["world_size"] == 3 and c["notebook"] == "demo.ipynb"
+    assert c["status"] == "running" and c["world_size"] == 3 and c["notebook"] == "demo.ipynb", c
     assert [r["rank"] for r in c["ranks"]] == [0, 1, 2]
-    assert all(r["alive"] for r in c["ranks"])
+    assert all(r["alive"] for r in c["ranks"]), c
     assert [r["pid"] for r in c["ranks"]] == fake_clusters.pids(path)[2:]
     assert [r["used_bytes"] for r in c["ranks"]] == [(300 << 20) + r for r in range(3)]
     assert c["used_bytes"] == sum((300 << 20) + r for r in range(3))
@@ -125,3 +125,70 @@ def test_dead_ranks_are_reported(fake_clusters):
     assert c["status"] == "degraded"
     devices = ClusterManager(use_nvml=False).devices()["devices"]
     assert [d["rank"] for d in devices] == [0]  # the dead rank's device is not listed as in use
+
+
+class _FakeNVML:
+    """A stand-in for nvidia-ml-py on this GPU-less machine (the GPU-only path): two GPUs, 80 GB each."""
+
+    class _Mem:
+        def __init__(self, used, total):
+            self.used, self.total = used, total
+
+    class _Util:
+        gpu = 37
+
+    def __init__(self):
+        self.shutdowns = 0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return {"GPU-b": 1}[uuid]
+
+    def nvmlDeviceGetName(self, h):
+        return f"NVIDIA H100 #{h}".encode()
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return self._Mem((h + 1) * 10**9, 80 * 10**9)
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return self._Util()
+
+
+@pytest.mark.parametrize(("visible", "physical"), [(None, [0, 1]), ("1", [1]), ("GPU-b", [1]), ("1,-1,0", [1])])
+def test_gpus_come_from_nvml_mapped_through_cuda_visible_devices(monkeypatch, mgpu_root, visible, physical):
+    fake = _FakeNVML()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("JUPYTER_MGPU_FORCE_CPU", raising=False)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    devices = ClusterManager().devices()
+    assert devices["source"] == "nvml"
+    assert [d["id"] for d in devices["devices"]] == [f"cuda:{i}" for i in range(len(physical))]
+    assert [d["name"] for d in devices["devices"]] == [f"NVIDIA H100 #{p}" for p in physical]
+    assert [d["used_bytes"] for d in devices["devices"]] == [(p + 1) * 10**9 for p in physical]
+    assert fake.shutdowns == 1
+
+
+def test_nvml_without_a_driver_falls_back_to_cluster_devices(monkeypatch, fake_clusters):
+    class Broken(_FakeNVML):
+        def nvmlInit(self):
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    monkeypatch.setitem(sys.modules, "pynvml", Broken())
+    monkeypatch.delenv("JUPYTER_MGPU_FORCE_CPU", raising=False)
+    fake_clusters.make("111-aaaa0013", world_size=1)
+    devices = ClusterManager().devices()
+    assert devices["source"] == "clusters" and len(devices["devices"]) == 1
