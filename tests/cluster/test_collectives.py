@@ -198,3 +198,40 @@ def test_a_rank_dying_during_a_collective_is_named_without_a_hang(own_session):
         with pytest.raises(EngineDiedError, match="rank 1"):
             mg.collective("all_reduce", session=s)
         assert time.monotonic() - t0 < s.timeout
+
+
+def test_magics_show_the_figure_and_the_player_and_take_notebook_variables(s2):
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "jupyter_mgpu")  # a session is current: no spare engines are pre-warmed
+    saved = ip.display_formatter.active_types
+    ip.display_formatter.active_types = list(ip.display_formatter.format_types)  # as a notebook kernel does
+    try:
+        _magics_tour(ip)
+    finally:
+        ip.display_formatter.active_types = saved
+
+
+def _magics_tour(ip):
+    from IPython.utils.capture import capture_output
+
+    ip.run_cell("import torch\nmy_inputs = lambda rank: torch.arange(4.) * (rank + 1)")
+    with capture_output() as cap:
+        r = ip.run_cell("%mgpu_collective all_gather --inputs my_inputs")
+    assert r.success, r.error_in_exec
+    svg = [o.data["image/svg+xml"] for o in cap.outputs if "image/svg+xml" in o.data]
+    assert len(svg) == 1 and ">all_gather<" in svg[0] and svg[0].count(">from rank 1<") == 2
+    assert any("application/vnd.jupyter.widget-view+json" in o.data for o in cap.outputs)  # the player
+    with capture_output() as cap:
+        r = ip.run_cell("%mgpu_bench all_reduce broadcast --sizes 1K,4K --iters 2 --warmup 1")
+    assert r.success, r.error_in_exec
+    table = "".join(o.data.get("text/plain", "") for o in cap.outputs)
+    assert "# all_reduce" in table and "# broadcast" in table
+    assert any("application/vnd.plotly.v1+json" in o.data and "image/svg+xml" in o.data for o in cap.outputs)
+    for line, message in [("%mgpu_collective broadcast --src 7", "src rank 7 is out of range"),
+                          ("%mgpu_collective all_reduce --inputs nothing_here", "--inputs names no notebook variable"),
+                          ("%mgpu_bench all_reduce --iters x", "--iters takes a number")]:
+        with capture_output() as cap:
+            r = ip.run_cell(line)
+        assert not r.success and message in str(r.error_in_exec), (line, r.error_in_exec)
