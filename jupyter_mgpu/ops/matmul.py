@@ -91,13 +91,14 @@ def inner(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> No
 
 
 def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> None:
-    """A S(0) x B S(0) -> C S(0): B's row blocks travel around the ring in chunks.
+    """A S(0) x B S(0) -> C S(0): B's row blocks travel around the ring, in column chunks.
 
-    Rank ``r`` starts with its own block; at step ``s`` it holds block ``(r - s) mod P``, adds
-    ``A[:, k_block] @ block`` into ``c`` and forwards the block to ``r + 1`` while receiving the next
-    from ``r - 1``. Blocks move in chunks of ``chunk_rows`` (chunk ``ci`` of every block, then chunk
-    ``ci + 1``) through three rotating buffers, so no rank ever holds more than its own block plus
-    three chunks of B. Works for any world size.
+    Rank ``r`` starts with its own block; at step ``s`` it holds block ``j = (r - s) mod P`` and
+    adds ``A[:, k_j] @ B_j[:, cols]`` into ``C[:, cols]``, forwarding the chunk to ``r + 1`` while
+    receiving the next from ``r - 1``. Order: column chunk ``ci`` of every block, then ``ci + 1``,
+    so a forwarded chunk is used by the next rank one item later. Chunks are column slices (each
+    C element is updated P times with the full inner size of a block, not once per thin chunk);
+    three rotating chunk buffers bound the extra memory, and no rank ever holds all of B.
     """
     import torch
     import torch.distributed as dist
@@ -111,52 +112,53 @@ def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> Non
         return
     kr = pl.split(k, p)
     nch = params["chunks"]
-    chunk_ranges = [[(lo + a0, lo + a1) for a0, a1 in pl.split(hi - lo, nch)] for lo, hi in kr]
-    rows = max(b1 - b0 for ch in chunk_ranges for b0, b1 in ch)
-    pool = [torch.empty((rows, n), dtype=c.dtype, device=c.device) for _ in range(3)]
-    # chunk-major order: chunk ci of every block in ring order, so a forwarded chunk is consumed by
-    # the next rank one item later (bounded buffers, no deadlock, any world size)
+    cols = pl.split(n, nch)
+    biggest = max(hi - lo for lo, hi in kr) * max(hi - lo for lo, hi in cols)
+    pool = [torch.empty(biggest, dtype=c.dtype, device=c.device) for _ in range(3)]
     items = [(s, (r - s) % p, ci) for ci in range(nch) for s in range(p)]
     nxt, prv = (r + 1) % p, (r - 1) % p
     sends: dict[int, Any] = {}
     recvs: dict[int, tuple[Any, Any]] = {}
 
-    def size(i: int) -> int:
-        _, j, ci = items[i]
-        lo, hi = chunk_ranges[j][ci]
-        return (hi - lo) * n
-
-    def post_recv(i: int) -> None:
-        if i >= len(items) or i in recvs or items[i][0] == 0 or size(i) == 0:
-            return
-        old = sends.pop(i - 3, None)  # the chunk that last used this buffer must be on its way
+    def chunk_buffer(i: int) -> Any:
+        """Item ``i``'s slot, once the chunk that used it before is on its way."""
+        old = sends.pop(i - 3, None)
         if old is not None:
             old.wait()
         _, j, ci = items[i]
-        lo, hi = chunk_ranges[j][ci]
-        buf = pool[i % 3][: hi - lo]
-        recvs[i] = (dist.irecv(buf, prv), buf)
+        rows, width = kr[j][1] - kr[j][0], cols[ci][1] - cols[ci][0]
+        return pool[i % 3][: rows * width].view(rows, width)
 
-    c.zero_()
+    def post_recv(i: int) -> None:
+        if i >= len(items) or i in recvs or items[i][0] == 0:
+            return
+        buf = chunk_buffer(i)
+        if buf.numel():
+            recvs[i] = (dist.irecv(buf, prv), buf)
+
     post_recv(1)
     for i, (s, j, ci) in enumerate(items):
-        lo, hi = chunk_ranges[j][ci]
-        if hi == lo:
-            post_recv(i + 1)
-            continue
+        (k0, k1), (c0, c1) = kr[j], cols[ci]
         if s == 0:
-            blk = b[lo - kr[r][0]: hi - kr[r][0]]
-        else:
+            blk = chunk_buffer(i)
+            blk.copy_(b[:, c0:c1])  # own block: pack the column chunk once (it is sent on)
+        elif i in recvs:
             work, blk = recvs.pop(i)
             steps.add(i, "recv", block=j, chunk=ci, frm=prv)
             work.wait()
             steps.received += _nbytes(blk)
+        else:
+            blk = None  # an empty chunk: nothing was sent
         post_recv(i + 1)
-        if s < p - 1 and blk.numel():
+        if blk is None or not blk.numel():
+            if s == 0 and c1 > c0:
+                c[:, c0:c1].zero_()  # K == 0 for this block: the first update is a zero
+            continue
+        if s < p - 1:
             steps.add(i, "send", block=j, chunk=ci, to=nxt)
             sends[i] = dist.isend(blk, nxt)
         steps.add(i, "compute", block=j, chunk=ci)
-        c.addmm_(a[:, lo:hi], blk)
+        c[:, c0:c1].addmm_(a[:, k0:k1], blk, beta=0 if s == 0 else 1)
     for w in sends.values():
         w.wait()
     del pool

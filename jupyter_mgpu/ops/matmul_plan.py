@@ -121,11 +121,12 @@ def _received(shape: tuple[int, ...], src: pl.Placement, dst: pl.Placement, p: i
     return [sum(pl.box_numel(mv[s][d]) for s in range(p) if s != d and mv[s][d] is not None) for d in range(p)]
 
 
-def ring_chunk_rows(m: int, k: int, n: int, p: int, itemsize: int) -> int:
-    """Rows of B per ring message: three such buffers stay under BUFFER_SHARE of the shards."""
-    base = (math.ceil(m / p) * k + math.ceil(k / p) * n + math.ceil(m / p) * n) * itemsize
-    rows = int(BUFFER_SHARE * base / (3 * max(1, n) * itemsize))
-    return max(1, min(math.ceil(k / p), rows))
+def ring_chunk_cols(m: int, k: int, n: int, p: int, itemsize: int) -> int:
+    """Columns of B per ring message: three (K/P x cols) buffers stay under BUFFER_SHARE of the shards."""
+    kb = math.ceil(k / p)
+    base = (math.ceil(m / p) * k + kb * n + math.ceil(m / p) * n) * itemsize
+    cols = int(BUFFER_SHARE * base / (3 * max(1, kb) * itemsize))
+    return max(1, min(n, cols))
 
 
 def summa_panel(m: int, k: int, n: int, grid: tuple[int, int], itemsize: int) -> int:
@@ -172,13 +173,13 @@ def _strategy(name: str, m: int, k: int, n: int, p: int, itemsize: int, current:
         own_moved = [(p - 1) * s.numel for s in c_tab]
         steps, overlap = p, True
     elif name == "ring":
-        chunk = ring_chunk_rows(m, k, n, p, itemsize)
-        nch = math.ceil(math.ceil(k / p) / chunk)
+        width = ring_chunk_cols(m, k, n, p, itemsize)
+        nch = max(1, math.ceil(n / width))
         ks = pl.split(k, p)
         flops = [2 * s.shape[0] * k * n for s in c_tab]
-        buffers = [3 * chunk * n if p > 1 else 0] * p
+        buffers = [3 * math.ceil(k / p) * math.ceil(n / nch) if p > 1 else 0] * p
         own_moved = [sum((b - a) * n for j, (a, b) in enumerate(ks) if j != r) for r in range(p)]
-        steps, overlap, params = p * nch, True, {"chunks": nch, "chunk_rows": chunk}
+        steps, overlap, params = p * nch, True, {"chunks": nch, "chunk_cols": math.ceil(n / nch)}
     elif name == "summa":
         g = (a_pl.rows, a_pl.cols)
         width = summa_panel(m, k, n, g, itemsize)

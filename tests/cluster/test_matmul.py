@@ -14,7 +14,8 @@ from jupyter_mgpu.ops.matmul_plan import tolerance
 pytestmark = pytest.mark.cluster
 
 STRATEGIES = ["row", "col", "inner", "ring", "summa", "auto"]
-SHAPES = {"square": (64, 64, 64), "rectangular": (96, 40, 150), "uneven": (101, 37, 53), "thin": (5, 130, 7)}
+SHAPES = {"square": (64, 64, 64), "rectangular": (96, 40, 150), "uneven": (101, 37, 53), "thin": (5, 130, 7),
+          "tiny_inner": (9, 2, 11)}
 
 
 def _ids():
