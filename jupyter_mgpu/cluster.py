@@ -122,7 +122,7 @@ class Cluster:
     def _connect(self) -> None:
         deadline = time.monotonic() + max(30.0, self.spec.timeout)
         client_file = self.path / "profile" / "security" / "ipcontroller-client.json"
-        while not client_file.exists():
+        while not rd.complete_json(client_file):
             self._check_alive("while starting")
             if time.monotonic() > deadline:
                 raise MgpuError(f"the ipyparallel controller did not start within {self.spec.timeout:.0f} s "
@@ -176,7 +176,14 @@ class Cluster:
             raise EngineDiedError(describe_exit(min(exits), exits[min(exits)], when), ranks=sorted(exits))
         failure = self.infrastructure_failure()
         if failure:
-            raise MgpuError(f"{failure} {when} (see {self.path / 'processes.log'})")
+            raise MgpuError(f"{failure} {when}; its last words: {self._last_log_line()}")
+
+    def _last_log_line(self) -> str:
+        try:
+            lines = [ln for ln in (self.path / "processes.log").read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return "(no log)"
+        return lines[-1].strip()[:300] if lines else "(empty log)"
 
     def interrupt(self, ranks: list[int] | None = None) -> None:
         """Send SIGINT to the engines of ``ranks`` (all by default): a KeyboardInterrupt in their code."""

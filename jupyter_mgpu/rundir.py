@@ -63,6 +63,16 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def complete_json(path: Path) -> bool:
+    """True once ``path`` holds a whole JSON document (ipyparallel writes its files non-atomically)."""
+    try:
+        with open(path) as f:
+            json.load(f)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def process_alive(pid: int, create_time: float | None = None) -> bool:
     """True if ``pid`` runs and (when given) started at ``create_time`` — guards against pid reuse."""
     import psutil

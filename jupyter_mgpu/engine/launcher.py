@@ -104,9 +104,11 @@ def _warm_up() -> None:
 
 
 def _wait_for(path: Path, timeout: float) -> bool:
+    from ..rundir import complete_json
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists() and path.stat().st_size > 0:
+        if complete_json(path):
             return True
         time.sleep(0.01)
     return False

@@ -1,0 +1,70 @@
+"""Detection times of injected faults: how long from the fault to a clear error, and what it says.
+
+Each fault runs on a fresh 2-rank (3 for collectives) cluster of CPU virtual devices with a 5 s
+collective timeout; the table is what docs/reliability.md quotes.
+
+    python benchmarks/faults.py
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Callable
+
+import psutil
+
+import jupyter_mgpu as mg
+
+
+def _kill_later(pid: int, delay: float, sig: int = signal.SIGKILL) -> None:
+    threading.Timer(delay, lambda: os.kill(pid, sig)).start()
+
+
+def measure(name: str, n: int, inject: Callable, code: str, fault_at: float, **init) -> tuple[str, float, str, bool]:
+    s = mg.init(n, cpu=True, timeout=5, restart=True, **init)
+    pids = [s.cluster.controller.pid, s.cluster.supervisor.pid, *s.cluster.engine_pids.values()]
+    inject(s)
+    start = time.monotonic()
+    try:
+        s.run_cell(code)
+        msg = "(no error)"
+    except BaseException as exc:  # noqa: BLE001
+        msg = f"{type(exc).__name__}: {exc}"
+    took = time.monotonic() - start - fault_at
+    mg.shutdown()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.05)
+    clean = not any(psutil.pid_exists(p) for p in pids)
+    return name, took, msg, clean
+
+
+def main() -> None:
+    rows = [
+        measure("engine SIGKILL while idle", 2, lambda s: (os.kill(s.cluster.engine_pids[1], signal.SIGKILL),
+                                                           time.sleep(0.3)), "rank", 0.0),
+        measure("engine SIGKILL during a cell", 2, lambda s: _kill_later(s.cluster.engine_pids[1], 1.0),
+                "import time\nfor _ in range(300):\n    time.sleep(0.1)", 1.0),
+        measure("engine SIGKILL during a collective", 3, lambda s: _kill_later(s.cluster.engine_pids[2], 1.0),
+                "x = torch.ones(1 << 20)\nfor _ in range(100000):\n    dist.all_reduce(x)", 1.0),
+        measure("rank raises before a collective", 3, lambda s: None,
+                "if rank == 1:\n    raise ValueError('bad shard')\ndist.all_reduce(torch.ones(4))", 0.0),
+        measure("rank never joins a collective", 3, lambda s: None,
+                "if rank != 2:\n    dist.all_reduce(torch.ones(4))", 0.0),
+        measure("rank out of its memory budget", 2, lambda s: None,
+                "b = torch.ones(1024, 1024, 64 * (1 + 2 * rank))\ndist.all_reduce(torch.ones(1))", 0.0,
+                mem_per_device="400MiB"),
+        measure("segfault on one rank", 2, lambda s: None, "import ctypes\nif rank == 1:\n    ctypes.string_at(0)", 0.0),
+        measure("controller SIGKILL", 2, lambda s: (os.kill(s.cluster.controller.pid, signal.SIGKILL),
+                                                    time.sleep(0.1)), "rank", 0.0),
+    ]
+    print(f"{'fault':<36} {'detected after':>14}  {'clean':<5}  error")
+    for name, took, msg, clean in rows:
+        print(f"{name:<36} {took:>12.2f} s  {'yes' if clean else 'NO':<5}  {msg[:150]}")
+
+
+if __name__ == "__main__":
+    main()
