@@ -124,8 +124,10 @@ def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> Non
         """Item ``i``'s slot, once the chunk that used it before is on its way."""
         old = sends.pop(i - 3, None)
         if old is not None:
+            steps.add(i, "wait_send", item=i - 3)
             old.wait()
         _, j, ci = items[i]
+        steps.add(i, "buffer", slot=i % 3)
         rows, width = kr[j][1] - kr[j][0], cols[ci][1] - cols[ci][0]
         return pool[i % 3][: rows * width].view(rows, width)
 
