@@ -62,7 +62,7 @@ class MatmulPlan:
     def __getattr__(self, name: str) -> Any:  # plan.peak_bytes etc. read the chosen strategy
         if name in ("peak_bytes", "extra_bytes", "bytes_moved", "steps", "predicted_time", "placements",
                     "params", "out_placement"):
-            chosen = self.__dict__["options"].get(self.__dict__["strategy"] or "")
+            chosen = self.__dict__.get("options", {}).get(self.__dict__.get("strategy") or "")
             if chosen is not None:
                 return getattr(chosen, name)
         raise AttributeError(name)
