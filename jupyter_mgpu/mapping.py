@@ -162,7 +162,8 @@ def _reduce(values: list[Any], how: str | None, weights: list[int]) -> Any:
 
 def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement: Any = None,
         **kwargs: Any) -> Any:
-    """Call ``fn(*local_shards, **kwargs)`` on every rank; a DistTensor of the results, or their values.
+    """Call ``fn(*local_shards, **kwargs)`` on every rank (under ``torch.no_grad()``); a DistTensor of the
+    results, or their values.
 
     Sharded inputs must have the same length along the shard dim and are re-sharded to one
     placement (``placement``, else the first sharded input's) when they differ; replicated inputs

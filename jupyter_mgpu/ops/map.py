@@ -32,7 +32,8 @@ def _user_line(tb: Any) -> str:
     if not frames:
         return ""
     f = frames[-1]
-    where = "the notebook" if f.filename.startswith("<") else f.filename
+    cell = f.filename.startswith("<") or "/ipykernel_" in f.filename  # a notebook cell (IPython's cell files)
+    where = "a notebook cell" if cell else f.filename
     return f" at line {f.lineno} of {f.name} in {where}{': ' + f.line.strip() if f.line else ''}"
 
 
