@@ -27,10 +27,17 @@ MIN_RATE, MAX_RATE = 0.1, 20.0
 DEFAULT_RATE = 10.0
 WINDOW_SECONDS = 60.0
 TIMELINE_STEP = 0.25  # seconds between timeline points sent to the browser (the peak of each step)
-TIMELINE_PUSH_EVERY = 0.25
+TIMELINE_PUSH_EVERY = 0.5  # the timeline scrolls at 2 Hz; bars move at the refresh rate
 # bar colours by fraction of the device used, like Dask's worker-memory bars
 FILL_OK, FILL_HIGH, FILL_FULL, FILL_DEAD = "#1f77b4", "#ff7f0e", "#d62728", "#9e9e9e"
 HIGH_FRACTION, FULL_FRACTION = 0.6, 0.85
+
+
+def _same_picture(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> bool:
+    """True when two lists of device rows differ at most in their sample times."""
+    return len(new) == len(old) and all(
+        {k: v for k, v in a.items() if k != "time"} == {k: v for k, v in b.items() if k != "time"}
+        for a, b in zip(new, old))
 
 
 def check_refresh_rate(rate: Any) -> float:
@@ -154,13 +161,16 @@ class MemoryDashboard(anywidget.AnyWidget):
         self._wake.set()
 
     def _record(self, samples: list[dict[str, Any]]) -> None:
-        for s in samples:
-            row = device_row(s)
-            if row["time"] is None or row["used"] is None:
+        for s in samples:  # called for every sample: kept cheap (same "used" as device_row)
+            t = s.get("time")
+            used = s.get("allocated_bytes") if "allocated_bytes" in s else s.get("resident_bytes")
+            if t is None or used is None:
                 continue
-            series = self._series.setdefault(row["rank"], deque(maxlen=int(self.window / 0.01)))
-            if not series or series[-1][0] < row["time"]:
-                series.append((row["time"], row["used"]))
+            series = self._series.get(s["rank"])
+            if series is None:
+                series = self._series[s["rank"]] = deque(maxlen=int(self.window / 0.01))
+            if not series or series[-1][0] < t:
+                series.append((t, used))
 
     def update(self, samples: list[dict[str, Any]], now: float | None = None) -> None:
         """Show ``samples`` (one per rank, as :func:`jupyter_mgpu.memory` returns them) now."""
@@ -168,12 +178,16 @@ class MemoryDashboard(anywidget.AnyWidget):
             self._record(samples)
         self._push(samples, now)
 
-    def _push(self, samples: list[dict[str, Any]], now: float | None = None) -> None:
+    def _push(self, samples: list[dict[str, Any]], now: float | None = None, force: bool = True) -> bool:
+        """Send ``samples`` to the browser; unless ``force``, only what changed (nothing when nothing did)."""
         now = time.time() if now is None else now
         devices = [device_row(s) for s in sorted(samples, key=lambda s: s["rank"])]
         timeline = None
         if now - self._last_timeline >= TIMELINE_PUSH_EVERY or len(self.timeline) != len(devices):
             timeline = [self._timeline_of(d["rank"], now) for d in devices]
+        if not force and timeline is None and _same_picture(devices, self.devices):
+            return False  # an idle cluster: only the sample times moved
+        if timeline is not None:
             self._last_timeline = now
         with self.hold_sync():
             self.devices = devices
@@ -181,6 +195,7 @@ class MemoryDashboard(anywidget.AnyWidget):
                 self.timeline = timeline
             self.updates += 1
             self.updated_at = now
+        return True
 
     def _timeline_of(self, rank: int, now: float) -> list[list[float]]:
         """The last ``window`` seconds of one rank, one point (the step's peak) per ``TIMELINE_STEP``."""
@@ -210,11 +225,11 @@ class MemoryDashboard(anywidget.AnyWidget):
             with self._lock:
                 latest = self._latest
             if latest is not None:
+                last = time.monotonic()  # a slot used, pushed or not: at most refresh_rate looks a second
                 try:
-                    self._push(latest)  # already recorded by _on_samples
+                    self._push(latest, force=False)  # already recorded by _on_samples
                 except Exception:
                     pass
-                last = time.monotonic()
 
     # -- lifetime ---------------------------------------------------------------------------
     def stop(self) -> None:
