@@ -114,6 +114,11 @@ try {
   await runCell(page, initIndex);
   await page.waitForSelector('.mgpu-mem .mgpu-mem-row', { timeout: STEP_TIMEOUT });
   await waitFor(page, () => document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-rank').length >= 2);
+  // the sidebar refreshes every second: wait for the snapshot taken after the cluster was ready
+  await page
+    .waitForFunction(() => !!document.querySelector('#jupyter-mgpu-panel .jp-mgpu-cluster[data-status="running"]'),
+      null, { timeout: 15000, polling: 200 })
+    .catch(() => {});
   await waitFor(page, () => /mgpu \d+× cpu/.test(document.querySelector('.jp-mgpu-status').textContent));
   const dashboardRows = await page.evaluate(() =>
     Array.from(document.querySelectorAll('.mgpu-mem .mgpu-mem-row')).map(r => ({
