@@ -74,6 +74,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       togglePause: () => {
         paused = !paused;
         stream.configure(interval, paused);
+        showPaused();
         if (settings) {
           void settings.set('paused', paused);
         }
@@ -93,6 +94,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
         rank: 50
       });
     }
+
+    const showPaused = () => {
+      panel.setPaused(paused, interval);
+      status.paused = paused;
+      status.render(stream.latest);
+    };
 
     stream.snapshot.connect((_, snap) => {
       panel.render(snap);
@@ -144,8 +151,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       const units = (s.get('units').composite as Units) || 'binary';
       panel.units = units;
       status.units = units;
-      status.render(stream.latest);
       stream.configure(interval, paused);
+      showPaused();
     };
     if (settingRegistry) {
       settingRegistry

@@ -110,6 +110,13 @@ export class MgpuPanel extends Widget {
     }
   }
 
+  /** Reflect a local pause/resume at once (a paused server sends nothing to render). */
+  setPaused(paused: boolean, interval: number): void {
+    this._live.classList.remove('jp-mgpu-error');
+    this._live.textContent = paused ? 'paused' : `live · every ${interval} s`;
+    this._pause.textContent = paused ? 'Resume' : 'Pause';
+  }
+
   /** Show an error line (stream errors, failed stop requests). */
   showError(message: string): void {
     this._live.textContent = message;

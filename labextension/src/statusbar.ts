@@ -17,7 +17,10 @@ export class MgpuStatus extends Widget {
 
   units: Units = 'binary';
 
+  /** Paused locally: shown at once, whatever the last snapshot said. */
+  paused = false;
+
   render(snap: SnapshotMessage | null): void {
-    this.node.textContent = statusText(snap, this.units);
+    this.node.textContent = statusText(snap ? { ...snap, paused: this.paused } : null, this.units);
   }
 }

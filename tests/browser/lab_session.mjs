@@ -170,6 +170,27 @@ try {
   }
   report('allocated', { before, grew, sidebar: allocated, allocOutput, dashboardAfter });
 
+  // 3b. Pause (stored in the settings, sent to the server) freezes the panel; Resume restarts it
+  await page.click('#jupyter-mgpu-panel .jp-mgpu-pause');
+  const pausedOk = await page
+    .waitForFunction(
+      () =>
+        document.querySelector('#jupyter-mgpu-panel .jp-mgpu-live').textContent === 'paused' &&
+        document.querySelector('.jp-mgpu-status').textContent.endsWith('(paused)'),
+      null,
+      { timeout: 15000, polling: 200 }
+    )
+    .then(() => true)
+    .catch(() => false);
+  const pausedStatus = await page.textContent('.jp-mgpu-status');
+  await page.click('#jupyter-mgpu-panel .jp-mgpu-pause');
+  const resumedOk = await page
+    .waitForFunction(() => document.querySelector('#jupyter-mgpu-panel .jp-mgpu-live').textContent.startsWith('live'),
+      null, { timeout: 15000, polling: 200 })
+    .then(() => true)
+    .catch(() => false);
+  report('pause', { pausedOk, pausedStatus, resumedOk });
+
   // 4. "Stop cluster" asks for confirmation, then ends the engines
   const clusterId = allocated[0].id;
   await page.click(`#jupyter-mgpu-panel .jp-mgpu-cluster[data-cluster-id="${clusterId}"] .jp-mgpu-stop`);

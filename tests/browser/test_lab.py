@@ -160,6 +160,12 @@ def test_sidebar_bars_grow_after_allocating_256_mib_per_rank(story):
     assert all(n >= 2 for n in s["sidebar"][0]["sparkPoints"])  # the sparkline has a history
 
 
+def test_pause_button_pauses_the_stream_and_resume_restarts_it(story):
+    s = story["pause"]
+    assert s["pausedOk"] is True and s["pausedStatus"].endswith("(paused)")
+    assert s["resumedOk"] is True
+
+
 def test_stop_cluster_asks_then_ends_the_engines(story, lab):
     s = story["stopped"]
     assert "Stop cluster" in s["dialogText"]
