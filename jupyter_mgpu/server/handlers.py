@@ -68,7 +68,7 @@ class ClusterHandler(_ManagerMixin, APIHandler):
     @tornado.web.authenticated
     async def delete(self, cluster_id: str) -> None:
         try:
-            self.manager._find(cluster_id)  # 404 before anything is signalled
+            self.manager.locate(cluster_id)  # 404 before anything is signalled
         except ClusterNotFound as exc:
             raise tornado.web.HTTPError(404, str(exc)) from None
         loop = asyncio.get_running_loop()

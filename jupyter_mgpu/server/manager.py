@@ -128,7 +128,8 @@ class ClusterManager:
                 out.append(path)
         return out
 
-    def _find(self, cluster_id: str) -> tuple[Path, dict[str, Any]]:
+    def locate(self, cluster_id: str) -> tuple[Path, dict[str, Any]]:
+        """The directory and state of this user's running cluster ``cluster_id``, else ClusterNotFound."""
         if not isinstance(cluster_id, str) or not CLUSTER_ID_RE.match(cluster_id):
             raise ClusterNotFound(f"malformed cluster id {cluster_id!r}")
         for path in self._live_dirs():
@@ -184,7 +185,7 @@ class ClusterManager:
         return {"time": now, "clusters": out}
 
     def cluster(self, cluster_id: str) -> dict[str, Any]:
-        path, state = self._find(cluster_id)
+        path, state = self.locate(cluster_id)
         return self.describe(path, state)
 
     # -- devices -------------------------------------------------------------------------------
@@ -276,7 +277,7 @@ class ClusterManager:
         (so a reused pid is never signalled). Raises :class:`ClusterNotFound` before signalling
         anything when the id is not one of this user's running clusters.
         """
-        path, state = self._find(cluster_id)
+        path, state = self.locate(cluster_id)
         main = [p for p in (_process_of_cluster(state.get(k), path) for k in ("supervisor_pid", "controller_pid"))
                 if p is not None]
         engines = [p for p in (_process_of_cluster(pid, path) for pid in (state.get("engine_pids") or {}).values())
