@@ -225,9 +225,9 @@ class MemoryDashboard(anywidget.AnyWidget):
             with self._lock:
                 latest = self._latest
             if latest is not None:
-                last = time.monotonic()  # a slot used, pushed or not: at most refresh_rate looks a second
                 try:
-                    self._push(latest, force=False)  # already recorded by _on_samples
+                    if self._push(latest, force=False):  # already recorded by _on_samples
+                        last = time.monotonic()  # rate-limit real pushes only: a change after a quiet spell goes at once
                 except Exception:
                     pass
 
