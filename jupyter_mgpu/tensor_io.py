@@ -168,8 +168,11 @@ def save(tensor: DistTensor, path: str | os.PathLike, *, key: str = "tensor") ->
         if tensor.dtype_name not in _NUMPY_OK:
             raise MgpuError(f"numpy has no {tensor.dtype_name}: save this tensor as .pt or .safetensors, "
                             "or convert it first")
-        header = np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(tensor.dtype_name), shape=tensor.shape)
-        del header
+        if tensor.nbytes == 0:
+            np.save(path, np.empty(tensor.shape, dtype=tensor.dtype_name))
+            return path
+        # the header (and the file's full size) now; the ranks fill in their rows below
+        np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(tensor.dtype_name), shape=tensor.shape).flush()
         tensor.session.run(rank_io.save_npy, tensor.handle_id, path, tensor.shape, tensor.placement,
                            label=f"mg.save {os.path.basename(path)}")
         return path

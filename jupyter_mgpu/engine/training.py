@@ -67,11 +67,10 @@ class ShardLoader:
         self.rank, self.world_size = st.rank, st.world_size
         self.sampler = ShardSampler(self.length, st.rank, st.world_size, shuffle, seed)
         self.epoch = 0
-        self._epoch_set = False
 
     def set_epoch(self, epoch: int) -> None:
-        """Use epoch ``epoch``'s order next (otherwise each full pass moves on to the next epoch)."""
-        self.epoch, self._epoch_set = int(epoch), True
+        """Use epoch ``epoch``'s order for the next pass (each full pass also moves on to the next epoch)."""
+        self.epoch = int(epoch)
 
     def __len__(self) -> int:
         per_step = self.batch_size * self.world_size
@@ -82,9 +81,7 @@ class ShardLoader:
         mine = self.sampler.indices(epoch)
         for step in range(len(self)):
             yield self._batch(mine[step * self.batch_size:(step + 1) * self.batch_size])
-        if not self._epoch_set:
-            self.epoch = epoch + 1
-        self._epoch_set = False
+        self.epoch = epoch + 1
 
     def _batch(self, idx: list[int]) -> Any:
         data = self.dataset

@@ -126,7 +126,7 @@ def test_metrics_and_the_live_plot_update_while_the_cell_runs(s2):
 
 
 def test_the_live_plot_stops_with_its_session(own_session):
-    with own_session(1) as s:
+    with own_session(1):
         plot = mg.metrics_plot()
         assert plot.running
     deadline = time.monotonic() + 5
