@@ -15,7 +15,7 @@ from typing import Any, Callable
 from .. import placement as pl
 from ..engine import runtime, store, telemetry
 from . import shards
-from .matmul_plan import required_placements, summa_panels
+from .matmul_plan import RING_LOOKAHEAD, RING_SLOTS, required_placements, summa_panels
 
 
 class Steps:
@@ -98,7 +98,8 @@ def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> Non
     receiving the next from ``r - 1``. Order: column chunk ``ci`` of every block, then ``ci + 1``,
     so a forwarded chunk is used by the next rank one item later. Chunks are column slices (each
     C element is updated P times with the full inner size of a block, not once per thin chunk);
-    three rotating chunk buffers bound the extra memory, and no rank ever holds all of B.
+    RING_SLOTS rotating chunk buffers bound the extra memory (receives are posted RING_LOOKAHEAD
+    items ahead, so a rank may run ahead of its successor), and no rank ever holds all of B.
     """
     import torch
     import torch.distributed as dist
@@ -114,7 +115,7 @@ def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> Non
     nch = params["chunks"]
     cols = pl.split(n, nch)
     biggest = max(hi - lo for lo, hi in kr) * max(hi - lo for lo, hi in cols)
-    pool = [torch.empty(biggest, dtype=c.dtype, device=c.device) for _ in range(3)]
+    pool = [torch.empty(biggest, dtype=c.dtype, device=c.device) for _ in range(RING_SLOTS)]
     items = [(s, (r - s) % p, ci) for ci in range(nch) for s in range(p)]
     nxt, prv = (r + 1) % p, (r - 1) % p
     sends: dict[int, Any] = {}
@@ -122,14 +123,14 @@ def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> Non
 
     def chunk_buffer(i: int) -> Any:
         """Item ``i``'s slot, once the chunk that used it before is on its way."""
-        old = sends.pop(i - 3, None)
+        old = sends.pop(i - RING_SLOTS, None)
         if old is not None:
-            steps.add(i, "wait_send", item=i - 3)
+            steps.add(i, "wait_send", item=i - RING_SLOTS)
             old.wait()
         _, j, ci = items[i]
-        steps.add(i, "buffer", slot=i % 3)
+        steps.add(i, "buffer", slot=i % RING_SLOTS)
         rows, width = kr[j][1] - kr[j][0], cols[ci][1] - cols[ci][0]
-        return pool[i % 3][: rows * width].view(rows, width)
+        return pool[i % RING_SLOTS][: rows * width].view(rows, width)
 
     def post_recv(i: int) -> None:
         if i >= len(items) or i in recvs or items[i][0] == 0:
@@ -138,7 +139,8 @@ def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> Non
         if buf.numel():
             recvs[i] = (dist.irecv(buf, prv), buf)
 
-    post_recv(1)
+    for ahead in range(1, RING_LOOKAHEAD + 1):
+        post_recv(ahead)
     for i, (s, j, ci) in enumerate(items):
         (k0, k1), (c0, c1) = kr[j], cols[ci]
         if s == 0:
@@ -151,7 +153,7 @@ def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> Non
             steps.received += _nbytes(blk)
         else:
             blk = None  # an empty chunk: nothing was sent
-        post_recv(i + 1)
+        post_recv(i + RING_LOOKAHEAD)
         if blk is None or not blk.numel():
             if s == 0 and c1 > c0:
                 c[:, c0:c1].zero_()  # K == 0 for this block: the first update is a zero

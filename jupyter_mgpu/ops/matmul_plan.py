@@ -21,6 +21,8 @@ ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 SPEED = {"cpu": (8e9, 2e9, 1e-4), "cuda": (3e13, 2e10, 2e-5)}
 # ring chunks and SUMMA panels are sized so their buffers stay below this share of A + B + C shards
 BUFFER_SHARE = 0.15
+RING_SLOTS = 4       # ring chunk buffers per rank
+RING_LOOKAHEAD = 2   # receives a ring rank posts ahead (a sender may run this many chunks in front)
 
 
 @dataclass
@@ -122,10 +124,10 @@ def _received(shape: tuple[int, ...], src: pl.Placement, dst: pl.Placement, p: i
 
 
 def ring_chunk_cols(m: int, k: int, n: int, p: int, itemsize: int) -> int:
-    """Columns of B per ring message: three (K/P x cols) buffers stay under BUFFER_SHARE of the shards."""
+    """Columns of B per ring message: RING_SLOTS (K/P x cols) buffers stay under BUFFER_SHARE of the shards."""
     kb = math.ceil(k / p)
     base = (math.ceil(m / p) * k + kb * n + math.ceil(m / p) * n) * itemsize
-    cols = int(BUFFER_SHARE * base / (3 * max(1, kb) * itemsize))
+    cols = int(BUFFER_SHARE * base / (RING_SLOTS * max(1, kb) * itemsize))
     return max(1, min(n, cols))
 
 
@@ -177,7 +179,7 @@ def _strategy(name: str, m: int, k: int, n: int, p: int, itemsize: int, current:
         nch = max(1, math.ceil(n / width))
         ks = pl.split(k, p)
         flops = [2 * s.shape[0] * k * n for s in c_tab]
-        buffers = [3 * math.ceil(k / p) * math.ceil(n / nch) if p > 1 else 0] * p
+        buffers = [RING_SLOTS * math.ceil(k / p) * math.ceil(n / nch) if p > 1 else 0] * p
         own_moved = [sum((b - a) * n for j, (a, b) in enumerate(ks) if j != r) for r in range(p)]
         steps, overlap, params = p * nch, True, {"chunks": nch, "chunk_cols": math.ceil(n / nch)}
     elif name == "summa":
