@@ -134,6 +134,8 @@ class MemoryDashboard(anywidget.AnyWidget):
             from ..memory import monitor
 
             self.title = f"{session.world_size} × {session.device_kind} · cluster {session.cluster.cluster_id}"
+            if not session.cluster.spec.telemetry_period:
+                self.status = "telemetry is off in this session (started with telemetry_period=0)"
             mon = monitor(session)
             self._unsubscribe = mon.subscribe(self._on_samples)
             session.shutdown_callbacks.append(self._on_session_shutdown)
