@@ -290,12 +290,15 @@ def run(strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placem
     growth = _peak_probe()
     start = time.perf_counter()
     steps = Steps()
+    redistribution_steps = 0
     if pl.normalize(a_pl, 2, st.world_size) != need_a:
         a, got = shards.exchange(a, (m, k), a_pl, need_a)
         steps.received += got
+        redistribution_steps += st.world_size - 1
     if pl.normalize(b_pl, 2, st.world_size) != need_b:
         b, got = shards.exchange(b, (k, n), b_pl, need_b)
         steps.received += got
+        redistribution_steps += st.world_size - 1
     me = pl.shard_table((m, n), c_pl, st.world_size)[st.rank]
     c = torch.empty(me.shape, dtype=a.dtype, device=a.device)
     STRATEGY_FUNCTIONS[strategy](a, b, c, shapes, params, steps)
@@ -309,7 +312,7 @@ def run(strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placem
     store.put(c_id, c)
     store.trim()
     return {"peak_bytes": peak, "time": elapsed, "compute_time": compute_done - start,
-            "bytes_moved": steps.received, "steps": steps.count, "held_bytes": held}
+            "bytes_moved": steps.received, "steps": steps.count + redistribution_steps, "held_bytes": held}
 
 
 def check_against(c_id: str, shapes: Any, c_pl: pl.Placement, a_seed: int, b_seed: int, dtype: str) -> float:

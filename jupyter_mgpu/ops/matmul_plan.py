@@ -115,6 +115,14 @@ def _local(shape: tuple[int, ...], placement: pl.Placement, p: int) -> list[int]
     return [s.numel for s in pl.shard_table(shape, placement, p)]
 
 
+def _largest_box(shape: tuple[int, ...], src: pl.Placement, dst: pl.Placement, p: int) -> list[int]:
+    """Per rank, the largest piece it sends or receives while redistributing (its transient buffers)."""
+    mv = pl.moves(shape, src, dst, p)
+    return [max([pl.box_numel(mv[r][d]) for d in range(p) if d != r and mv[r][d] is not None]
+                + [pl.box_numel(mv[s][r]) for s in range(p) if s != r and mv[s][r] is not None] + [0])
+            for r in range(p)]
+
+
 def _received(shape: tuple[int, ...], src: pl.Placement, dst: pl.Placement, p: int) -> list[int]:
     """Elements each rank receives to turn ``src`` into ``dst``."""
     if pl.normalize(src, len(shape), p) == pl.normalize(dst, len(shape), p):
@@ -199,7 +207,11 @@ def _strategy(name: str, m: int, k: int, n: int, p: int, itemsize: int, current:
                     own_moved[r] += (b - a) * nl
         steps, overlap, params = len(panels), True, {"grid": g, "panel": width, "panels": len(panels)}
     # redistribution makes a new shard (+ a receive buffer at most the size of the shard)
-    extra = [((a_need[r] if redist_a else 0) + (b_need[r] if redist_b else 0) + c_loc[r] + buffers[r]) * itemsize
+    # a redistribution makes the new shard, plus one send copy and one receive buffer at a time
+    box_a = _largest_box((m, k), cur_a, a_pl, p) if redist_a else [0] * p
+    box_b = _largest_box((k, n), cur_b, b_pl, p) if redist_b else [0] * p
+    extra = [((a_need[r] + 2 * box_a[r] if redist_a else 0) + (b_need[r] + 2 * box_b[r] if redist_b else 0)
+              + c_loc[r] + buffers[r]) * itemsize
              for r in range(p)]
     peak = [(a_held[r] + b_held[r]) * itemsize + extra[r] for r in range(p)]
     moved = [(moved_a[r] + moved_b[r] + own_moved[r]) * itemsize for r in range(p)]
@@ -242,7 +254,8 @@ def plan_matmul(shapes: Sequence[Sequence[int]], world_size: int, dtype: str = "
 
     ``device_memory``: free bytes per rank (one number for all, or a list); None means unlimited.
     ``placements``: where A and B are now (redistribution is then counted); default: already right.
-    ``strategy="auto"`` chooses the fastest predicted strategy that fits every rank; a named one is
+    ``strategy="auto"`` chooses the fastest predicted strategy that fits every rank (within 5 %
+    of the fastest, the one with the lowest peak); a named one is
     checked. Raises ``ValueError`` for bad input; a plan with ``strategy=None`` explains a misfit.
     """
     (m, k), (k2, n) = (tuple(int(x) for x in s) for s in shapes)
@@ -268,7 +281,11 @@ def plan_matmul(shapes: Sequence[Sequence[int]], world_size: int, dtype: str = "
         options[name] = o
     fitting = [o for o in options.values() if o.fits]
     if fitting:
-        best = min(fitting, key=lambda o: (round(o.predicted_time, 4), max(o.peak_bytes)))
+        # the time model is rough: strategies within 5 % of the fastest count as equally fast,
+        # and among those the one with the lowest peak memory wins
+        fastest = min(o.predicted_time for o in fitting)
+        close = [o for o in fitting if o.predicted_time <= 1.05 * fastest]
+        best = min(close, key=lambda o: (max(o.peak_bytes), o.predicted_time))
         reason = "chosen: fastest predicted that fits" if strategy == "auto" else "fits"
         return MatmulPlan(((m, k), (k, n)), world_size, dtype, free, options, best.strategy, reason)
     return MatmulPlan(((m, k), (k, n)), world_size, dtype, free, options, None,
