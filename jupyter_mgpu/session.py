@@ -207,6 +207,7 @@ class Session:
                 relay.flush()
             raise
         if relay is not None:
+            ar.wait_for_output(5)  # results can arrive before the last output (shell vs iopub channel)
             relay.flush()
         try:
             results = ar.get()
