@@ -18,7 +18,7 @@ from . import placement as pl
 from . import session as sessmod
 from . import transfer
 from .devices import format_bytes
-from .errors import MgpuError
+from .errors import EngineDiedError, MgpuError
 from .ops import shards
 
 _ids = itertools.count(1)
@@ -124,6 +124,13 @@ class DistTensor:
         if self._state == "invalid" or not self.session.alive:
             raise MgpuError(f"tensor {self.handle_id} belongs to a session that was shut down; "
                             "its shards are gone — create it again in the current session")
+        dead = self.session.cluster.exits()
+        if dead:  # never hand out partial or stale data
+            from .cluster import describe_exit
+
+            rank = min(dead)
+            raise EngineDiedError(f"shard lost on rank {rank} of tensor {self.handle_id}: "
+                                  f"{describe_exit(rank, dead[rank])}, then create the tensor again", ranks=sorted(dead))
 
     def _invalidate(self) -> None:
         """Called at session shutdown: the shards died with the engines."""
