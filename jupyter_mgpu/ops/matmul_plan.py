@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .. import placement as pl
+from ..devices import format_bytes as _fmt
 
 STRATEGIES = ("ring", "summa", "inner", "row", "col")
 ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
@@ -84,14 +85,6 @@ class MatmulPlan:
 
     def __repr__(self) -> str:
         return self.table()
-
-
-def _fmt(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def required_placements(strategy: str, world_size: int, grid: tuple[int, int] | None = None):
