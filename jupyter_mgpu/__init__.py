@@ -27,6 +27,7 @@ from .sharded_matmul import MatmulReport, matmul, plan_matmul  # noqa: E402
 from .tensor_io import from_numpy, from_pandas, load, save  # noqa: E402
 from .mapping import map  # noqa: E402,A004 (mg.map; left out of __all__ so a star import keeps the builtin)
 from .metrics import clear_metrics, metrics, metrics_plot  # noqa: E402
+from .trace import Trace, show, trace  # noqa: E402 (replaces the submodule attribute)
 
 __all__ = [
     "__version__",
@@ -71,6 +72,9 @@ __all__ = [
     "memory_history",
     "reset_peak",
     "shutdown",
+    "Trace",
+    "show",
+    "trace",
 ]
 
 

@@ -272,10 +272,20 @@ def execute(tokens: list[int], name: str, op: str = "sum", src: int = 0, capture
     x = _prepared.pop(tokens[st.rank], None)
     if x is None:
         raise RuntimeError("this rank has no prepared input for the collective (prepare it first)")
+    from ..engine import trace as etrace
+
+    tracing = etrace.active()
+    if tracing:
+        from . import collective_trace
+
+        tag = f"{name}#{tokens[0]}"
+        collective_trace.begin(name, x, tag, op)
     dist.barrier()
     _sync(st.device)
     t0 = time.perf_counter()
     after = run_collective(name, x, op, src)
     _sync(st.device)
     seconds = time.perf_counter() - t0
+    if tracing:
+        collective_trace.end(name, x, tag, src)
     return {"after": _to_cpu(after) if capture else None, "seconds": seconds}

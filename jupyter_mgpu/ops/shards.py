@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import placement as pl
 from ..engine import runtime, seeding, store, telemetry
+from ..engine import trace as etrace
 
 
 def dtype_of(name: str) -> Any:
@@ -48,7 +49,18 @@ def create(hid: str, kind: str, shape: tuple[int, ...], placement: pl.Placement,
     else:
         out.fill_(0 if kind == "zeros" else 1)
     store.put(hid, out)
+    if etrace.active():
+        _trace_one(f"mg.{kind}", hid, shape, out, me.ranges, "hold")
     return out.numel() * out.element_size()
+
+
+def _trace_one(label: str, hid: str, shape: tuple[int, ...], t: Any, box: Any, action: str, peer: int | None = None
+               ) -> None:
+    """Trace a one-step op on this rank: ``action`` on its shard ``box`` of tensor ``hid``."""
+    etrace.begin_op(label)
+    etrace.declare(hid, shape, t.element_size(), hid)
+    etrace.record(0, action, [etrace.block(hid, box)], t.numel() * t.element_size(), peer)
+    etrace.end_op()
 
 
 def _map(path: str, offset: int, length: int, write: bool) -> tuple[mmap.mmap, int]:
@@ -104,6 +116,8 @@ def scatter_from_file(hid: str, path: str, shape: tuple[int, ...], placement: pl
         del view
         m.close()
     store.put(hid, out)
+    if etrace.active():
+        _trace_one("scatter", hid, shape, out, me.ranges, "recv", etrace.HOST)
     return out.numel() * out.element_size()
 
 
@@ -111,9 +125,16 @@ def gather_to_file(hid: str, path: str, shape: tuple[int, ...], placement: pl.Pl
     """Write this rank's shard into its place in the shared file ``path`` (replicas: rank 0 only)."""
     st = runtime.state()
     local = store.get(hid)
+    me = _me(shape, placement)
+    if etrace.active():
+        etrace.begin_op("gather")
+        etrace.declare(hid, shape, local.element_size(), hid)
+        etrace.record(0, "hold", [etrace.block(hid, me.ranges)], _nbytes(local))
+        if local.numel() and (st.rank == 0 or not isinstance(placement, pl.Replicate)):
+            etrace.record(1, "send", [etrace.block(hid, me.ranges)], _nbytes(local), etrace.HOST)
+        etrace.end_op()
     if isinstance(placement, pl.Replicate) and st.rank != 0:
         return 0
-    me = _me(shape, placement)
     if not local.numel():
         return 0
     view, m = _file_view(path, shape, me.ranges, local.dtype, write=True)
@@ -123,29 +144,41 @@ def gather_to_file(hid: str, path: str, shape: tuple[int, ...], placement: pl.Pl
     return local.numel() * local.element_size()
 
 
-def exchange(local: Any, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: pl.Placement) -> tuple[Any, int]:
+def _nbytes(t: Any) -> int:
+    return t.numel() * t.element_size()
+
+
+def exchange(local: Any, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: pl.Placement,
+             names: tuple[str, str] | None = None, step0: int = 0) -> tuple[Any, int]:
     """This rank's piece of the global tensor in ``dst_pl``, built from its piece in ``src_pl``.
 
     Step ``d`` (1..P-1) sends to rank ``r+d`` and receives from ``r-d``: every pair exchanges
     exactly the overlap of its boxes, read from the pure shard tables on both sides (no size
-    messages). Returns ``(tensor, bytes received)``.
+    messages). Returns ``(tensor, bytes received)``. With ``names`` (source and result tensor names)
+    and tracing on, each piece kept, sent and received is recorded (steps ``step0 + d``).
     """
     import torch
     import torch.distributed as dist
 
     st = runtime.state()
+    tracing = names is not None and etrace.active()
     r, p = st.rank, st.world_size
     mv = pl.moves(shape, src_pl, dst_pl, p)
     s_me, d_me = _me(shape, src_pl), _me(shape, dst_pl)
     out = torch.empty(d_me.shape, dtype=local.dtype, device=local.device)
     if mv[r][r] is not None:
         out[_sub(mv[r][r], d_me.ranges)].copy_(local[_sub(mv[r][r], s_me.ranges)])
+        if tracing:
+            etrace.record(step0, "hold", [etrace.block(names[1], mv[r][r])], pl.box_numel(mv[r][r]) * local.element_size())
     received = 0
     for d in range(1, p):
         to, frm = (r + d) % p, (r - d) % p
         work = None
         if mv[r][to] is not None:
-            work = dist.isend(local[_sub(mv[r][to], s_me.ranges)].contiguous(), to)
+            piece = local[_sub(mv[r][to], s_me.ranges)].contiguous()
+            if tracing:
+                etrace.record(step0 + d, "send", [etrace.block(names[0], mv[r][to])], _nbytes(piece), to)
+            work = dist.isend(piece, to)
         if mv[frm][r] is not None:
             target = out[_sub(mv[frm][r], d_me.ranges)]
             buf = target if target.is_contiguous() else torch.empty(target.shape, dtype=out.dtype, device=out.device)
@@ -153,6 +186,8 @@ def exchange(local: Any, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: p
             if buf is not target:
                 target.copy_(buf)
             received += buf.numel() * buf.element_size()
+            if tracing:
+                etrace.record(step0 + d, "recv", [etrace.block(names[1], mv[frm][r])], _nbytes(buf), frm)
             del buf, target
         if work is not None:
             work.wait()
@@ -161,8 +196,17 @@ def exchange(local: Any, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: p
 
 def redistribute(src: str, dst: str, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: pl.Placement) -> int:
     """Store shard ``dst`` (placement ``dst_pl``) made from shard ``src``; returns bytes received."""
-    out, received = exchange(store.get(src), shape, src_pl, dst_pl)
+    local = store.get(src)
+    tracing = etrace.active()
+    if tracing:
+        etrace.begin_op("redistribute")
+        etrace.declare(src, shape, local.element_size(), f"{src} {src_pl.label}")
+        etrace.declare(dst, shape, local.element_size(), f"{dst} {dst_pl.label}")
+        etrace.record(0, "hold", [etrace.block(src, _me(shape, src_pl).ranges)], _nbytes(local))
+    out, received = exchange(local, shape, src_pl, dst_pl, (src, dst) if tracing else None, 1)
     store.put(dst, out)
+    if tracing:
+        etrace.end_op()
     return received
 
 

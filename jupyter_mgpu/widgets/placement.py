@@ -1,0 +1,194 @@
+"""The placement view (``mg.show(A)``) and the trace player (``t.play()``): one anywidget, two modes.
+
+State lives in synced traitlets (``data`` is sent once; ``index``/``playing``/``speed`` move it), so
+both are testable without a browser. Each widget's mime bundle carries a static SVG (the current
+frame) and a text picture next to the live view, so exported notebooks and terminals keep a picture.
+``save_html`` writes one self-contained page (the same ES module inlined, no network).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import pathlib
+import tempfile
+from typing import Any
+
+import anywidget
+import traitlets
+
+from ..errors import MgpuError
+from . import placement_data as pdata
+from .placement_svg import frame_svg
+
+ESM = pathlib.Path(__file__).parent / "static" / "placement.js"
+
+
+class PlacementWidget(anywidget.AnyWidget):
+    """Draws ``data`` (see ``placement_data``) at frame ``index``; ``mode`` is ``view`` or ``player``."""
+
+    _esm = ESM
+    data = traitlets.Dict().tag(sync=True)
+    index = traitlets.Int(0).tag(sync=True)
+    playing = traitlets.Bool(False).tag(sync=True)
+    interval_ms = traitlets.Int(600).tag(sync=True)
+    speed = traitlets.Float(1.0).tag(sync=True)
+    loop = traitlets.Bool(False).tag(sync=True)
+    live = traitlets.Bool(False).tag(sync=True)
+    follow = traitlets.Bool(True).tag(sync=True)
+    mode = traitlets.Unicode("player").tag(sync=True)
+    title = traitlets.Unicode("").tag(sync=True)
+    badge = traitlets.Unicode("").tag(sync=True)
+
+    @traitlets.validate("index")
+    def _clamp(self, proposal: dict) -> int:
+        return max(0, min(int(proposal["value"]), max(0, self.n_frames - 1)))
+
+    @traitlets.validate("speed")
+    def _speed(self, proposal: dict) -> float:
+        v = float(proposal["value"])
+        if not 0.05 <= v <= 64:
+            raise traitlets.TraitError(f"speed must be between 0.05 and 64, got {v}")
+        return v
+
+    @property
+    def n_frames(self) -> int:
+        return len(self.data.get("frames", []))
+
+    @property
+    def held(self) -> set[tuple[int, int]]:
+        """``(rank, block)`` pairs drawn at the current frame."""
+        return pdata.visible_at(self.data, self.index)
+
+    def step(self, by: int = 1) -> int:
+        """Move ``by`` frames (negative: back); stops at the ends. Returns the new index."""
+        self.index = self.index + by
+        if self.index >= self.n_frames - 1 and not self.loop:
+            self.playing = False
+        return self.index
+
+    def play(self) -> None:
+        """Start playing from the current frame (from the start when at the end)."""
+        if self.index >= self.n_frames - 1:
+            self.index = 0
+        self.playing = True
+
+    def pause(self) -> None:
+        self.playing = False
+
+    def svg(self, index: int | None = None) -> str:
+        """Frame ``index`` (default: the current one) as a static SVG."""
+        return frame_svg(self.data, self.index if index is None else index)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The live widget plus a static SVG/HTML picture and a text line for exports."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if isinstance(data, dict):
+            picture = self.svg(-1 if self.mode == "player" else self.index)
+            data["image/svg+xml"] = picture
+            data["text/html"] = f"<div class='mgpu-placement-static'>{picture}</div>"
+            data["text/plain"] = f"<{self.title or 'placement'}: {self.n_frames} frame(s)>"
+        return bundle
+
+    def save_html(self, path: str | os.PathLike) -> str:
+        """Write a standalone page that plays this view without a kernel; returns the path."""
+        return save_html(self.data, path, title=self.title, badge=self.badge)
+
+
+def standalone_html(data: dict[str, Any], title: str = "", badge: str = "") -> str:
+    """One self-contained page: the ES module inlined, a small in-page model, the data as JSON."""
+    js = ESM.read_text(encoding="utf-8").replace("export function drawFrame", "function drawFrame")
+    js = js.replace("export default { render };", "")
+    state = {"data": data, "index": 0, "playing": False, "interval_ms": 600, "speed": 1.0, "loop": False,
+             "live": False, "follow": False, "mode": "player", "title": title, "badge": badge}
+    payload = json.dumps(state, separators=(",", ":")).replace("</", "<\\/")
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(title or 'placement trace')}</title></head>
+<body style="margin:12px">
+<div id="mgpu-root"></div>
+<script id="mgpu-state" type="application/json">{payload}</script>
+<script>
+{js}
+(function () {{
+  const state = JSON.parse(document.getElementById("mgpu-state").textContent);
+  const handlers = {{}};
+  const model = {{
+    get: (k) => state[k],
+    set: (k, v) => {{ const old = state[k]; state[k] = v; if (old !== v) (handlers["change:" + k] || []).forEach(f => f()); }},
+    on: (e, f) => {{ (handlers[e] = handlers[e] || []).push(f); }},
+    save_changes: () => {{}}
+  }};
+  window.mgpuModel = model;
+  render({{ model, el: document.getElementById("mgpu-root") }});
+}})();
+</script></body></html>
+"""
+
+
+def save_html(data: dict[str, Any], path: str | os.PathLike, title: str = "", badge: str = "") -> str:
+    """Write :func:`standalone_html` to ``path`` atomically (a failure leaves nothing behind)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise MgpuError(f"cannot write {path}: the folder {folder} does not exist")
+    page = standalone_html(data, title, badge)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".mgpu-", suffix=".html.part", dir=folder)
+    except OSError as exc:
+        raise MgpuError(f"cannot write {path}: {exc.strerror or exc} (choose a folder you can write to)") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise MgpuError(f"cannot write {path}: {exc.strerror or exc} (choose a path you can write to)") from None
+    return path
+
+
+def placement_view(tensor: Any, dims: Any = None) -> PlacementWidget:
+    """The interactive placement view of a DistTensor (grid of blocks coloured by owning rank)."""
+    tensor.check()
+    try:
+        data = pdata.view_data(tensor.shape, tensor.placement, tensor.world_size, tensor.itemsize,
+                               f"{tensor.handle_id} {tensor.shape} {tensor.dtype_name}", dims)
+    except ValueError as exc:
+        raise MgpuError(str(exc)) from None
+    return PlacementWidget(data=data, mode="view", title=f"{tensor.handle_id}: {tensor.placement.label}",
+                           badge=f"{tensor.world_size} ranks")
+
+
+def tensor_html(tensor: Any) -> str:
+    """The rich repr of a DistTensor: the placement diagram and the text summary."""
+    if tensor._state != "live" or not tensor.session.alive:
+        return f"<pre>{html.escape(repr(tensor))}</pre>"
+    data = pdata.view_data(tensor.shape, tensor.placement, tensor.world_size, tensor.itemsize,
+                           f"{tensor.shape} {tensor.dtype_name}", None if tensor.ndim < 3 else (0, 1))
+    return f"<div class='mgpu-placement-static'>{frame_svg(data, 0)}<pre>{html.escape(repr(tensor))}</pre></div>"
+
+
+def text_diagram(shape: Any, placement: Any, world_size: int, dims: Any = None, width: int = 48) -> str:
+    """A character grid of the placement (rank numbers per tile; ``*`` where every rank holds it)."""
+    from .. import placement_layout as lay
+
+    panels = lay.placement_layout(shape, placement, world_size, dims)
+    lines = []
+    for p in panels:
+        if p["fixed"]:
+            lines.append(", ".join(f"dim {i}: {a}:{b}" for i, (a, b) in p["fixed"]))
+        nr, nc = len(p["rows"]) - 1, len(p["cols"]) - 1
+        cell = max(1, min(6, width // max(nc, 1) - 1))
+        for i in range(nr):
+            row = []
+            for j in range(nc):
+                owners = p["tiles"][i * nc + j]["owners"]
+                s = "*" if len(owners) == world_size > 1 else ",".join(map(str, owners)) or "."
+                row.append(s[:cell].center(cell))
+            lines.append("|" + "|".join(row) + "|")
+    return "\n".join(lines)

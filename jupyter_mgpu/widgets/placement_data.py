@@ -1,0 +1,148 @@
+"""The compact data the placement view and the trace player draw (no widget code, no torch).
+
+One format for both: ``panels`` (a grid of tiles each), ``blocks`` (a rectangle of a panel and the
+tiles it covers), and ``frames`` (blocks each rank gains/loses, transfer arrows, computed blocks,
+bytes held per rank, a caption). The static view is one frame; a trace is many. Frames carry only
+differences, so a trace of thousands of events stays small, and the browser steps back and forth
+by applying them (nothing is re-sent while playing).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import placement as pl
+from .. import placement_layout as lay
+from .. import trace_replay as tr
+from ..devices import format_bytes
+from .colors import rank_color
+
+
+def _project(box: Sequence[Sequence[int]], dims: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, int]]:
+    if not dims:
+        return (0, 1), (0, 1)
+    if len(dims) == 1:
+        return (0, 1), tuple(box[dims[0]])  # type: ignore[return-value]
+    return tuple(box[dims[0]]), tuple(box[dims[1]])  # type: ignore[return-value]
+
+
+def _tiles_of(panel: dict, rows: tuple[int, int], cols: tuple[int, int]) -> list[int]:
+    return [i for i, t in enumerate(panel["tiles"])
+            if rows[0] <= t["rows"][0] and t["rows"][1] <= rows[1] and cols[0] <= t["cols"][0] and t["cols"][1] <= cols[1]]
+
+
+def _panel_out(p: dict, title: str, size: tuple[int, int], itemsize: int, dim_names: tuple[str, str]) -> dict:
+    return {"title": title, "size": list(size), "rows": p["rows"], "cols": p["cols"], "itemsize": itemsize,
+            "dims": list(dim_names),
+            "tiles": [[t["rows"][0], t["rows"][1], t["cols"][0], t["cols"][1]] for t in p["tiles"]]}
+
+
+def view_data(shape: Sequence[int], placement: pl.Placement, world_size: int, itemsize: int, title: str,
+              dims: Sequence[int] | None = None) -> dict[str, Any]:
+    """The data of a tensor's placement view: one frame where every rank holds its shard."""
+    shape = tuple(shape)
+    if not 1 <= world_size <= 16:
+        raise ValueError(f"the placement view draws 1 to 16 ranks, this session has {world_size}")
+    d = lay.check_dims(len(shape), dims)
+    table = pl.shard_table(shape, placement, world_size)
+    panels = lay.layout(shape, [(s.rank, s.ranges) for s in table], d)
+    size = (shape[d[0]] if len(d) == 2 else 1, shape[d[-1]] if d else 1)
+    names = (f"dim {d[0]}" if len(d) == 2 else "", f"dim {d[-1]}" if d else "")
+    out_panels, blocks, adds, tips = [], [], [], []
+    for pi, p in enumerate(panels):
+        fixed = ", ".join(f"dim {i}: {a}:{b}" for i, (a, b) in p["fixed"])
+        out_panels.append(_panel_out(p, fixed or title, size, itemsize, names))
+        ptips = []
+        for t in p["tiles"]:
+            lines = [f"rank {r}: " + " × ".join(f"{a}:{b}" for a, b in table[r].ranges)
+                     + f", local shape {tuple(table[r].shape)}, {format_bytes(table[r].numel * itemsize)}"
+                     for r in t["owners"]]
+            ptips.append("\n".join(lines) or "held by no rank")
+        tips.append(ptips)
+        for s in table:
+            if s.numel == 0 or not all(box[0] <= a and b <= box[1] for i, (a, b) in p["fixed"]
+                                       for box in [s.ranges[i]] if b > a):
+                continue
+            rows, cols = _project(s.ranges, d)
+            blocks.append([pi, rows[0], rows[1], cols[0], cols[1], _tiles_of(p, rows, cols)])
+            adds.append([s.rank, len(blocks) - 1])
+    mem = [s.numel * itemsize for s in table]
+    frame = {"add": adds, "rm": [], "arrows": [], "compute": [], "mem": mem,
+             "caption": f"{title}: {placement.label} over {world_size} ranks"}
+    return {"world_size": world_size, "colors": [rank_color(r) for r in range(world_size)], "panels": out_panels,
+            "blocks": blocks, "frames": [frame], "tips": tips, "max_mem": max(mem + [1])}
+
+
+def trace_data(events: list[dict], tensors: dict[str, dict], world_size: int) -> dict[str, Any]:
+    """The data of a trace replay: one frame per (op, step) of the merged ``events``."""
+    frames = tr.group(events)
+    states = tr.replay(frames, world_size)
+    mem = tr.memory(states, tensors)
+    names = [n for n in tensors if any(b["tensor"] == n for e in events for b in e["blocks"])]
+    names += sorted({b["tensor"] for e in events for b in e["blocks"]} - set(names))
+    panels, pindex, dims_of = [], {}, {}
+    for n in names:
+        meta = tensors.get(n, {"shape": [], "itemsize": 1, "label": n})
+        shape = tuple(meta["shape"]) or (1,)
+        d = lay.check_dims(len(shape), None)
+        dims_of[n] = d
+        boxes = [(0, tuple(tuple(r) for r in b["box"])) for e in events for b in e["blocks"] if b["tensor"] == n]
+        boxes = [(0, box) for _, box in boxes if len(box) == len(shape)]
+        p = lay.layout(shape, [(0, tuple(_full(box, shape, d))) for _, box in boxes], d)[0]
+        size = (shape[d[0]] if len(d) == 2 else 1, shape[d[-1]])
+        pindex[n] = len(panels)
+        panels.append(_panel_out(p, meta.get("label", n) + f" {tuple(meta['shape'])}", size, meta.get("itemsize", 1),
+                                 (f"dim {d[0]}" if len(d) == 2 else "", f"dim {d[-1]}")))
+        panels[-1]["_layout"] = p
+    blocks: list[list] = []
+    bindex: dict[tuple, int] = {}
+
+    def blk(b: dict) -> int:
+        n = b["tensor"]
+        rows, cols = _project(b["box"], dims_of[n]) if len(b["box"]) == len(tensors.get(n, {}).get(
+            "shape", b["box"])) else ((0, 1), (0, 1))
+        k = (pindex[n], rows, cols)
+        if k not in bindex:
+            bindex[k] = len(blocks)
+            blocks.append([pindex[n], rows[0], rows[1], cols[0], cols[1], _tiles_of(panels[pindex[n]]["_layout"],
+                                                                                    rows, cols)])
+        return bindex[k]
+
+    def visible(st: list[set]) -> set[tuple[int, int]]:
+        return {(r, blk({"tensor": k[0], "box": k[1]})) for r, held in enumerate(st) for k in held}
+
+    out_frames, prev = [], set()
+    for fr, st, m in zip(frames, states, mem):
+        vis = visible(st)
+        arrows, compute = [], []
+        for e in fr:
+            bs = [blk(b) for b in e["blocks"]]
+            peer = e.get("peer")
+            if e["action"] in ("send", "reduce") and peer is not None:
+                arrows.append([e["rank"], peer, bs[0] if bs else -1, e["action"] == "reduce"])
+            elif e["action"] == "recv" and peer is not None and peer < 0:
+                arrows.append([peer, e["rank"], bs[0] if bs else -1, False])
+            elif e["action"] == "compute":
+                compute.extend([e["rank"], b] for b in bs)
+        out_frames.append({"add": sorted(vis - prev), "rm": sorted(prev - vis), "arrows": arrows,
+                           "compute": compute, "mem": m, "caption": tr.caption(fr, tensors)})
+        prev = vis
+    for p in panels:
+        del p["_layout"]
+    return {"world_size": world_size, "colors": [rank_color(r) for r in range(world_size)], "panels": panels,
+            "blocks": blocks, "frames": out_frames, "tips": [],
+            "max_mem": max([x for m in mem for x in m] + [1])}
+
+
+def _full(box: tuple, shape: tuple, dims: tuple[int, ...]) -> list[tuple[int, int]]:
+    """``box`` with the dims that are not drawn widened to the whole extent (one panel per tensor)."""
+    return [tuple(r) if i in dims else (0, s) for i, (r, s) in enumerate(zip(box, shape))]
+
+
+def visible_at(data: dict[str, Any], index: int) -> set[tuple[int, int]]:
+    """``(rank, block)`` pairs shown at frame ``index`` (what the browser computes from the deltas)."""
+    cur: set[tuple[int, int]] = set()
+    for f in data["frames"][: index + 1]:
+        cur.difference_update(tuple(x) for x in f["rm"])
+        cur.update(tuple(x) for x in f["add"])
+    return cur

@@ -1,0 +1,217 @@
+// Placement view and trace player (anywidget ES module). The kernel sends compact data once
+// (panels of tiles, blocks, frames of differences); stepping applies differences here, so a trace of
+// thousands of events plays without any message to the kernel. Also used, unchanged, by the
+// standalone HTML export (a tiny in-page model stands in for the widget model).
+
+const SVGNS = "http://www.w3.org/2000/svg";
+const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+const fmtBytes = (b) => {
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; }
+  return (i ? b.toFixed(1) : String(Math.round(b))) + " " + u[i];
+};
+
+// Geometry of every panel: a box of at most 220 px, aspect kept within 1:6.
+function geometry(data) {
+  let x = 10;
+  const out = [];
+  for (const p of data.panels) {
+    const [R, C] = p.size;
+    const ratio = Math.min(6, Math.max(1 / 6, (R || 1) / (C || 1)));
+    const h = ratio >= 1 ? 200 : Math.max(34, 200 * ratio);
+    const w = ratio >= 1 ? Math.max(34, 200 / ratio) : 200;
+    out.push({ x, y: 44, w, h, R: Math.max(R, 1), C: Math.max(C, 1) });
+    x += w + 36;
+  }
+  return { panels: out, width: Math.max(x, 120 + 90 * data.world_size), height: 44 + Math.max(...out.map(g => g.h), 40) + 120 };
+}
+
+function tileRect(g, t) {
+  return [g.x + g.w * t[2] / g.C, g.y + g.h * t[0] / g.R, g.w * (t[3] - t[2]) / g.C, g.h * (t[1] - t[0]) / g.R];
+}
+
+export function drawFrame(data, held, frame, geo) {
+  // held: Set of "rank,block" strings visible now
+  const P = data.world_size;
+  const owners = data.panels.map(p => p.tiles.map(() => 0));
+  for (const key of held) {
+    const [r, b] = key.split(",").map(Number);
+    const blk = data.blocks[b];
+    for (const t of blk[5]) owners[blk[0]][t] |= (1 << r);
+  }
+  const parts = [];
+  parts.push(`<text x="10" y="16" font-size="13" font-weight="bold">${esc(frame.caption || "")}</text>`);
+  data.panels.forEach((p, pi) => {
+    const g = geo.panels[pi];
+    parts.push(`<text x="${g.x}" y="36" font-size="12">${esc(p.title)}</text>`);
+    p.tiles.forEach((t, ti) => {
+      const [x, y, w, h] = tileRect(g, t);
+      const ranks = [];
+      for (let r = 0; r < P; r++) if (owners[pi][ti] & (1 << r)) ranks.push(r);
+      const tip = (data.tips && data.tips[pi]) ? data.tips[pi][ti] :
+        `${ranks.length ? "held by rank " + ranks.join(", ") : "held by no rank"}\nrows ${t[0]}:${t[1]}, cols ${t[2]}:${t[3]}` +
+        `\nshape (${t[1] - t[0]}, ${t[3] - t[2]}), ${fmtBytes((t[1] - t[0]) * (t[3] - t[2]) * p.itemsize)}`;
+      parts.push(`<g class="mgpu-tile" data-owners="${ranks.join(" ")}"><title>${esc(tip)}</title>`);
+      if (!ranks.length) {
+        parts.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="#fff" stroke="#ccc" stroke-width="0.5"/>`);
+      } else {
+        const sw = w / ranks.length;
+        ranks.forEach((r, i) => parts.push(
+          `<rect x="${x + i * sw}" y="${y}" width="${sw}" height="${h}" fill="${data.colors[r]}" stroke="none"/>`));
+        parts.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="none" stroke="#fff" stroke-width="1"/>`);
+        if (w > 16 && h > 12 && ranks.length <= 4) parts.push(
+          `<text x="${x + w / 2}" y="${y + h / 2 + 4}" font-size="10" text-anchor="middle" fill="#fff">${ranks.join(",")}</text>`);
+      }
+      parts.push(`</g>`);
+    });
+    parts.push(`<rect x="${g.x}" y="${g.y}" width="${g.w}" height="${g.h}" fill="none" stroke="#333"/>`);
+  });
+  for (const [r, b] of frame.compute || []) {
+    const blk = data.blocks[b];
+    const g = geo.panels[blk[0]];
+    const [x, y, w, h] = tileRect(g, [blk[1], blk[2], blk[3], blk[4]]);
+    parts.push(`<rect class="mgpu-compute" x="${x}" y="${y}" width="${w}" height="${h}" fill="none" ` +
+      `stroke="${data.colors[r]}" stroke-width="3" stroke-dasharray="4 2"/>`);
+  }
+  // rank boxes with memory bars; the notebook (host) at the left when it takes part
+  const y0 = geo.height - 70, bw = 70, gap = 18;
+  const rx = (r) => r < 0 ? 10 : 10 + (bw + gap) * (r + 1);
+  const hostUsed = (frame.arrows || []).some(a => a[0] < 0 || a[1] < 0);
+  if (hostUsed) parts.push(`<rect x="10" y="${y0}" width="${bw}" height="40" fill="#eee" stroke="#999"/>` +
+    `<text x="${10 + bw / 2}" y="${y0 + 24}" font-size="11" text-anchor="middle">notebook</text>`);
+  for (let r = 0; r < P; r++) {
+    const x = rx(r), m = (frame.mem || [])[r] || 0, frac = Math.min(1, m / (data.max_mem || 1));
+    parts.push(`<g class="mgpu-rank" data-rank="${r}" data-mem="${m}"><title>rank ${r}: ${fmtBytes(m)} of traced blocks</title>` +
+      `<rect x="${x}" y="${y0}" width="${bw}" height="40" fill="#fff" stroke="${data.colors[r]}" stroke-width="2"/>` +
+      `<rect class="mgpu-mem-bar" x="${x + 2}" y="${y0 + 40 - 38 * frac}" width="8" height="${38 * frac}" fill="${data.colors[r]}"/>` +
+      `<text x="${x + bw / 2 + 4}" y="${y0 + 16}" font-size="11" text-anchor="middle">rank ${r}</text>` +
+      `<text x="${x + bw / 2 + 4}" y="${y0 + 32}" font-size="10" text-anchor="middle">${fmtBytes(m)}</text></g>`);
+  }
+  for (const [from, to, , isReduce] of frame.arrows || []) {
+    if (from === to) continue;
+    const x1 = rx(from) + bw / 2, x2 = rx(to) + bw / 2, lift = 14 + Math.abs(x2 - x1) / 6;
+    const col = from < 0 ? "#555" : data.colors[from];
+    parts.push(`<path class="mgpu-arrow" d="M${x1},${y0} Q${(x1 + x2) / 2},${y0 - lift} ${x2},${y0}" fill="none" ` +
+      `stroke="${col}" stroke-width="2" ${isReduce ? 'stroke-dasharray="5 3"' : ""} marker-end="url(#mgpu-head)"/>`);
+  }
+  return `<svg xmlns="${SVGNS}" class="mgpu-placement-svg" width="${geo.width}" height="${geo.height}" ` +
+    `viewBox="0 0 ${geo.width} ${geo.height}" font-family="sans-serif"><defs><marker id="mgpu-head" ` +
+    `viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto">` +
+    `<path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker></defs>${parts.join("")}</svg>`;
+}
+
+function render({ model, el }) {
+  const root = document.createElement("div");
+  root.className = "mgpu-placement mgpu-player";
+  root.style.cssText = "font: 13px sans-serif; display: inline-block;";
+  const head = document.createElement("div");
+  head.style.cssText = "display:flex; gap:8px; align-items:center; margin-bottom:4px;";
+  const badge = document.createElement("span");
+  badge.className = "mgpu-badge";
+  badge.style.cssText = "background:#eef; border:1px solid #99c; border-radius:3px; padding:0 5px; font-size:11px;";
+  const title = document.createElement("b");
+  head.append(badge, title);
+  const controls = document.createElement("div");
+  controls.style.cssText = "display:flex; gap:4px; align-items:center; margin:4px 0;";
+  const mk = (label, tip) => {
+    const b = document.createElement("button");
+    b.textContent = label; b.title = tip; b.className = "mgpu-player-" + tip.replace(/\s+/g, "-");
+    return b;
+  };
+  const first = mk("«", "first"), back = mk("‹", "step back"), play = mk("▶", "play"),
+        fwd = mk("›", "step forward"), last = mk("»", "last");
+  const slider = document.createElement("input");
+  slider.type = "range"; slider.min = 0; slider.className = "mgpu-player-slider";
+  const counter = document.createElement("span");
+  counter.className = "mgpu-player-counter"; counter.style.minWidth = "90px";
+  const speed = document.createElement("select");
+  speed.className = "mgpu-player-speed";
+  for (const s of [0.25, 0.5, 1, 2, 4, 8]) {
+    const o = document.createElement("option"); o.value = s; o.textContent = s + "×"; speed.append(o);
+  }
+  controls.append(first, back, play, fwd, last, slider, counter, speed);
+  const stage = document.createElement("div");
+  stage.className = "mgpu-placement-stage";
+  root.append(head, controls, stage);
+  el.appendChild(root);
+
+  let data = null, geo = null, held = new Set(), pos = -1, timer = null;
+  const n = () => (data ? data.frames.length : 0);
+  const apply = (f, forward) => {
+    const fr = data.frames[f];
+    const add = forward ? fr.add : fr.rm, rm = forward ? fr.rm : fr.add;
+    for (const k of rm) held.delete(k[0] + "," + k[1]);
+    for (const k of add) held.add(k[0] + "," + k[1]);
+  };
+  const moveTo = (i) => {  // apply differences from pos to i (either way)
+    while (pos < i) { pos++; apply(pos, true); }
+    while (pos > i) { apply(pos, false); pos--; }
+  };
+  const load = () => {
+    data = model.get("data");
+    held = new Set(); pos = -1;
+    geo = data && data.frames && data.frames.length ? geometry(data) : null;
+  };
+  const draw = () => {
+    const live = model.get("live");
+    if (!geo) { stage.textContent = live ? "waiting for events…" : "nothing to show"; return; }
+    let i = Math.max(0, Math.min(n() - 1, model.get("index")));
+    moveTo(i);
+    stage.innerHTML = drawFrame(data, held, data.frames[i], geo);
+    slider.max = Math.max(0, n() - 1); slider.value = i;
+    counter.textContent = `step ${i} / ${n() - 1}`;
+  };
+  const sync = () => {
+    badge.textContent = model.get("badge"); badge.style.display = model.get("badge") ? "" : "none";
+    title.textContent = model.get("title");
+    controls.style.display = model.get("mode") === "view" ? "none" : "flex";
+    play.textContent = model.get("playing") ? "||" : "▶";
+    play.title = model.get("playing") ? "pause" : "play";
+    play.className = model.get("playing") ? "mgpu-player-pause" : "mgpu-player-play";
+    speed.value = String(model.get("speed"));
+    draw();
+  };
+  const go = (i) => {
+    const k = Math.max(0, Math.min(n() - 1, i));
+    model.set("index", k);
+    if (k === n() - 1 && !model.get("loop") && !model.get("live")) model.set("playing", false);
+    model.save_changes();
+  };
+  const tick = () => {
+    const i = model.get("index");
+    if (i >= n() - 1) {
+      if (model.get("loop")) go(0);
+      else if (!model.get("live")) { model.set("playing", false); model.save_changes(); }
+    } else go(i + 1);
+  };
+  const syncTimer = () => {
+    if (timer) { clearInterval(timer); timer = null; }
+    const ms = Math.max(16, model.get("interval_ms") / (model.get("speed") || 1));
+    if (model.get("playing")) timer = setInterval(tick, ms);
+  };
+  first.onclick = () => { model.set("playing", false); go(0); };
+  back.onclick = () => { model.set("playing", false); go(model.get("index") - 1); };
+  fwd.onclick = () => { model.set("playing", false); go(model.get("index") + 1); };
+  last.onclick = () => { model.set("playing", false); go(n() - 1); };
+  play.onclick = () => {
+    if (model.get("playing")) { model.set("playing", false); model.save_changes(); return; }
+    if (model.get("index") >= n() - 1) model.set("index", 0);
+    model.set("playing", true); model.save_changes();
+  };
+  slider.oninput = () => { model.set("playing", false); go(parseInt(slider.value, 10)); };
+  speed.onchange = () => { model.set("speed", parseFloat(speed.value)); model.save_changes(); };
+  model.on("change:data", () => {
+    load();
+    if (model.get("live") && model.get("follow")) { model.set("index", n() - 1); model.save_changes(); }
+    sync();
+  });
+  for (const name of ["index", "badge", "title", "playing", "mode", "speed", "live"]) model.on(`change:${name}`, sync);
+  model.on("change:playing", syncTimer);
+  model.on("change:interval_ms", syncTimer);
+  model.on("change:speed", syncTimer);
+  load(); sync(); syncTimer();
+  return () => { if (timer) clearInterval(timer); };
+}
+
+export default { render };
