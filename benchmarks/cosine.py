@@ -4,14 +4,16 @@
 - **forum recipe**: ``torch.multiprocessing.spawn`` of 4 workers; every worker unpickles the whole
   pickled DataFrame (columns ``a``, ``b`` of per-row arrays), converts its rows one by one with
   ``torch.tensor``, computes, and ``dist.gather``s to rank 0. Unpickling the whole frame in 4 processes
-  at 1M rows needs 4 × ~2.6 GB; on a small machine it is measured at two subset sizes and extrapolated
-  linearly (time = fixed + per-row × rows), which the table says.
+  at 1M rows needs ~6 GB in each of 4 workers; on a small machine it is measured on subsets and
+  extrapolated linearly: the fixed start-up (spawn, imports, process group) once, the work after it
+  (unpickle, convert, compute, gather) times rows / subset rows; peak memory along the line through
+  two subset sizes. The table says so.
 - **mg.load + mg.map + gather**: each rank memory-maps only its rows of ``a.npy``/``b.npy``.
 
 Each contender runs in its own process(es); peak memory is each process's peak resident set
 (``ru_maxrss``, or ``VmHWM`` of the engines after a reset). Timings are the best of ``--repeat``.
 
-    python benchmarks/cosine.py [--rows 1000000] [--dim 300] [--ranks 4] [--forum-rows 20000,40000]
+    python benchmarks/cosine.py [--rows 1000000] [--dim 300] [--ranks 4] [--forum-rows 50000,200000]
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ def forum_worker(rank: int, world: int, pkl: str, port: int, out: str) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.barrier()
+    t0 = time.perf_counter()
     df = pd.read_pickle(pkl)                                     # every rank reads the whole dataframe
     mine = df.iloc[np.array_split(np.arange(len(df)), world)[rank]]
     a = torch.stack([torch.tensor(row) for row in mine["a"]])    # converted row by row
@@ -105,8 +109,10 @@ def forum_worker(rank: int, world: int, pkl: str, port: int, out: str) -> None:
         np.save(out, torch.cat(parts).numpy())
     else:
         dist.send(sims, 0)
+    dist.barrier()
+    work = time.perf_counter() - t0                              # read + convert + compute + gather
     with open(f"{out}.rank{rank}.json", "w") as f:
-        json.dump({"peak": peak_rss()}, f)
+        json.dump({"peak": peak_rss(), "work": work}, f)
     dist.destroy_process_group()
 
 
@@ -121,11 +127,13 @@ def forum(pkl: str, world: int, out: str) -> dict:
     t0 = time.perf_counter()
     mp.spawn(forum_worker, args=(world, pkl, port, out), nprocs=world, join=True)
     took = time.perf_counter() - t0
-    peaks = []
+    peaks, work = [], 0.0
     for r in range(world):
         with open(f"{out}.rank{r}.json") as f:
-            peaks.append(json.load(f)["peak"])
-    return {"total": took, "peaks": peaks}
+            got = json.load(f)
+        peaks.append(got["peak"])
+        work = max(work, got["work"])
+    return {"total": took, "work": work, "peaks": peaks}
 
 
 # -- jupyter_mgpu ---------------------------------------------------------------------------------
@@ -174,7 +182,7 @@ def _subprocess(args: list[str]) -> dict:
     return json.loads(lines[-1][7:])
 
 
-def run(rows: int = 1_000_000, dim: int = 300, ranks: int = 4, forum_rows: tuple[int, ...] = (20_000, 40_000),
+def run(rows: int = 1_000_000, dim: int = 300, ranks: int = 4, forum_rows: tuple[int, ...] = (50_000, 200_000),
         repeat: int = 2, folder: str | None = None, threads: int = 2) -> list[dict]:
     """Measure all three; returns table rows (also printed by :func:`print_table`)."""
     import numpy as np
@@ -199,16 +207,23 @@ def run(rows: int = 1_000_000, dim: int = 300, ranks: int = 4, forum_rows: tuple
             forum_err = max(forum_err, float(np.abs(np.load(out) - ref[:n]).max()))
             fits.append((n, res))
             os.unlink(pkl)
-        if len(fits) >= 2 and fits[-1][0] < rows:
-            (n1, r1), (n2, r2) = fits[0], fits[-1]
-            per_row = (r2["total"] - r1["total"]) / (n2 - n1)
-            forum_total = r2["total"] + per_row * (rows - n2)
-            forum_peaks = [p2 + (p2 - p1) / (n2 - n1) * (rows - n2) for p1, p2 in zip(r1["peaks"], r2["peaks"])]
-            note = f"extrapolated linearly from {n1:,} and {n2:,} rows"
+        n2, r2 = fits[-1]
+        if n2 < rows:
+            # fixed costs (spawning 4 Pythons, importing torch and pandas, joining the group) are paid
+            # once; the work after the group is joined (unpickling the whole frame in every worker,
+            # row-by-row conversion, compute, gather) grows linearly with the rows
+            fixed = r2["total"] - r2["work"]
+            forum_total = fixed + r2["work"] * rows / n2
+            measured = "; ".join(f"{n:,} rows: {r['total']:.1f} s, work {r['work']:.1f} s" for n, r in fits)
+            note = f"extrapolated linearly from {n2:,} rows ({measured})"
+            if len(fits) >= 2:
+                (n1, r1) = fits[0]
+                forum_peaks = [p2 + max(0.0, (p2 - p1) / (n2 - n1)) * (rows - n2)
+                               for p1, p2 in zip(r1["peaks"], r2["peaks"])]
+            else:
+                forum_peaks = [p * rows / n2 for p in r2["peaks"]]
         else:
-            n2, r2 = fits[-1]
-            forum_total, forum_peaks = r2["total"] * rows / n2, r2["peaks"]
-            note = "measured" if n2 == rows else f"scaled from {n2:,} rows"
+            forum_total, forum_peaks, note = r2["total"], r2["peaks"], "measured"
         table = [
             {"name": "single process (np.load + F.cosine_similarity)", "total": single_res["total"],
              "compute": single_res["compute"], "peaks": single_res["peaks"], "err": 0.0, "note": f"{threads} threads"},
@@ -265,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--dim", type=int, default=300)
     p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--forum-rows", default="20000,40000", help="subset sizes for the forum recipe")
+    p.add_argument("--forum-rows", default="50000,200000", help="subset sizes for the forum recipe")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--threads", type=int, default=2, help="threads of the single process (cores)")
     args = p.parse_args(argv)
