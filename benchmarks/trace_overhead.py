@@ -1,0 +1,64 @@
+"""Cost of tracing: mg.matmul with and without ``mg.trace()``, side by side, every strategy.
+
+The same matmul (benchmarks/matmul.py's setting: N×N float32 on ``--ranks`` CPU virtual devices,
+inputs already in the strategy's layout) is run alternately untraced and inside ``with mg.trace()``,
+``--repeat`` times each; the table shows the fastest time of each (``C.report.time``: slowest rank,
+between barriers, which includes recording) and the overhead in percent. Target: ≤ 3 %.
+
+    python benchmarks/trace_overhead.py [--sizes 2048,4096] [--ranks 4] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
+
+import jupyter_mgpu as mg  # noqa: E402
+from jupyter_mgpu.ops.matmul_plan import required_placements  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="2048,4096")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--strategies", default="row,col,inner,ring,summa")
+    args = ap.parse_args()
+    s = mg.init(args.ranks, cpu=True, timeout=300)
+    rows = []
+    try:
+        for n in (int(x) for x in args.sizes.split(",")):
+            for strategy in args.strategies.split(","):
+                a_pl, b_pl, _ = required_placements(strategy, args.ranks)
+                A = mg.randn(n, n, placement=a_pl, seed=1)
+                B = mg.randn(n, n, placement=b_pl, seed=2)
+                mg.matmul(A, B, strategy).free()  # warm-up
+                off, on, events = [], [], 0
+                for _ in range(args.repeat):
+                    C = mg.matmul(A, B, strategy)
+                    off.append(C.report.time)
+                    C.free()
+                    with mg.trace() as t:
+                        C = mg.matmul(A, B, strategy)
+                    on.append(C.report.time)
+                    events = len(t.events)
+                    C.free()
+                rows.append((n, strategy, min(off), min(on), events))
+                A.free()
+                B.free()
+    finally:
+        s.shutdown()
+    print(f"\nmg.matmul with and without mg.trace(): {args.ranks} ranks on {os.cpu_count()} cores, float32, "
+          f"best of {args.repeat} (alternating)")
+    print(f"{'N':>6} {'strategy':10} {'untraced s':>11} {'traced s':>9} {'overhead':>9} {'events':>7}")
+    for n, strategy, t_off, t_on, events in rows:
+        print(f"{n:>6} {strategy:10} {t_off:11.4f} {t_on:9.4f} {100 * (t_on / t_off - 1):8.1f}% {events:7d}")
+    total_off = sum(r[2] for r in rows)
+    total_on = sum(r[3] for r in rows)
+    print(f"{'all':>6} {'':10} {total_off:11.4f} {total_on:9.4f} {100 * (total_on / total_off - 1):8.1f}%")
+
+
+if __name__ == "__main__":
+    main()
