@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .. import placement as pl
 from ..engine import runtime, store, telemetry
-from . import shards
+from . import matmul_trace, shards
 from .matmul_plan import RING_LOOKAHEAD, RING_SLOTS, required_placements, summa_panels
 
 
@@ -290,19 +290,30 @@ def run(strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placem
     growth = _peak_probe()
     start = time.perf_counter()
     steps = Steps()
+    tracer = matmul_trace.start(strategy, a_id, a_pl, b_id, b_pl, c_id, shapes, params, (need_a, need_b, c_pl),
+                                a.element_size())  # None unless mg.trace() is on
     redistribution_steps = 0
     if pl.normalize(a_pl, 2, st.world_size) != need_a:
-        a, got = shards.exchange(a, (m, k), a_pl, need_a)
+        a, got = shards.exchange(a, (m, k), a_pl, need_a, tracer and tracer.exchange_names("a"), 1)
         steps.received += got
         redistribution_steps += st.world_size - 1
     if pl.normalize(b_pl, 2, st.world_size) != need_b:
-        b, got = shards.exchange(b, (k, n), b_pl, need_b)
+        b, got = shards.exchange(b, (k, n), b_pl, need_b, tracer and tracer.exchange_names("b"), st.world_size)
         steps.received += got
         redistribution_steps += st.world_size - 1
     me = pl.shard_table((m, n), c_pl, st.world_size)[st.rank]
     c = torch.empty(me.shape, dtype=a.dtype, device=a.device)
-    STRATEGY_FUNCTIONS[strategy](a, b, c, shapes, params, steps)
+    if tracer is not None:
+        tracer.allocated()
+        Steps.hook = tracer.on_step
+    try:
+        STRATEGY_FUNCTIONS[strategy](a, b, c, shapes, params, steps)
+    finally:
+        if tracer is not None:
+            Steps.hook = None
     del a, b
+    if tracer is not None:
+        tracer.finish(steps.count)
     if st.device_kind == "cuda":
         torch.cuda.synchronize(st.device)
     compute_done = time.perf_counter()
