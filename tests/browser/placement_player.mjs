@@ -1,0 +1,129 @@
+// Drives a real JupyterLab in Debian's Chromium (playwright-core): shows a tensor's placement view and a
+// traced ring matmul's player, steps it and reads what is drawn; then opens the standalone HTML the
+// notebook saved from file:// with every network request refused, and plays it to the end.
+// Called by tests/browser/test_placement_player.py with one JSON argument
+// {url, token, notebook, html, artifacts, chromium, profile}; prints one JSON line per step.
+import { chromium } from 'playwright-core';
+import path from 'node:path';
+
+const cfg = JSON.parse(process.argv[2]);
+const T = 120000;
+const report = (step, data = {}) => process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
+
+const context = await chromium.launchPersistentContext(cfg.profile, {
+  executablePath: cfg.chromium,
+  headless: true,
+  viewport: { width: 1400, height: 1000 },
+  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage', '--allow-file-access-from-files']
+});
+const page = context.pages()[0] ?? (await context.newPage());
+const consoleErrors = [];
+page.on('pageerror', err => consoleErrors.push(String(err)));
+
+async function runCell(i) {
+  await page.evaluate(async k => {
+    const panel = window.jupyterapp.shell.currentWidget;
+    panel.content.activeCellIndex = k;
+    await window.jupyterapp.commands.execute('notebook:run-cell');
+  }, i);
+}
+const cellOut = (i) => page.evaluate(k => window.jupyterapp.shell.currentWidget.content.widgets[k].node.innerText, i);
+
+// what a placement widget inside `root` draws now
+const drawn = (sel) => page.evaluate(s => {
+  const p = document.querySelector(s);
+  if (!p) return null;
+  const svg = p.querySelector('svg.mgpu-placement-svg');
+  return {
+    counter: p.querySelector('.mgpu-player-counter')?.textContent,
+    owners: Array.from(p.querySelectorAll('.mgpu-tile')).map(t => t.getAttribute('data-owners')),
+    mem: Array.from(p.querySelectorAll('.mgpu-rank')).map(r => Number(r.getAttribute('data-mem'))),
+    arrows: p.querySelectorAll('.mgpu-arrow').length,
+    computes: p.querySelectorAll('.mgpu-compute').length,
+    caption: svg?.querySelector('text')?.textContent,
+    tip: p.querySelector('.mgpu-tile title')?.textContent,
+    svgLength: svg ? svg.outerHTML.length : 0,
+    svgHash: svg ? Array.from(svg.outerHTML).reduce((h, c) => (h * 31 + c.charCodeAt(0)) | 0, 0) : 0
+  };
+}, sel);
+
+try {
+  await page.goto(`${cfg.url}lab/tree/${cfg.notebook}?token=${cfg.token}`, { timeout: T });
+  await page.waitForFunction(() => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
+  }, null, { timeout: T, polling: 200 });
+  await runCell(0);
+  await page.waitForFunction(() => /Session/.test(
+    window.jupyterapp.shell.currentWidget.content.widgets[0].node.innerText), null, { timeout: T, polling: 200 });
+  // the placement view of a Block2D tensor
+  await runCell(1);
+  await page.waitForFunction(() => document.querySelectorAll('.mgpu-placement svg').length >= 1, null, { timeout: T });
+  await page.evaluate(() => { document.querySelectorAll('.mgpu-placement')[0].id = 'mgpu-view'; });
+  const view = await drawn('#mgpu-view');
+  report('view', view);
+  // the traced ring matmul's player
+  await runCell(2);
+  await page.waitForFunction(() => document.querySelectorAll('.mgpu-placement svg').length >= 2, null, { timeout: T });
+  await page.evaluate(() => { document.querySelectorAll('.mgpu-placement')[1].id = 'mgpu-trace'; });
+  const sel = '#mgpu-trace';
+  const first = await drawn(sel);
+  await page.screenshot({ path: path.join(cfg.artifacts, 'trace_0.png'), fullPage: true });
+  const seen = [first];
+  for (let i = 0; i < 6; i++) {
+    await page.click(`${sel} .mgpu-player-step-forward`);
+    await page.waitForFunction(([s, k]) => new RegExp(`step ${k} /`).test(document.querySelector(s).innerText),
+      [sel, i + 1], { timeout: 10000 });
+    seen.push(await drawn(sel));
+  }
+  await page.screenshot({ path: path.join(cfg.artifacts, 'trace_6.png'), fullPage: true });
+  await page.click(`${sel} .mgpu-player-last`);
+  await page.waitForTimeout(300);
+  const end = await drawn(sel);
+  await page.click(`${sel} .mgpu-player-step-back`);
+  await page.waitForTimeout(300);
+  const back = await drawn(sel);
+  report('stepped', { seen, end, back });
+  await runCell(3);
+  await page.waitForFunction(() => /saved/.test(
+    window.jupyterapp.shell.currentWidget.content.widgets[3].node.innerText), null, { timeout: T, polling: 200 });
+  report('saved', { output: await cellOut(3) });
+  await runCell(4);
+  await page.waitForFunction(() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle',
+    null, { timeout: T, polling: 200 });
+
+  // the standalone page: no kernel, no network
+  const off = await context.newPage();
+  const requests = [];
+  await off.route('**/*', route => {
+    const u = route.request().url();
+    if (u.startsWith('file://')) return route.continue();
+    requests.push(u);
+    return route.abort();
+  });
+  off.on('pageerror', err => consoleErrors.push('standalone: ' + String(err)));
+  await off.goto('file://' + cfg.html, { timeout: T });
+  await off.waitForSelector('.mgpu-placement svg', { timeout: 20000 });
+  const s0 = await off.evaluate(() => document.querySelector('.mgpu-player-counter').textContent);
+  const tiles0 = await off.evaluate(() => document.querySelector('.mgpu-placement-stage').innerHTML.length);
+  await off.selectOption('.mgpu-player-speed', '8');
+  await off.click('.mgpu-player-play');
+  await off.waitForFunction(() => {
+    const m = /step (\d+) \/ (\d+)/.exec(document.querySelector('.mgpu-player-counter').textContent);
+    return m && m[1] === m[2];
+  }, null, { timeout: 60000, polling: 100 });
+  const s1 = await off.evaluate(() => ({
+    counter: document.querySelector('.mgpu-player-counter').textContent,
+    play: document.querySelector('.mgpu-player-play, .mgpu-player-pause').textContent,
+    owners: Array.from(document.querySelectorAll('.mgpu-tile')).map(t => t.getAttribute('data-owners'))
+  }));
+  await off.screenshot({ path: path.join(cfg.artifacts, 'standalone_end.png'), fullPage: true });
+  report('standalone', { start: s0, tiles0, end: s1, requests });
+  report('done', { consoleErrors });
+} catch (err) {
+  report('error', { message: String(err && err.stack || err) });
+  await page.screenshot({ path: path.join(cfg.artifacts, 'error.png'), fullPage: true }).catch(() => {});
+} finally {
+  await context.close();
+}

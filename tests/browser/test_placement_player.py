@@ -1,0 +1,79 @@
+"""Real-browser test of the placement view and the trace player in JupyterLab, and of the standalone page.
+
+Uses the ``lab`` fixture of test_lab.py and Debian's Chromium through playwright-core. Screenshots go
+to test-artifacts/browser-placement/.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from test_lab import CHROMIUM, REPO, lab  # noqa: F401  (the module-scoped JupyterLab fixture)
+
+ARTIFACTS = REPO / "test-artifacts" / "browser-placement"
+SCRIPT = Path(__file__).with_name("placement_player.mjs")
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+
+CELLS = [
+    "import jupyter_mgpu as mg\ns = mg.init(2)\ns",
+    "A = mg.randn(40, 30, placement=mg.Block2D(1, 2))\nmg.show(A)",
+    "X = mg.randn(24, 24, placement=mg.Shard(0), seed=1)\nY = mg.randn(24, 24, placement=mg.Shard(0), seed=2)\n"
+    "with mg.trace() as t:\n    C = mg.matmul(X, Y, 'ring')\nt.play()",
+    "print('saved', t.save_html('ring.html'), len(t.events), 'events')",
+    "mg.shutdown()",
+]
+
+
+@pytest.fixture(scope="module")
+def played(lab):  # noqa: F811
+    if ARTIFACTS.exists():
+        shutil.rmtree(ARTIFACTS)
+    ARTIFACTS.mkdir(parents=True)
+    root = lab["tmp"] / "root"
+    nb = new_notebook(cells=[new_code_cell(c) for c in CELLS],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.write(nb, root / "placement_check.ipynb")
+    cfg = {"url": lab["url"], "token": lab["token"], "notebook": "placement_check.ipynb", "html": str(root / "ring.html"),
+           "artifacts": str(ARTIFACTS), "chromium": CHROMIUM, "profile": str(lab["tmp"] / "chromium-profile-placement")}
+    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=380, cwd=REPO)
+    steps = {json.loads(x)["step"]: json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")}
+    assert "error" not in steps, f"{steps['error']['message']}\nlab log:\n{lab['log'].read_text()[-3000:]}"
+    assert run.returncode == 0 and "done" in steps, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return steps
+
+
+def test_placement_view_renders_each_rank_and_hover_text(played):
+    v = played["view"]
+    assert v["owners"] == ["0", "1"]
+    assert v["tip"].startswith("rank 0: 0:40 × 0:15, local shape (40, 15)")
+    assert v["mem"] == [40 * 15 * 4] * 2
+
+
+def test_stepping_the_trace_player_changes_what_is_drawn(played):
+    s = played["stepped"]
+    seen = s["seen"]
+    assert seen[0]["counter"].startswith("step 0 / ")
+    assert [x["counter"].split(" /")[0] for x in seen] == [f"step {i}" for i in range(7)]
+    assert len({x["svgHash"] for x in seen}) == len(seen)  # every step draws something else
+    assert any(x["arrows"] > 0 for x in seen) and any(x["computes"] > 0 for x in seen)
+    assert len({tuple(x["mem"]) for x in seen}) > 1  # the memory bars move
+    last = s["end"]["counter"]
+    n = int(last.split("/ ")[1])
+    assert last == f"step {n} / {n}" and s["back"]["counter"] == f"step {n - 1} / {n}"
+
+
+def test_standalone_page_plays_without_network(played):
+    s = played["standalone"]
+    assert s["start"].startswith("step 0 / ")
+    n = s["start"].split("/ ")[1]
+    assert s["end"]["counter"] == f"step {n} / {n}" and s["end"]["play"] == "▶"
+    assert s["requests"] == []  # nothing asked for the network
+    assert played["done"]["consoleErrors"] == []
