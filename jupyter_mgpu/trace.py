@@ -17,6 +17,7 @@ import itertools
 import json
 import os
 import threading
+import time
 from typing import Any
 
 from . import session as sessmod
@@ -41,11 +42,14 @@ class Trace:
         self._players: list[Any] = []
         self._follower: threading.Thread | None = None
         self._stop = threading.Event()
+        self.samples: list[dict[str, Any]] = []
+        self._t0 = 0.0
 
     # -- the block ------------------------------------------------------------------------
     def __enter__(self) -> "Trace":
         self.session.check_alive()
         self.session.run(etrace.start, self.trace_id, self.live, label="trace start")
+        self._t0 = time.time()
         self.running = True
         return self
 
@@ -58,6 +62,7 @@ class Trace:
             if self.session.alive:
                 parts = self.session.run(etrace.stop, label="trace stop")
                 self._collect(parts)
+                self.samples = self._telemetry()
         finally:
             for p in self._players:
                 p.live = False
@@ -67,6 +72,19 @@ class Trace:
         for part in parts:
             self.tensors.update(part["tensors"])
         self.events = tr.merge(part["events"] for part in parts)
+
+    def _telemetry(self) -> list[dict[str, Any]]:
+        """The memory samples the ranks' samplers published while the block ran (none when telemetry is off)."""
+        try:
+            from .memory import memory_history
+
+            minutes = min(10.0, (time.time() - self._t0) / 60 + 0.05)
+            rows = memory_history(minutes, session=self.session)
+        except Exception:
+            return []
+        return [{"rank": r["rank"], "time": r["time"],
+                 "bytes": r.get("allocated_bytes") or r.get("resident_bytes") or 0}
+                for r in rows if r.get("time", 0) >= self._t0 - 0.5]
 
     # -- facts ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -118,7 +136,7 @@ class Trace:
         """The compact data the player draws (see ``widgets.placement_data``)."""
         from .widgets.placement_data import trace_data
 
-        return trace_data(self.events, self.tensors, self.world_size)
+        return trace_data(self.events, self.tensors, self.world_size, self.samples)
 
     def play(self, interval_ms: int = 600) -> Any:
         """The animated replay (a widget). Made inside the block, it follows the events as they arrive."""

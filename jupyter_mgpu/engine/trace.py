@@ -4,9 +4,9 @@ Ops call :func:`record` (``hold``, ``send``, ``recv``, ``compute``, ``reduce``, 
 blocks concerned — each a ``(tensor name, box)`` where the box is the global index range per
 dimension, plus an optional buffer tag for temporary copies. When tracing is off, ``record`` is one
 global test and returns, so ops need no other guard. When it is on, an event is one tuple appended
-to a list (cheap: no formatting while the op runs); with ``live`` each op's events are also appended
-as JSON lines to ``<rundir>/trace/rank<r>.jsonl`` when the op ends (so a kernel thread can follow a
-running cell without the ipyparallel queue). :func:`stop` returns the events as dicts.
+to a list (cheap: no formatting while the op runs); with ``live`` the events are also appended as
+JSON lines to ``<rundir>/trace/rank<r>.jsonl`` every ``LIVE_PERIOD`` seconds while an op runs and when
+it ends (so a kernel thread can follow a running cell without the ipyparallel queue). :func:`stop` returns the events as dicts.
 
 Engine-side: imports only the runtime (and json/time).
 """
@@ -22,6 +22,7 @@ from . import runtime
 
 ACTIONS = ("hold", "send", "recv", "compute", "reduce", "free")
 HOST = -1  # the controller (notebook) as a peer: scatter receives from it, gather sends to it
+LIVE_PERIOD = 0.2  # seconds between appends to the live file while an op runs
 
 
 class Recorder:
@@ -36,6 +37,7 @@ class Recorder:
         self.live_path = live_path
         self.flushed = 0
         self.seq = 0
+        self.next_flush = 0.0
 
 
 _REC: Recorder | None = None
@@ -108,8 +110,12 @@ def record(step: int, action: str, blocks: Iterable[tuple] = (), nbytes: int = 0
     if rec is None:
         return
     rec.seq += 1
+    now = time.time()
     rec.events.append((rec.op_index, rec.op_label, int(step), action, tuple(blocks), int(nbytes), peer,
-                       time.time(), rec.seq, info or None))
+                       now, rec.seq, info or None))
+    if rec.live_path is not None and now >= rec.next_flush:  # live: publish at most every LIVE_PERIOD s
+        rec.next_flush = now + LIVE_PERIOD
+        _flush(rec)
 
 
 def _as_dict(e: tuple) -> dict[str, Any]:

@@ -73,8 +73,12 @@ def view_data(shape: Sequence[int], placement: pl.Placement, world_size: int, it
             "blocks": blocks, "frames": [frame], "tips": tips, "max_mem": max(mem + [1])}
 
 
-def trace_data(events: list[dict], tensors: dict[str, dict], world_size: int) -> dict[str, Any]:
-    """The data of a trace replay: one frame per (op, step) of the merged ``events``."""
+def trace_data(events: list[dict], tensors: dict[str, dict], world_size: int,
+               samples: list[dict] | None = None) -> dict[str, Any]:
+    """The data of a trace replay: one frame per (op, step) of the merged ``events``.
+
+    ``samples`` (telemetry: rank, time, bytes) add each rank's measured memory at each frame's time.
+    """
     frames = tr.group(events)
     states = tr.replay(frames, world_size)
     mem = tr.memory(states, tensors)
@@ -129,7 +133,8 @@ def trace_data(events: list[dict], tensors: dict[str, dict], world_size: int) ->
         prev = vis
     for p in panels:
         del p["_layout"]
-    return {"world_size": world_size, "colors": [rank_color(r) for r in range(world_size)], "panels": panels,
+    max_tele = _attach_telemetry(frames, out_frames, samples or [], world_size)
+    return {"max_tele": max_tele, "world_size": world_size, "colors": [rank_color(r) for r in range(world_size)], "panels": panels,
             "blocks": blocks, "frames": out_frames, "tips": [],
             "max_mem": max([x for m in mem for x in m] + [1])}
 
@@ -146,3 +151,18 @@ def visible_at(data: dict[str, Any], index: int) -> set[tuple[int, int]]:
         cur.difference_update(tuple(x) for x in f["rm"])
         cur.update(tuple(x) for x in f["add"])
     return cur
+
+
+def _attach_telemetry(frames: list[list[dict]], out: list[dict], samples: list[dict], world_size: int) -> int:
+    """Per frame, each rank's last telemetry sample at or before the frame's last event (-1: none)."""
+    if not samples:
+        return 0
+    per_rank = [sorted((x["time"], x["bytes"]) for x in samples if x["rank"] == r) for r in range(world_size)]
+    for fr, o in zip(frames, out):
+        t = max(e["time"] for e in fr)
+        row = []
+        for series in per_rank:
+            before = [b for ts, b in series if ts <= t]
+            row.append(before[-1] if before else (series[0][1] if series else -1))
+        o["tele"] = row
+    return max([b for o in out for b in o.get("tele", []) if b > 0] + [1])

@@ -56,6 +56,9 @@ def test_matmul_replay_ends_in_the_real_placement(s4, strategy):
     p = t.play()
     p.step(len(p.data["frames"]))
     assert p.index == p.n_frames - 1
+    if s4.cluster.spec.telemetry_period:  # the measured memory of each rank rides along with every frame
+        assert t.samples and all(len(f["tele"]) == 4 for f in p.data["frames"])
+        assert all(b > 0 for f in p.data["frames"] for b in f["tele"])
 
 
 def test_ring_records_every_chunk_moving_around_the_ring(s4):

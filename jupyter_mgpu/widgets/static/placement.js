@@ -82,11 +82,15 @@ export function drawFrame(data, held, frame, geo) {
     `<text x="${10 + bw / 2}" y="${y0 + 24}" font-size="11" text-anchor="middle">notebook</text>`);
   for (let r = 0; r < P; r++) {
     const x = rx(r), m = (frame.mem || [])[r] || 0, frac = Math.min(1, m / (data.max_mem || 1));
-    parts.push(`<g class="mgpu-rank" data-rank="${r}" data-mem="${m}"><title>rank ${r}: ${fmtBytes(m)} of traced blocks</title>` +
+    const tele = frame.tele ? frame.tele[r] : -1, tfrac = Math.min(1, Math.max(0, tele) / (data.max_tele || 1));
+    const ttext = tele >= 0 ? `; measured (telemetry) ${fmtBytes(tele)}` : "";
+    parts.push(`<g class="mgpu-rank" data-rank="${r}" data-mem="${m}" data-tele="${tele}"><title>rank ${r}: ${fmtBytes(m)} of traced blocks${ttext}</title>` +
       `<rect x="${x}" y="${y0}" width="${bw}" height="40" fill="#fff" stroke="${data.colors[r]}" stroke-width="2"/>` +
       `<rect class="mgpu-mem-bar" x="${x + 2}" y="${y0 + 40 - 38 * frac}" width="8" height="${38 * frac}" fill="${data.colors[r]}"/>` +
       `<text x="${x + bw / 2 + 4}" y="${y0 + 16}" font-size="11" text-anchor="middle">rank ${r}</text>` +
       `<text x="${x + bw / 2 + 4}" y="${y0 + 32}" font-size="10" text-anchor="middle">${fmtBytes(m)}</text></g>`);
+    if (tele >= 0) parts.push(`<rect class="mgpu-tele-bar" x="${x + 12}" y="${y0 + 40 - 38 * tfrac}" width="4" ` +
+      `height="${38 * tfrac}" fill="#888"/>`);
   }
   for (const [from, to, , isReduce] of frame.arrows || []) {
     if (from === to) continue;
