@@ -116,6 +116,12 @@ class DistTensor:
         rows = [f"  rank {s.rank}: local {s.shape}, {format_bytes(b)}" for s, b in zip(self.table, self.bytes_per_rank)]
         return "\n".join([head] + rows)
 
+    def _repr_html_(self) -> str:
+        """The notebook repr: the placement diagram (blocks coloured by rank) above the text summary."""
+        from .widgets.placement import tensor_html
+
+        return tensor_html(self)
+
     # -- lifetime -------------------------------------------------------------------------
     def check(self) -> None:
         """Raise a clear error if this handle can no longer be used."""
