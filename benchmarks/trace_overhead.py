@@ -11,12 +11,35 @@ between barriers, which includes recording) and the overhead in percent. Target:
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import time
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 
 import jupyter_mgpu as mg  # noqa: E402
 from jupyter_mgpu.ops.matmul_plan import required_placements  # noqa: E402
+
+
+def per_event_cost(n: int = 200_000) -> tuple[float, float]:
+    """Seconds to record one event (the tuple append ops do) and to publish one (a JSON line), in this process."""
+    from jupyter_mgpu.engine import trace as etrace
+
+    etrace.start("bench", live=False)
+    blk = [etrace.block("t1.1", ((0, 512), (0, 4096)), "slot1")]
+    t0 = time.perf_counter()
+    for i in range(n):
+        etrace.record(i, "recv", blk, 8 << 20, 3)
+    rec = time.perf_counter() - t0
+    events = etrace._REC.events
+    etrace._REC = None
+    t0 = time.perf_counter()
+    for e in events[:20_000]:
+        json.dumps({"rank": 0, "op": e[0], "label": e[1], "step": e[2], "action": e[3],
+                    "blocks": [{"tensor": b[0], "box": [list(r) for r in b[1]], "buf": b[2]} for b in e[4]],
+                    "bytes": e[5], "time": e[7], "seq": e[8], "peer": e[6]})
+    pub = (time.perf_counter() - t0) / 20_000
+    return rec / n, pub
 
 
 def main() -> None:
@@ -55,6 +78,11 @@ def main() -> None:
     print(f"{'N':>6} {'strategy':10} {'untraced s':>11} {'traced s':>9} {'overhead':>9} {'events':>7}")
     for n, strategy, t_off, t_on, events in rows:
         print(f"{n:>6} {strategy:10} {t_off:11.4f} {t_on:9.4f} {100 * (t_on / t_off - 1):8.1f}% {events:7d}")
+    rec, pub = per_event_cost()
+    print(f"\nper event: record {rec * 1e6:.2f} µs, publish (live JSON line) {pub * 1e6:.2f} µs; "
+          "bound on the overhead = events × (record + publish) / untraced time:")
+    for n, strategy, t_off, _, events in rows:
+        print(f"{n:>6} {strategy:10} {100 * events * (rec + pub) / t_off:8.3f}%")
     total_off = sum(r[2] for r in rows)
     total_on = sum(r[3] for r in rows)
     print(f"{'all':>6} {'':10} {total_off:11.4f} {total_on:9.4f} {100 * (total_on / total_off - 1):8.1f}%")

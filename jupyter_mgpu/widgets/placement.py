@@ -89,7 +89,8 @@ class PlacementWidget(anywidget.AnyWidget):
             picture = self.svg(-1 if self.mode == "player" else self.index)
             data["image/svg+xml"] = picture
             data["text/html"] = f"<div class='mgpu-placement-static'>{picture}</div>"
-            data["text/plain"] = f"<{self.title or 'placement'}: {self.n_frames} frame(s)>"
+            data["text/plain"] = getattr(self, "text_summary", "") or \
+                f"<{self.title or 'placement'}: {self.n_frames} frame(s)>"
         return bundle
 
     def save_html(self, path: str | os.PathLike) -> str:
@@ -160,14 +161,21 @@ def placement_view(tensor: Any, dims: Any = None) -> PlacementWidget:
                                f"{tensor.handle_id} {tensor.shape} {tensor.dtype_name}", dims)
     except ValueError as exc:
         raise MgpuError(str(exc)) from None
-    return PlacementWidget(data=data, mode="view", title=f"{tensor.handle_id}: {tensor.placement.label}",
-                           badge=f"{tensor.world_size} ranks")
+    w = PlacementWidget(data=data, mode="view", title=f"{tensor.handle_id}: {tensor.placement.label}",
+                        badge=f"{tensor.world_size} ranks")
+    try:
+        w.text_summary = repr(tensor) + "\n" + text_diagram(tensor.shape, tensor.placement, tensor.world_size, dims)
+    except ValueError:
+        w.text_summary = repr(tensor)
+    return w
 
 
 def tensor_html(tensor: Any) -> str:
     """The rich repr of a DistTensor: the placement diagram and the text summary."""
-    if tensor._state != "live" or not tensor.session.alive:
-        return f"<pre>{html.escape(repr(tensor))}</pre>"
+    try:
+        tensor.check()
+    except MgpuError as exc:  # freed, or its session is gone: say so instead of drawing shards that are not there
+        return f"<pre>{html.escape(repr(tensor))}</pre><div style='color:#a00'>{html.escape(str(exc))}</div>"
     data = pdata.view_data(tensor.shape, tensor.placement, tensor.world_size, tensor.itemsize,
                            f"{tensor.shape} {tensor.dtype_name}", None if tensor.ndim < 3 else (0, 1))
     return f"<div class='mgpu-placement-static'>{frame_svg(data, 0)}<pre>{html.escape(repr(tensor))}</pre></div>"
@@ -192,3 +200,21 @@ def text_diagram(shape: Any, placement: Any, world_size: int, dims: Any = None, 
                 row.append(s[:cell].center(cell))
             lines.append("|" + "|".join(row) + "|")
     return "\n".join(lines)
+
+
+def side_by_side(*widgets: PlacementWidget) -> Any:
+    """Several placement players in one row (scrolls sideways); exports keep each one's last frame."""
+    import ipywidgets
+
+    class PlayerRow(ipywidgets.HBox):
+        def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+            bundle = super()._repr_mimebundle_(**kwargs)
+            data = bundle[0] if isinstance(bundle, tuple) else bundle
+            if isinstance(data, dict):
+                cells = "".join(f"<div style='display:inline-block;vertical-align:top;margin-right:12px'>"
+                                f"<b>{html.escape(w.title)}</b><br>{w.svg(-1)}</div>" for w in self.children)
+                data["text/html"] = f"<div class='mgpu-placement-static' style='overflow-x:auto;white-space:nowrap'>" \
+                                    f"{cells}</div>"
+            return bundle
+
+    return PlayerRow(list(widgets), layout=ipywidgets.Layout(overflow_x="auto"))

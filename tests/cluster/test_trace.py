@@ -167,7 +167,7 @@ def test_bad_input_is_one_sentence(s2, own_session, tmp_path):
         B = mg.randn(4, 4, seed=0)
     with pytest.raises(MgpuError, match="shut down"):
         mg.show(B)
-    assert "shut down" in B._repr_html_() if hasattr(B, "_repr_html_") else True
+    assert "shut down" in B._repr_html_() and "mgpu-tile" not in B._repr_html_()
 
 
 def test_show_and_rich_repr(s4):
@@ -175,6 +175,10 @@ def test_show_and_rich_repr(s4):
     v = mg.show(A)
     assert v.mode == "view" and len(v.data["panels"]) == 1
     assert sorted(r for r, _ in v.held) == [0, 1, 2, 3]
+    bundle = v._repr_mimebundle_()
+    bundle = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "placement=B(2x2)" in bundle["text/plain"] and "|  2   |  3   |" in bundle["text/plain"]
+    assert bundle["image/svg+xml"].count('class="mgpu-tile"') == 4
     T = mg.randn(4, 6, 5, placement=mg.Shard(0))
     v3 = mg.show(T, dims=(1, 2))
     assert len(v3.data["panels"]) == 4  # the sharded dim not drawn: small multiples

@@ -23,7 +23,7 @@ def test_placement_notebook_runs_shows_views_and_traces():
         rich = next(c for c in code if c.source.startswith("A = mg.randn"))
         html = rich.outputs[0]["data"]["text/html"]
         assert "mgpu-tile" in html and "B(2x2)" in html  # the diagram and the text summary
-        for prefix in ("mg.show(A)", "T = mg.randn", "import ipywidgets"):
+        for prefix in ("mg.show(A)", "T = mg.randn", "from jupyter_mgpu.widgets.placement import side_by_side"):
             cell = next(c for c in code if c.source.startswith(prefix))
             data = cell.outputs[0]["data"]
             assert WIDGET in data and "<svg" in data.get("text/html", "") + data.get("image/svg+xml", "")
