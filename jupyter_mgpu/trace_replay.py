@@ -126,7 +126,7 @@ def final_placement(states: list[list[set[Key]]], world_size: int) -> dict[str, 
 
 
 def caption(frame: list[dict], tensors: dict[str, dict]) -> str:
-    """One line saying what happens in a frame (counts per action, the op and step)."""
+    """One line saying what happens in a frame (the op, counts per action, bytes received)."""
     e0 = frame[0]
     counts: dict[str, int] = {}
     for e in frame:
@@ -134,4 +134,4 @@ def caption(frame: list[dict], tensors: dict[str, dict]) -> str:
     what = ", ".join(f"{n} {a}" for a, n in counts.items())
     moved = sum(e["bytes"] for e in frame if e["action"] in ("recv",))
     tail = f", {moved:,} bytes received" if moved else ""
-    return f"{e0.get('label', '')} step {e0['step']}: {what}{tail}"
+    return f"{e0.get('label', '')}: {what}{tail}"

@@ -120,6 +120,24 @@ try {
   }));
   await off.screenshot({ path: path.join(cfg.artifacts, 'standalone_end.png'), fullPage: true });
   report('standalone', { start: s0, tiles0, end: s1, requests });
+
+  // a 2,400-event trace: time stepping through 300 frames and one jump from first to last
+  const big = await context.newPage();
+  big.on('pageerror', err => consoleErrors.push('big: ' + String(err)));
+  await big.goto('file://' + cfg.big, { timeout: T });
+  await big.waitForSelector('.mgpu-placement svg', { timeout: 20000 });
+  const timing = await big.evaluate(() => {
+    const m = window.mgpuModel, n = m.get('data').frames.length;
+    let t0 = performance.now();
+    for (let i = 1; i < n; i++) m.set('index', i);
+    const perStepMs = (performance.now() - t0) / (n - 1);
+    m.set('index', 0);
+    t0 = performance.now();
+    m.set('index', n - 1);
+    const scrubMs = performance.now() - t0;
+    return { frames: n, perStepMs, scrubMs, counter: document.querySelector('.mgpu-player-counter').textContent };
+  });
+  report('big', timing);
   report('done', { consoleErrors });
 } catch (err) {
   report('error', { message: String(err && err.stack || err) });
