@@ -42,7 +42,7 @@ def build_error(
     succeeded: list[int] | None = None,
     budgets: dict[int, int] | None = None,
     device_kind: str = "cpu",
-    sequence_numbers: dict[int, int | None] | None = None,
+    sequence_numbers: dict[int, int | None] | None = None,  # collectives entered during the call
     timeout: float | None = None,
     rebuilt: bool = False,
 ) -> RankError:

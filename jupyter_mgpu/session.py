@@ -217,7 +217,7 @@ class Session:
             results = [results]
         failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
         if failures:
-            raise self._error(failures, ranks)
+            raise self._error(failures, ranks, {r: res.get("seq_delta") for r, res in zip(ranks, results)})
         return [res["value"] for res in results]
 
     def _pending_ranks(self, ar: Any, ranks: list[int]) -> list[int]:
@@ -249,19 +249,18 @@ class Session:
                              "return plain data or tensors, and define functions at top level")
         return MgpuError(f"{label} failed in ipyparallel: {text}")
 
-    def _error(self, failures: dict[int, dict], ranks: list[int]) -> MgpuError:
+    def _error(self, failures: dict[int, dict], ranks: list[int],
+               seq_deltas: dict[int, int | None] | None = None) -> MgpuError:
         succeeded = [r for r in ranks if r not in failures]
-        seq = None
         rebuilt = False
         if any(f.get("collective_failure") for f in failures.values()):
-            seq = self._sequence_numbers()
             rebuilt = self._rebuild_process_group()
         return build_error(
             failures,
             succeeded=succeeded,
             budgets={r: d.total_memory for r, d in enumerate(self.devices)},
             device_kind=self.device_kind,
-            sequence_numbers=seq,
+            sequence_numbers=seq_deltas,
             timeout=self.timeout,
             rebuilt=rebuilt,
         )
@@ -281,18 +280,6 @@ class Session:
             return True
         except Exception:
             return False
-
-    def _sequence_numbers(self) -> dict[int, int | None] | None:
-        from .engine import runtime
-
-        try:
-            ar = self._view(list(range(self.world_size))).apply_async(runtime.sequence_number)
-            ar.wait(5)
-            if not ar.ready():
-                return None
-            return dict(enumerate(ar.get()))
-        except Exception:
-            return None
 
     # -- status -----------------------------------------------------------------------------
     def memory(self) -> list[dict[str, Any]]:

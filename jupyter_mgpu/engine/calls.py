@@ -57,13 +57,22 @@ def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> d
     previous = st.current_op if st else None
     if st is not None:
         st.current_op = label or getattr(fn, "__name__", "function")
+    seq0 = runtime.sequence_number() if st is not None else None
     try:
-        return {"ok": True, "value": fn(*args, **kwargs)}
+        result = {"ok": True, "value": fn(*args, **kwargs)}
     except BaseException as exc:  # noqa: BLE001 - reported, not swallowed
-        return failure(exc, exc.__traceback__)
+        result = failure(exc, exc.__traceback__)
     finally:
         if st is not None:
             st.current_op = previous
+    return _with_seq_delta(result, seq0)
+
+
+def _with_seq_delta(result: dict[str, Any], seq0: int | None) -> dict[str, Any]:
+    """Add how many collectives this rank entered during the call (names ranks that skipped one)."""
+    seq1 = runtime.sequence_number() if seq0 is not None else None
+    result["seq_delta"] = None if seq0 is None or seq1 is None else seq1 - seq0
+    return result
 
 
 def run_cell(code: str, user_ns: dict | None = None) -> dict[str, Any]:
@@ -90,6 +99,15 @@ def run_cell(code: str, user_ns: dict | None = None) -> dict[str, Any]:
     previous = st.current_op if st else None
     if st is not None:
         st.current_op = "%%mgpu cell"
+    seq0 = runtime.sequence_number() if st is not None else None
+    try:
+        return _with_seq_delta(_exec_cell(source, filename, user_ns), seq0)
+    finally:
+        if st is not None:
+            st.current_op = previous
+
+
+def _exec_cell(source: str, filename: str, user_ns: dict) -> dict[str, Any]:
     try:
         tree = ast.parse(source, filename=filename)
         last = None
@@ -113,6 +131,3 @@ def run_cell(code: str, user_ns: dict | None = None) -> dict[str, Any]:
             if f["file"] == filename:
                 f["file"] = "<cell>"
         return info
-    finally:
-        if st is not None:
-            st.current_op = previous
