@@ -176,8 +176,11 @@ def tensor_html(tensor: Any) -> str:
         tensor.check()
     except MgpuError as exc:  # freed, or its session is gone: say so instead of drawing shards that are not there
         return f"<pre>{html.escape(repr(tensor))}</pre><div style='color:#a00'>{html.escape(str(exc))}</div>"
-    data = pdata.view_data(tensor.shape, tensor.placement, tensor.world_size, tensor.itemsize,
-                           f"{tensor.shape} {tensor.dtype_name}", None if tensor.ndim < 3 else (0, 1))
+    try:
+        data = pdata.view_data(tensor.shape, tensor.placement, tensor.world_size, tensor.itemsize,
+                               f"{tensor.shape} {tensor.dtype_name}", None if tensor.ndim < 3 else (0, 1))
+    except ValueError as exc:  # more than 16 ranks, too many small multiples: the text summary only
+        return f"<pre>{html.escape(repr(tensor))}</pre><div>({html.escape(str(exc))})</div>"
     return f"<div class='mgpu-placement-static'>{frame_svg(data, 0)}<pre>{html.escape(repr(tensor))}</pre></div>"
 
 

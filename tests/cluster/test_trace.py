@@ -147,7 +147,9 @@ def test_tracing_off_records_nothing_and_costs_one_check(s2):
 
 def test_bad_input_is_one_sentence(s2, own_session, tmp_path):
     with mg.trace() as t:
-        pass
+        with pytest.raises(MgpuError, match="already recording"):
+            with mg.trace():
+                pass
     with pytest.raises(MgpuError, match="no events"):
         t.play()
     with pytest.raises(MgpuError, match="no events"):
