@@ -28,9 +28,10 @@ def _geometry(data: dict[str, Any]) -> tuple[list[tuple[float, float, float, flo
 
 def frame_svg(data: dict[str, Any], index: int = -1) -> str:
     """Frame ``index`` (default the last) as an SVG document."""
-    frames = data["frames"]
-    if not frames:
-        return "<svg xmlns='http://www.w3.org/2000/svg' width='200' height='30'><text y='20'>no events</text></svg>"
+    frames = data.get("frames", [])
+    if not frames:  # a live player before the first event arrives
+        return ("<svg xmlns='http://www.w3.org/2000/svg' width='240' height='30'><text y='20' font-family='sans-serif' "
+                "font-size='12'>no events yet</text></svg>")
     i = index % len(frames)
     frame = frames[i]
     held = visible_at(data, i)
@@ -64,7 +65,7 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
                                  f'fill="{colors[r]}"/>')
                 parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="none" '
                              'stroke="#fff"/>')
-                if w > 16 and h > 12 and len(ranks) <= 4:
+                if w > 22 and h > 12 and len(ranks) <= 4:
                     parts.append(f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4:.1f}" font-size="10" '
                                  f'text-anchor="middle" fill="#fff">{",".join(map(str, ranks))}</text>')
             parts.append("</g>")

@@ -35,6 +35,9 @@ def test_placement_notebook_runs_shows_views_and_traces():
         assert table["row"][0] > table["ring"][0] and table["row"][0] > table["summa"][0]
         assert table["row"][2] == 0 and table["ring"][2] > 0 and table["summa"][2] > 0
         assert out.exists() and os.path.getsize(out) > 5000
+        live = next(c for c in code if c.source.startswith("from IPython.display import display"))
+        assert any(WIDGET in o.get("data", {}) for o in live.outputs)
+        assert int(re.search(r"(\d+) events", text["from IPython.display import display"]).group(1)) > 50
         assert "engines stopped" in text["mg.shutdown()"] or text["mg.shutdown()"] == ""
     finally:
         if out.exists():

@@ -160,3 +160,11 @@ def test_collective_plan_sends_match_receives(name):
     sends = sorted((r, peer, box) for r, p in enumerate(plans) for _, box, peer in p["send"])
     recvs = sorted((peer, r, box) for r, p in enumerate(plans) for _, box, peer in p["recv"])
     assert sends == recvs
+
+
+def test_a_live_player_before_any_event_still_has_a_static_picture():
+    w = PlacementWidget(data={}, live=True)
+    assert w.n_frames == 0 and w.held == set()
+    bundle = w._repr_mimebundle_()
+    bundle = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "no events yet" in bundle["text/html"]

@@ -60,7 +60,7 @@ export function drawFrame(data, held, frame, geo) {
         ranks.forEach((r, i) => parts.push(
           `<rect x="${x + i * sw}" y="${y}" width="${sw}" height="${h}" fill="${data.colors[r]}" stroke="none"/>`));
         parts.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="none" stroke="#fff" stroke-width="1"/>`);
-        if (w > 16 && h > 12 && ranks.length <= 4) parts.push(
+        if (w > 22 && h > 12 && ranks.length <= 4) parts.push(
           `<text x="${x + w / 2}" y="${y + h / 2 + 4}" font-size="10" text-anchor="middle" fill="#fff">${ranks.join(",")}</text>`);
       }
       parts.push(`</g>`);
