@@ -147,7 +147,7 @@ def _full(box: tuple, shape: tuple, dims: tuple[int, ...]) -> list[tuple[int, in
 def visible_at(data: dict[str, Any], index: int) -> set[tuple[int, int]]:
     """``(rank, block)`` pairs shown at frame ``index`` (what the browser computes from the deltas)."""
     cur: set[tuple[int, int]] = set()
-    for f in data["frames"][: index + 1]:
+    for f in data.get("frames", [])[: index + 1]:
         cur.difference_update(tuple(x) for x in f["rm"])
         cur.update(tuple(x) for x in f["add"])
     return cur
