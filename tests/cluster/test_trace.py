@@ -184,3 +184,17 @@ def test_show_and_rich_repr(s4):
     T = mg.randn(4, 6, 5, placement=mg.Shard(0))
     v3 = mg.show(T, dims=(1, 2))
     assert len(v3.data["panels"]) == 4  # the sharded dim not drawn: small multiples
+
+
+@pytest.mark.parametrize("src,dst", [(mg.Shard(1), mg.Shard(0)), (mg.Block2D(2, 2), mg.Replicate()),
+                                     (mg.Replicate(), mg.Block2D(4, 1)), (mg.Shard(0), mg.Block2D(2, 2))])
+def test_every_redistribution_replays_to_the_real_shards(s4, src, dst):
+    A = mg.arange(11, 13, placement=src)
+    with mg.trace() as t:
+        B = A.redistribute(dst)
+    _assert_replay_is_real(t, B)
+    _assert_replay_is_real(t, A)  # the source is unchanged
+    moved = sum(t.bytes_moved())
+    expect = sum(pl.box_numel(box) * 8 for s, row in enumerate(pl.moves((11, 13), src, dst, 4))
+                 for d, box in enumerate(row) if box is not None and s != d)
+    assert moved == expect
