@@ -346,7 +346,7 @@ class Session:
         self.shutdown()
 
 
-def start_session(
+def _build_spec(
     n: int | None = None,
     *,
     cpu: bool = False,
@@ -355,8 +355,8 @@ def start_session(
     mem_per_device: str | int | None = None,
     timeout: float | None = None,
     telemetry_period: float = 0.1,
-) -> Session:
-    """Start a new cluster and return its session, without making it current (see :func:`init`)."""
+) -> ClusterSpec:
+    """Check every argument of :func:`init` and pick the devices; starts nothing."""
     if isinstance(devices, str):
         try:
             devices = [int(d) for d in devices.split(",") if d.strip()]
@@ -369,8 +369,12 @@ def start_session(
         raise MgpuError(f"telemetry_period must be between 0 and 60 seconds, got {telemetry_period!r}")
     devs = devmod.discover(n, cpu=cpu, devices=devices, mem_per_device=budget)
     chosen = rendezvous.choose_backend(backend, devs[0].kind)
-    spec = ClusterSpec(devs, chosen, timeout, mem_per_device=budget, telemetry_period=telemetry_period)
-    return Session(Cluster.start(spec))
+    return ClusterSpec(devs, chosen, timeout, mem_per_device=budget, telemetry_period=telemetry_period)
+
+
+def start_session(n: int | None = None, **options: Any) -> Session:
+    """Start a new cluster and return its session, without making it current (see :func:`init`)."""
+    return Session(Cluster.start(_build_spec(n, **options)))
 
 
 def init(
@@ -387,17 +391,20 @@ def init(
     """Start a cluster of ``n`` engines, one per device, joined in a process group; make it current.
 
     Mirrors ``%mgpu_init``: ``mg.init(4, cpu=True, backend="gloo", mem_per_device="2GiB", timeout=60)``.
+    Arguments are checked before a running cluster is replaced, so a typo never costs the old one.
     """
     global _current
+    options = dict(cpu=cpu, devices=devices, backend=backend, mem_per_device=mem_per_device, timeout=timeout,
+                   telemetry_period=telemetry_period)
     if _current is not None and _current.alive:
         if not restart:
             raise MgpuError(
                 f"a cluster is already running ({_current.world_size} × {_current.device_kind}); "
                 "use %mgpu_init --restart (mg.init(..., restart=True)) to replace it, or %mgpu_shutdown first"
             )
+        _build_spec(n, **options)  # refuse bad arguments while the old cluster still runs
         _current.shutdown()
-    _current = start_session(n, cpu=cpu, devices=devices, backend=backend, mem_per_device=mem_per_device,
-                             timeout=timeout, telemetry_period=telemetry_period)
+    _current = start_session(n, **options)  # the default budget is a share of the RAM free now
     return _current
 
 

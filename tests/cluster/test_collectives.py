@@ -201,10 +201,9 @@ def test_a_rank_dying_during_a_collective_is_named_without_a_hang(own_session):
 
 
 def test_magics_show_the_figure_and_the_player_and_take_notebook_variables(s2):
-    from IPython.testing.globalipapp import get_ipython
+    from ipshell import shell
 
-    ip = get_ipython()  # the global test shell, started once per process
-    ip.run_line_magic("load_ext", "jupyter_mgpu")  # a session is current: no spare engines are pre-warmed
+    ip = shell()  # a session is current: no spare engines are pre-warmed
     saved = ip.display_formatter.active_types
     ip.display_formatter.active_types = list(ip.display_formatter.format_types)  # as a notebook kernel does
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from IPython.testing.globalipapp import get_ipython
+from ipshell import shell
 
 import jupyter_mgpu.session as sm
 from processes import cluster_pids, wait_gone
@@ -13,9 +13,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def ip():
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "jupyter_mgpu")
-    return shell
+    return shell()
 
 
 @pytest.fixture

@@ -158,11 +158,9 @@ def test_naive_concat_runs_out_of_memory_where_mg_matmul_fits(own_session):
 
 
 def test_mgpu_matmul_magic(s4, capsys):
-    from IPython import get_ipython
-    from IPython.testing.globalipapp import start_ipython
+    from ipshell import shell
 
-    ip = start_ipython() or get_ipython()  # the global test shell is started once per process
-    ip.run_line_magic("load_ext", "jupyter_mgpu")
+    ip = shell()
     r = ip.run_cell("%mgpu_matmul 96 64 80 --strategy summa --check --gather")
     assert r.success, r.error_in_exec
     out = capsys.readouterr().out

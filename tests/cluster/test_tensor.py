@@ -151,11 +151,9 @@ def test_handles_of_other_or_dead_sessions_are_refused(cluster_pool, own_session
 
 
 def test_mgpu_cell_reaches_the_local_shard(s2):
-    from IPython import get_ipython
-    from IPython.testing.globalipapp import start_ipython
+    from ipshell import shell
 
-    ip = start_ipython() or get_ipython()  # the global test shell is started once per process
-    ip.run_line_magic("load_ext", "jupyter_mgpu")
+    ip = shell()
     ip.user_ns["A"] = mg.arange(4, 3, placement=mg.Shard(0))
     r = ip.run_cell("%%mgpu\nmgpu.local(A).sum().item()")
     assert r.success, r.error_in_exec
