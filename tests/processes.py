@@ -8,8 +8,15 @@ import psutil
 
 
 def cluster_pids(session) -> list[int]:
+    """Every process of a session's cluster: controller, supervisor, engines and their helpers."""
     c = session.cluster
-    return [c.controller.pid, c.supervisor.pid, *c.engine_pids.values()]
+    pids = [c.controller.pid, c.supervisor.pid, *c.engine_pids.values()]
+    for pid in (c.controller.pid, c.supervisor.pid):
+        try:
+            pids.extend(p.pid for p in psutil.Process(pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    return list(dict.fromkeys(pids))
 
 
 def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:

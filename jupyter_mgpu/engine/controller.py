@@ -5,6 +5,8 @@ Run as ``python -m jupyter_mgpu.engine.controller KERNEL_PID KERNEL_CREATE_TIME 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 
@@ -12,7 +14,9 @@ def main() -> None:
     kernel_pid, create_time = int(sys.argv[1]), float(sys.argv[2])
     from . import watchdog
 
-    watchdog.start(kernel_pid, create_time)
+    # the controller forks helper processes (schedulers) that do not inherit this thread: end the
+    # whole process group (this process started its own session) when the kernel is gone
+    watchdog.start(kernel_pid, create_time, on_gone=lambda: os.killpg(os.getpgrp(), signal.SIGKILL))
     from ipyparallel.controller.app import IPController
 
     IPController.launch_instance(argv=sys.argv[3:])

@@ -61,7 +61,7 @@ def test_16_ranks_start_all_reduce_and_stop():
     s = mg.init(16, cpu=True, timeout=30, mem_per_device="1GiB")
     try:
         pids = cluster_pids(s)
-        assert len(pids) == 18
+        assert len(pids) >= 18
         out = s.run_cell("x = torch.full((4,), float(rank)); dist.all_reduce(x); x[0].item()")
         assert out == [repr(float(sum(range(16))))] * 16
     finally:
