@@ -68,6 +68,7 @@ __all__ = [
     "MemoryDashboard",
     "dashboard",
     "load_ipython_extension",
+    "prewarm",
     "memory",
     "memory_history",
     "reset_peak",
