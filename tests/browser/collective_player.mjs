@@ -2,31 +2,13 @@
 // 3 ranks, then uses the logical-schedule player's buttons (step forward, play, step back) and reads
 // what it shows. Called by tests/browser/test_collective_player.py with one JSON argument
 // {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
-import { chromium } from 'playwright-core';
 import path from 'node:path';
+import { cfg, report, openBrowser, runCell as runCellIn } from './chromium.mjs';
 
-const cfg = JSON.parse(process.argv[2]);
 const T = 90000;
-const report = (step, data = {}) => process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
+const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 1000 } });
 
-const context = await chromium.launchPersistentContext(cfg.profile, {
-  executablePath: cfg.chromium,
-  headless: true,
-  viewport: { width: 1280, height: 1000 },
-  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage']
-});
-const page = context.pages()[0] ?? (await context.newPage());
-const consoleErrors = [];
-page.on('pageerror', err => consoleErrors.push(String(err)));
-
-async function runCell(i) {
-  await page.evaluate(async k => {
-    const panel = window.jupyterapp.shell.currentWidget;
-    panel.content.activeCellIndex = k;
-    await window.jupyterapp.commands.execute('notebook:run-cell');
-  }, i);
-}
+const runCell = (i, wait = true) => runCellIn(page, i, wait);
 
 const player = () => page.evaluate(() => {
   const p = document.querySelector('.mgpu-player');

@@ -3,32 +3,13 @@
 // sleeps; while that cell is still running the script reads rank 1's row in both views, pauses from
 // the second view and checks the first froze too. Called by tests/browser/test_memory_dashboard.py with
 // one JSON argument {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
-import { chromium } from 'playwright-core';
 import path from 'node:path';
+import { cfg, report, openBrowser, runCell as runCellIn } from './chromium.mjs';
 
-const cfg = JSON.parse(process.argv[2]);
 const T = 90000;
-const report = (step, data = {}) => process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
+const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 900 } });
 
-const context = await chromium.launchPersistentContext(cfg.profile, {
-  executablePath: cfg.chromium,
-  headless: true,
-  viewport: { width: 1280, height: 900 },
-  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage']
-});
-const page = context.pages()[0] ?? (await context.newPage());
-const consoleErrors = [];
-page.on('pageerror', err => consoleErrors.push(String(err)));
-
-async function runCell(i, wait = true) {
-  await page.evaluate(async ([k, w]) => {
-    const panel = window.jupyterapp.shell.currentWidget;
-    panel.content.activeCellIndex = k;
-    const done = window.jupyterapp.commands.execute('notebook:run-cell');
-    if (w) await done;
-  }, [i, wait]);
-}
+const runCell = (i, wait = true) => runCellIn(page, i, wait);
 
 const cellOutput = i => page.evaluate(k => window.jupyterapp.shell.currentWidget.content.widgets[k].node.innerText, i);
 const cellRunning = i => page.evaluate(k =>

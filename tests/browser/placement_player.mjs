@@ -3,31 +3,13 @@
 // notebook saved from file:// with every network request refused, and plays it to the end.
 // Called by tests/browser/test_placement_player.py with one JSON argument
 // {url, token, notebook, html, artifacts, chromium, profile}; prints one JSON line per step.
-import { chromium } from 'playwright-core';
 import path from 'node:path';
+import { cfg, report, openBrowser, runCell as runCellIn } from './chromium.mjs';
 
-const cfg = JSON.parse(process.argv[2]);
 const T = 120000;
-const report = (step, data = {}) => process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
+const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1400, height: 1000 }, extraArgs: ['--allow-file-access-from-files'] });
 
-const context = await chromium.launchPersistentContext(cfg.profile, {
-  executablePath: cfg.chromium,
-  headless: true,
-  viewport: { width: 1400, height: 1000 },
-  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage', '--allow-file-access-from-files']
-});
-const page = context.pages()[0] ?? (await context.newPage());
-const consoleErrors = [];
-page.on('pageerror', err => consoleErrors.push(String(err)));
-
-async function runCell(i) {
-  await page.evaluate(async k => {
-    const panel = window.jupyterapp.shell.currentWidget;
-    panel.content.activeCellIndex = k;
-    await window.jupyterapp.commands.execute('notebook:run-cell');
-  }, i);
-}
+const runCell = (i, wait = true) => runCellIn(page, i, wait);
 const cellOut = (i) => page.evaluate(k => window.jupyterapp.shell.currentWidget.content.widgets[k].node.innerText, i);
 
 // what a placement widget inside `root` draws now

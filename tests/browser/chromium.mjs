@@ -1,0 +1,34 @@
+// What every browser script shares: its JSON argument, the JSON-lines report, Debian's Chromium
+// launched headless with the flags this closed network needs, and running a notebook cell via the UI.
+import { chromium } from 'playwright-core';
+
+export const cfg = JSON.parse(process.argv[2]);
+
+export function report(step, data = {}) {
+  process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
+}
+
+// A fresh persistent context in cfg.profile; page errors are collected into consoleErrors.
+export async function openBrowser({ viewport = { width: 1280, height: 900 }, extraArgs = [] } = {}) {
+  const context = await chromium.launchPersistentContext(cfg.profile, {
+    executablePath: cfg.chromium,
+    headless: true,
+    viewport,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage', ...extraArgs]
+  });
+  const page = context.pages()[0] ?? (await context.newPage());
+  const consoleErrors = [];
+  page.on('pageerror', err => consoleErrors.push(String(err)));
+  return { context, page, consoleErrors };
+}
+
+// Run cell `index` of the active notebook through JupyterLab's command; wait for it unless told not to.
+export async function runCell(page, index, wait = true) {
+  await page.evaluate(async ([i, w]) => {
+    const panel = window.jupyterapp.shell.currentWidget;
+    panel.content.activeCellIndex = i;
+    const done = window.jupyterapp.commands.execute('notebook:run-cell');
+    if (w) await done;
+  }, [index, wait]);
+}
