@@ -240,12 +240,7 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 _kill_group(proc.pid)
                 proc.wait(2)
-        for pid in self.engine_pids.values():  # engines outliving a killed supervisor
-            if rd.process_alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        rd.kill_processes_of(self.path)  # what outlived a killed parent: engines, the controller's helpers
         shutil.rmtree(self.path, ignore_errors=True)
 
 

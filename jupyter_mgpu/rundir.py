@@ -126,12 +126,27 @@ def is_stale(path: Path) -> bool:
     return not process_alive(int(state["kernel_pid"]), state.get("kernel_create_time"))
 
 
+def kill_processes_of(path: Path) -> None:
+    """SIGKILL this user's processes whose command line names the cluster directory ``path``."""
+    import psutil
+
+    marker = str(path)
+    for proc in psutil.process_iter(["pid", "uids", "cmdline"]):
+        try:
+            if proc.info["uids"] and proc.info["uids"].real == os.getuid() and proc.pid != os.getpid() \
+                    and any(marker in arg for arg in (proc.info["cmdline"] or [])):
+                proc.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
 def clean_stale() -> list[str]:
-    """Remove this user's cluster directories whose kernel is gone; returns their ids."""
+    """Remove this user's cluster directories whose kernel is gone, and any process still naming them."""
     removed = []
     root = base_dir()
     for child in root.iterdir():
         if child.is_dir() and not child.is_symlink() and is_private(child) and is_stale(child):
+            kill_processes_of(child)
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child.name)
     return removed

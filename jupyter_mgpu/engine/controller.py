@@ -16,7 +16,12 @@ def main() -> None:
 
     # the controller forks helper processes (schedulers) that do not inherit this thread: end the
     # whole process group (this process started its own session) when the kernel is gone
-    watchdog.start(kernel_pid, create_time, on_gone=lambda: os.killpg(os.getpgrp(), signal.SIGKILL))
+    def end_group() -> None:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    watchdog.start(kernel_pid, create_time, on_gone=end_group)
+    # and a forked helper watches the kernel itself, should this process be killed first
+    os.register_at_fork(after_in_child=lambda: watchdog.start(kernel_pid, create_time, on_gone=end_group))
     from ipyparallel.controller.app import IPController
 
     IPController.launch_instance(argv=sys.argv[3:])
