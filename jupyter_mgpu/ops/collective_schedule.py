@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..placement import split as _split
 from .collectives import chunks
 
 
@@ -63,16 +64,6 @@ def _snapshot(holdings: list[Any]) -> list[Any]:
     return [_copy(h) for h in holdings]
 
 
-def _flat_ranges(numel: int, n: int) -> list[tuple[int, int]]:
-    base, extra = divmod(numel, n)
-    out, start = [], 0
-    for i in range(n):
-        stop = start + base + (1 if i < extra else 0)
-        out.append((start, stop))
-        start = stop
-    return out
-
-
 def _broadcast(xs: list[Any], src: int, n: int) -> list[Frame]:
     hold = [x.clone() for x in xs]
     frames, mask, k = [], 1, 1
@@ -116,7 +107,7 @@ def _reduce(xs: list[Any], op: str, dst: int, n: int) -> list[Frame]:
 def _all_reduce(xs: list[Any], op: str, n: int) -> list[Frame]:
     shape = xs[0].shape
     flat = [x.reshape(-1).clone() for x in xs]
-    ranges = _flat_ranges(flat[0].numel(), n)
+    ranges = _split(flat[0].numel(), n)
     frames = []
 
     def view() -> list[Any]:
