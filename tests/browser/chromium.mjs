@@ -32,3 +32,12 @@ export async function runCell(page, index, wait = true) {
     if (w) await done;
   }, [index, wait]);
 }
+
+// Open cfg.notebook in JupyterLab and wait until its kernel is idle and its cells are shown.
+export async function openNotebook(page, timeout) {
+  await page.goto(`${cfg.url}lab/tree/${cfg.notebook}?token=${cfg.token}`, { timeout });
+  await page.waitForFunction(() => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
+  }, null, { timeout, polling: 200 });
+}

@@ -3,7 +3,7 @@
 // what it shows. Called by tests/browser/test_collective_player.py with one JSON argument
 // {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
 import path from 'node:path';
-import { cfg, report, openBrowser, runCell as runCellIn } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, runCell as runCellIn } from './chromium.mjs';
 
 const T = 90000;
 const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 1000 } });
@@ -25,11 +25,7 @@ const player = () => page.evaluate(() => {
 });
 
 try {
-  await page.goto(`${cfg.url}lab/tree/${cfg.notebook}?token=${cfg.token}`, { timeout: T });
-  await page.waitForFunction(() => {
-    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
-  }, null, { timeout: T, polling: 200 });
+  await openNotebook(page, T);
   await runCell(0);
   await page.waitForFunction(() => /engines ready/.test(
     window.jupyterapp.shell.currentWidget.content.widgets[0].node.innerText), null, { timeout: T, polling: 200 });

@@ -4,7 +4,7 @@
 // the second view and checks the first froze too. Called by tests/browser/test_memory_dashboard.py with
 // one JSON argument {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
 import path from 'node:path';
-import { cfg, report, openBrowser, runCell as runCellIn } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, runCell as runCellIn } from './chromium.mjs';
 
 const T = 90000;
 const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 900 } });
@@ -30,11 +30,7 @@ const views = () => page.evaluate(() => Array.from(document.querySelectorAll('.m
 }));
 
 try {
-  await page.goto(`${cfg.url}lab/tree/${cfg.notebook}?token=${cfg.token}`, { timeout: T });
-  await page.waitForFunction(() => {
-    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
-  }, null, { timeout: T, polling: 200 });
+  await openNotebook(page, T);
   await runCell(0);
   await page.waitForFunction(() => document.querySelectorAll('.mgpu-mem .mgpu-mem-row').length === 2,
     null, { timeout: T, polling: 200 });

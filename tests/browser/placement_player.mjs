@@ -4,7 +4,7 @@
 // Called by tests/browser/test_placement_player.py with one JSON argument
 // {url, token, notebook, html, artifacts, chromium, profile}; prints one JSON line per step.
 import path from 'node:path';
-import { cfg, report, openBrowser, runCell as runCellIn } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, runCell as runCellIn } from './chromium.mjs';
 
 const T = 120000;
 const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1400, height: 1000 }, extraArgs: ['--allow-file-access-from-files'] });
@@ -31,11 +31,7 @@ const drawn = (sel) => page.evaluate(s => {
 }, sel);
 
 try {
-  await page.goto(`${cfg.url}lab/tree/${cfg.notebook}?token=${cfg.token}`, { timeout: T });
-  await page.waitForFunction(() => {
-    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
-  }, null, { timeout: T, polling: 200 });
+  await openNotebook(page, T);
   await runCell(0);
   await page.waitForFunction(() => /Session/.test(
     window.jupyterapp.shell.currentWidget.content.widgets[0].node.innerText), null, { timeout: T, polling: 200 });
