@@ -31,6 +31,7 @@ class EngineState:
     device: Any = None  # torch.device
     current_op: str | None = None
     busy: bool = False
+    pg_generation: int = 0  # bumped each time the process group is rebuilt; keys caches of subgroups
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
@@ -150,6 +151,7 @@ def rebuild_process_group(generation: int) -> None:
     except Exception:
         pass
     rendezvous.init_process_group(st.rundir, st.rank, st.world_size, st.backend, st.timeout, generation)
+    st.pg_generation = generation
 
 
 def sequence_number() -> int | None:

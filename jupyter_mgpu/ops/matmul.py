@@ -175,9 +175,10 @@ def _grid_groups(rows: int, cols: int) -> tuple[Any, Any]:
     """This rank's row and column process groups of a ``rows × cols`` grid (made once, cached)."""
     import torch.distributed as dist
 
-    key = (rows, cols, id(dist.distributed_c10d._get_default_group()))
+    st = runtime.state()
+    key = (rows, cols, st.pg_generation)  # not id() of the default group: a rebuilt group can reuse the address
     if key not in _GROUPS:
-        r = runtime.state().rank
+        r = st.rank
         mine = [None, None]
         for i in range(rows):  # every rank creates every group, in the same order
             g = dist.new_group([i * cols + j for j in range(cols)])

@@ -72,6 +72,26 @@ def test_summa_on_any_grid(s4, grid):
     assert float((C.gather() - _reference(77, 45, 33)).abs().max()) <= tolerance("float32", 45)
 
 
+def _live_grid_groups():
+    """Whether this rank's cached SUMMA row/column groups belong to the current process group."""
+    import torch.distributed as dist
+
+    from jupyter_mgpu.ops import matmul
+
+    return all(g in dist.distributed_c10d._world.pg_group_ranks for g in matmul._grid_groups(2, 2))
+
+
+def test_summa_after_a_process_group_rebuild_uses_fresh_subgroups(s4):
+    A = mg.randn(37, 22, placement=mg.Block2D(2, 2), seed=1)
+    B = mg.randn(22, 29, placement=mg.Shard(1), seed=2)
+    for _ in range(4):  # a rebuilt default group often lands at the address of the one before
+        mg.matmul(A, B, "summa")
+        assert s4._rebuild_process_group()  # what a failed collective triggers
+        assert s4.run(_live_grid_groups) == [True] * 4  # stale groups of the destroyed one hang a broadcast
+    C = mg.matmul(A, B, "summa")
+    assert float((C.gather() - A.gather() @ B.gather()).abs().max()) < 1e-3
+
+
 def test_ring_moves_what_the_plan_says_and_no_rank_holds_all_of_b(s4):
     n = 1024
     A = mg.randn(n, n, placement=mg.Shard(0), seed=1)
