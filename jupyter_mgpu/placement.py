@@ -152,14 +152,17 @@ def shard_table(shape: Iterable[int], placement: Placement, world_size: int) -> 
     placement = normalize(placement, len(shape), world_size)
     full = [(0, s) for s in shape]
     table = []
+    if isinstance(placement, Shard):
+        parts = split(shape[placement.dim], world_size)
+    elif isinstance(placement, Block2D):
+        row_parts, col_parts = split(shape[0], placement.rows), split(shape[1], placement.cols)
     for rank in range(world_size):
         ranges = list(full)
         if isinstance(placement, Shard):
-            ranges[placement.dim] = split(shape[placement.dim], world_size)[rank]
+            ranges[placement.dim] = parts[rank]
         elif isinstance(placement, Block2D):
-            rows, cols = placement.rows, placement.cols
-            ranges[0] = split(shape[0], rows)[rank // cols]
-            ranges[1] = split(shape[1], cols)[rank % cols]
+            ranges[0] = row_parts[rank // placement.cols]
+            ranges[1] = col_parts[rank % placement.cols]
         table.append(ShardInfo(rank, tuple(ranges), tuple(b - a for a, b in ranges)))
     return table
 

@@ -181,7 +181,7 @@ def _strategy(name: str, m: int, k: int, n: int, p: int, itemsize: int, current:
         ks = pl.split(k, p)
         flops = [2 * s.shape[0] * k * n for s in c_tab]
         buffers = [RING_SLOTS * math.ceil(k / p) * math.ceil(n / nch) if p > 1 else 0] * p
-        own_moved = [sum((b - a) * n for j, (a, b) in enumerate(ks) if j != r) for r in range(p)]
+        own_moved = [(k - (b - a)) * n for a, b in ks]  # every other rank's rows of B
         steps, overlap, params = p * nch, True, {"chunks": nch, "chunk_cols": math.ceil(n / nch)}
     elif name == "summa":
         g = (a_pl.rows, a_pl.cols)
@@ -285,6 +285,9 @@ def plan_matmul(shapes: Sequence[Sequence[int]], world_size: int, dtype: str = "
                       misfit_message(options, free, m, k, n, world_size, itemsize, grid, device_kind))
 
 
+MAX_SUGGESTED_DEVICES = 1024  # a misfit names a device count up to this, else "more devices"
+
+
 def misfit_message(options: dict[str, StrategyPlan], free: list[int], m: int, k: int, n: int, p: int,
                    itemsize: int, grid: Any, kind: str) -> str:
     """One sentence: what is short, and the smallest world size or memory per device that would fit."""
@@ -292,11 +295,15 @@ def misfit_message(options: dict[str, StrategyPlan], free: list[int], m: int, k:
     r = lean.short_rank if lean.short_rank is not None else 0
     need = max(lean.extra_bytes)
     per_device = min(free)
+    def ring_fits(q: int) -> bool:  # ring's per-rank need shrinks like 1/P; it is the yardstick
+        return max(_strategy("ring", m, k, n, q, itemsize, None, None, kind).extra_bytes) <= per_device
+
     bigger = None
-    for q in range(p + 1, 1025):  # ring's per-rank need shrinks like 1/P; it is the yardstick
-        if max(_strategy("ring", m, k, n, q, itemsize, None, None, kind).extra_bytes) <= per_device:
-            bigger = q
-            break
+    if p < MAX_SUGGESTED_DEVICES and ring_fits(MAX_SUGGESTED_DEVICES):
+        lo, bigger = p, MAX_SUGGESTED_DEVICES  # bisect: the need falls (near) monotonically with P
+        while bigger - lo > 1:
+            mid = (lo + bigger) // 2
+            lo, bigger = (lo, mid) if ring_fits(mid) else (mid, bigger)
     more = f"at least {bigger} devices with this much free memory" if bigger else "more devices"
     return (f"no matmul strategy fits: the leanest ({lean.strategy}) needs {_fmt(need)} on rank {r}, "
             f"which has {_fmt(free[r])} free; use {more}, or at least {_fmt(need)} free per device")

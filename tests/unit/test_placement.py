@@ -190,3 +190,17 @@ def test_seeded_shards_are_slices_of_one_global_tensor(shape, p):
     if shape:
         assert not torch.equal(full, seeding.global_tensor("randn", shape, seed=8))
         assert abs(float(full.float().mean())) < 0.5 and math.isfinite(float(full.std()))
+
+
+@pytest.mark.parametrize("n, free", [(30000, 512 << 20), (300000, 2 << 30), (10**7, 512 << 20)])
+def test_a_misfit_names_the_smallest_world_size_that_fits(n, free):
+    shapes = ((n, n), (n, n))
+    none = mp.plan_matmul(shapes, 2, "float32", device_memory=free)
+    assert none.strategy is None
+    if " devices with this much" in none.reason:
+        q = int(none.reason.split("at least ")[1].split(" devices")[0])
+        assert mp.plan_matmul(shapes, q, "float32", device_memory=free, strategy="ring").strategy == "ring"
+        assert mp.plan_matmul(shapes, q - 1, "float32", device_memory=free, strategy="ring").strategy is None
+    else:  # not even 1024 devices would do
+        assert "use more devices" in none.reason
+        assert mp.plan_matmul(shapes, 1024, "float32", device_memory=free, strategy="ring").strategy is None
