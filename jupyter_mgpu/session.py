@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 from . import devices as devmod
 from . import rendezvous
 from .cluster import Cluster, ClusterSpec, describe_exit
+from .direct_channel import ChannelClosed, DirectChannel
 from .engine import calls
 from .engine import telemetry as tele
 from .errors import EngineDiedError, MgpuError
@@ -89,6 +90,7 @@ class Session:
         self.broken: str | None = None
         self.handles: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
         self.shutdown_callbacks: list[Callable[[], None]] = []  # run first by shutdown(), errors ignored
+        self.direct = DirectChannel(cluster.path)  # blocking calls skip the controller (engine/direct.py)
         for hook in list(session_start_hooks):
             try:
                 hook(self)
@@ -143,14 +145,61 @@ class Session:
     def _view(self, ranks: list[int]) -> Any:
         return self.cluster.client[[self.cluster.rank_to_engine[r] for r in ranks]]
 
-    def _submit(self, fn: Callable, args: tuple, ranks: list[int]) -> Any:
+    def _check_ready(self, ranks: list[int]) -> None:
         self.check_alive()
         self._check_infrastructure()
         dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
         if dead:
             r = min(dead)
             raise EngineDiedError(describe_exit(r, dead[r]), ranks=sorted(dead))
+
+    def _submit(self, fn: Callable, args: tuple, ranks: list[int]) -> Any:
+        self._check_ready(ranks)
         return self._view(ranks).apply_async(fn, *args)
+
+    def _direct_ok(self, ranks: list[int]) -> bool:
+        """Whether a blocking call may take the direct channel: nothing of ipyparallel's is still queued."""
+        return not self.cluster.client.outstanding and self.direct.available(ranks)
+
+    def _run_direct(self, args: tuple, ranks: list[int], label: str, timeout: float | None) -> list[Any]:
+        """``calls.call(*args)`` on ``ranks`` through the direct channel; same errors as ``_collect``."""
+        from ipyparallel.serialize import pack_apply_message
+
+        self._check_ready(ranks)
+        bufs = pack_apply_message(calls.call, args, {})
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def check(pending: list[int]) -> None:
+            dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
+            if dead:
+                self.cluster.interrupt([r for r in pending if r not in dead])
+                r = min(dead)
+                raise EngineDiedError(describe_exit(r, dead[r], "while running this"), ranks=sorted(dead))
+            self._check_infrastructure()
+            if deadline is not None and time.monotonic() > deadline:
+                self.cluster.interrupt(pending)
+                raise MgpuError(f"{label} did not finish within {timeout:g} s on {rank_list(pending)}; "
+                                "those ranks were interrupted")
+
+        try:
+            results = self.direct.call(ranks, bufs, check)
+        except ChannelClosed as closed:
+            self._await_exit_record(closed.rank)
+            check(ranks)
+            raise EngineDiedError(f"rank {closed.rank} died while running this", ranks=[closed.rank]) from None
+        except KeyboardInterrupt:
+            self.cluster.interrupt(ranks)
+            raise
+        broken = next((results[r]["transport"] for r in ranks if results[r].get("transport")), None)
+        if broken:
+            raise self._transport_message(broken, label)
+        return self._results([results[r] for r in ranks], ranks)
+
+    def _await_exit_record(self, rank: int, wait: float = 5.0) -> None:
+        """The supervisor writes how an engine ended a moment after its socket closes."""
+        end = time.monotonic() + wait
+        while rank not in self.cluster.exits() and time.monotonic() < end:
+            time.sleep(0.02)
 
     def run(self, fn: Callable, *args: Any, targets: Any = None, block: bool = True,
             timeout: float | None = None, label: str | None = None, stream: bool = False,
@@ -164,6 +213,8 @@ class Session:
             raise MgpuError(f"run() needs a function to call on the ranks, got {type(fn).__name__}")
         ranks = parse_targets(targets, self.world_size)
         label = label or getattr(fn, "__name__", "function")
+        if block and not stream and self.alive and self._direct_ok(ranks):
+            return self._run_direct((fn, args, kwargs, label), ranks, label, timeout)
         ar = self._submit(calls.call, (fn, args, kwargs, label), ranks)
         relay = OutputRelay(ar, ranks) if stream else None
         if not block:
@@ -215,6 +266,10 @@ class Session:
             raise self._transport_error(exc, label) from None
         if not isinstance(results, list):
             results = [results]
+        return self._results(results, ranks)
+
+    def _results(self, results: list[dict], ranks: list[int]) -> list[Any]:
+        """The values of ``calls.call`` reports in rank order, or one error for every failed rank."""
         failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
         if failures:
             raise self._error(failures, ranks, {r: res.get("seq_delta") for r, res in zip(ranks, results)})
@@ -241,6 +296,10 @@ class Session:
             r = min(dead)
             return EngineDiedError(describe_exit(r, dead[r]), ranks=sorted(dead))
         text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        return self._transport_message(text, label)
+
+    def _transport_message(self, text: str, label: str) -> MgpuError:
+        """What went wrong moving a call or its result between the notebook and the ranks."""
         if "ModuleNotFoundError" in text or "No module named" in text:
             return MgpuError(f"{label}: the ranks cannot import what it needs ({text.split(']')[-1].strip()}); "
                              "define the function in the notebook or make its module importable on the engines")
@@ -335,6 +394,7 @@ class Session:
                 handle._invalidate()
             except Exception:
                 pass
+        self.direct.close()
         self.cluster.stop()
         if _current is self:
             _current = None

@@ -116,6 +116,9 @@ def namespace() -> dict[str, Any]:
 def populate(user_ns: dict) -> None:
     """Put :func:`namespace` into an engine's user namespace (run at engine start)."""
     user_ns.update(namespace())
+    from . import direct
+
+    direct.start(user_ns)
 
 
 def describe() -> dict[str, Any]:

@@ -116,6 +116,11 @@ def test_another_user_cannot_see_or_reach_my_cluster_and_runs_their_own(s2, othe
             open({str(mine / "cluster.json")!r}).read(); print("READ")
         except PermissionError:
             print("DENIED-READ")
+        import socket
+        try:
+            socket.socket(socket.AF_UNIX).connect({str(mine / "direct.0.sock")!r}); print("CONNECTED")
+        except PermissionError:
+            print("DENIED-SOCKET")
         os.environ["JUPYTER_MGPU_RUNTIME_DIR"] = {str(mine.parent)!r}
         from jupyter_mgpu import rundir
         try:
@@ -131,6 +136,8 @@ def test_another_user_cannot_see_or_reach_my_cluster_and_runs_their_own(s2, othe
     out = result.stdout
     assert result.returncode == 0, result.stderr[-2000:]
     assert "DENIED" in out and "LISTED" not in out and "DENIED-READ" in out
+    assert "DENIED-SOCKET" in out and "CONNECTED" not in out  # the direct channel is as private
+    assert (mine / "direct.0.sock").is_socket()
     assert s2.cluster.cluster_id not in out.split("SEES", 1)[1].split("\n", 1)[0]
     assert "OWN ['2.0', '2.0'] /tmp/mgpu-other-home" in out
     assert s2.run_cell("rank") == ["0", "1"]

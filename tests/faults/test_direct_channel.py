@@ -1,0 +1,85 @@
+"""The direct channel (blocking ``Session.run`` calls without the controller hop) under faults.
+
+Same promises as the ipyparallel path: a dead rank is named at once, a timeout interrupts the ranks,
+the stop button interrupts them, and the session stays usable with no stale reply mixed in later.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import threading
+import time
+
+import pytest
+
+from jupyter_mgpu.errors import EngineDiedError, MgpuError
+
+pytestmark = pytest.mark.cluster
+
+
+def _rank() -> int:
+    from jupyter_mgpu.engine import runtime
+
+    return runtime.state().rank
+
+
+def _sleep(seconds: float) -> int:
+    time.sleep(seconds)
+    return _rank()
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def _marker():
+    import __main__
+
+    return getattr(__main__, "marker", None)
+
+
+def test_blocking_runs_skip_the_controller_and_the_socket_is_private(s2):
+    before = len(s2.cluster.client.history)
+    assert s2.run(_rank) == [0, 1]
+    assert s2.run(_rank, targets=1) == [1]
+    assert len(s2.cluster.client.history) == before  # no ipyparallel task was sent
+    for r in range(2):
+        mode = os.stat(s2.cluster.path / f"direct.{r}.sock").st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+    assert stat.S_IMODE(os.stat(s2.cluster.path).st_mode) == 0o700
+
+
+def test_a_queued_noblock_cell_runs_before_a_later_call(s2):
+    pending = s2.run_cell("import time\ntime.sleep(0.5)\nmarker = rank + 10", block=False)
+    assert s2.run(_marker) == [10, 11]  # waited its turn behind the cell
+    pending.get()
+
+
+def test_a_timed_out_call_is_interrupted_and_its_late_reply_dropped(s2):
+    start = time.monotonic()
+    with pytest.raises(MgpuError, match=r"^_sleep did not finish within 1 s on ranks 0, 1; those ranks were"):
+        s2.run(_sleep, 30, timeout=1)
+    assert s2.run(_sleep, 0) == [0, 1]  # not the interrupted call's reply
+    assert time.monotonic() - start < 6  # the interrupt reached the sleeping ranks
+
+
+def test_the_stop_button_interrupts_a_direct_call(s2):
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        s2.run(_spin)
+    assert s2.run(_rank) == [0, 1]
+    assert time.monotonic() - start < 8
+
+
+def test_a_rank_killed_during_a_direct_call_is_named(own_session):
+    with own_session(2) as s:
+        threading.Timer(1.0, lambda: os.kill(s.cluster.engine_pids[1], signal.SIGKILL)).start()
+        start = time.monotonic()
+        with pytest.raises(EngineDiedError, match=r"^rank 1 died \(killed by SIGKILL\) while running this"):
+            s.run(_sleep, 30)
+        assert time.monotonic() - start < 1.0 + 3
+        assert s.run(_rank, targets=0) == [0]  # the survivor still answers
