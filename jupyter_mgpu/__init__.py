@@ -22,7 +22,7 @@ from .memory import memory, memory_history, reset_peak  # noqa: E402 (replaces t
 from .collective import CollectiveResult, collective  # noqa: E402 (replaces the submodule attribute)
 from .bench import BenchResult, bench  # noqa: E402 (replaces the submodule attribute)
 from .placement import Block2D, Replicate, Shard  # noqa: E402
-from .tensor import DistTensor, arange, ones, rand, randn, scatter, zeros  # noqa: E402
+from .tensor import DistTensor, arange, empty_cache, ones, rand, randn, scatter, zeros  # noqa: E402
 from .sharded_matmul import MatmulReport, matmul, plan_matmul  # noqa: E402
 from .tensor_io import from_numpy, from_pandas, load, save  # noqa: E402
 from .mapping import map  # noqa: E402,A004 (mg.map; left out of __all__ so a star import keeps the builtin)
@@ -37,6 +37,7 @@ __all__ = [
     "Replicate",
     "Shard",
     "arange",
+    "empty_cache",
     "matmul",
     "ones",
     "plan_matmul",

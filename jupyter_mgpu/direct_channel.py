@@ -54,6 +54,7 @@ class DirectChannel:
             except OSError:
                 s.close()
                 raise
+            s.settimeout(None)  # a busy engine reads the request when it is free; waits are bounded by check()
             self.socks[rank] = s
         return s
 
@@ -66,6 +67,19 @@ class DirectChannel:
         for r in list(self.socks):
             self.forget(r)
 
+    def _send(self, rank: int, parts: list[Any]) -> None:
+        for attempt in (0, 1):  # an engine drops a connection that stalled mid-frame: open a new one once
+            try:
+                direct.send_frames(self._sock(rank), parts)
+                return
+            except KeyboardInterrupt:
+                self.forget(rank)  # a half-sent frame: the engine drops this connection
+                raise
+            except OSError:
+                self.forget(rank)
+                if attempt:
+                    raise ChannelClosed(rank) from None
+
     def call(self, ranks: list[int], bufs: list[Any], check: Callable[[list[int]], None],
              poll: float = 0.05) -> dict[int, Any]:
         """Send one request to ``ranks`` and wait for every reply; ``check(pending)`` runs between polls.
@@ -73,16 +87,19 @@ class DirectChannel:
         ``check`` raises to stop waiting (a dead rank, a timeout); replies to earlier, abandoned
         requests are read and dropped. Raises :class:`ChannelClosed` if a rank's socket closes.
         """
-        from ipyparallel.serialize import deserialize_object
-
         rid = next(self.ids)
         header = json.dumps({"id": rid}).encode()
         for r in ranks:
-            try:
-                direct.send_frames(self._sock(r), [header, *bufs])
-            except OSError:
+            self._send(r, [header, *bufs])
+        try:
+            return self._replies(rid, ranks, check, poll)
+        except KeyboardInterrupt:  # a reply may be half read: start those connections afresh
+            for r in ranks:
                 self.forget(r)
-                raise ChannelClosed(r) from None
+            raise
+
+    def _replies(self, rid: int, ranks: list[int], check: Callable[[list[int]], None],
+                 poll: float) -> dict[int, Any]:
         results: dict[int, Any] = {}
         by_fd = {self.socks[r].fileno(): r for r in ranks}
         while len(results) < len(ranks):
@@ -96,7 +113,7 @@ class DirectChannel:
                     self.forget(r)
                     raise ChannelClosed(r) from None
                 if json.loads(bytes(parts[0])).get("id") == rid:
-                    results[r] = deserialize_object(parts[1:])[0]
-            if len(results) < len(ranks):
+                    results[r] = direct.load_value(parts[1:])
+            if not ready:  # a quiet poll: is anyone dead, is the time up?
                 check([r for r in ranks if r not in results])
         return results

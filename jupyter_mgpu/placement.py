@@ -98,6 +98,11 @@ class ShardInfo:
     shape: tuple[int, ...]
 
     @property
+    def index(self) -> tuple[slice, ...]:
+        """The slices that select this piece of the global tensor."""
+        return tuple(slice(a, b) for a, b in self.ranges)
+
+    @property
     def numel(self) -> int:
         return math.prod(self.shape)
 

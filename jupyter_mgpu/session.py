@@ -91,6 +91,8 @@ class Session:
         self.handles: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
         self.shutdown_callbacks: list[Callable[[], None]] = []  # run first by shutdown(), errors ignored
         self.direct = DirectChannel(cluster.path)  # blocking calls skip the controller (engine/direct.py)
+        # seconds the slowest rank spent inside calls, summed over calls: wall time minus this is dispatch
+        self.engine_seconds = 0.0
         for hook in list(session_start_hooks):
             try:
                 hook(self)
@@ -186,7 +188,7 @@ class Session:
         except ChannelClosed as closed:
             self._await_exit_record(closed.rank)
             check(ranks)
-            raise EngineDiedError(f"rank {closed.rank} died while running this", ranks=[closed.rank]) from None
+            raise MgpuError(f"{label}: lost contact with rank {closed.rank} (its direct channel closed)") from None
         except KeyboardInterrupt:
             self.cluster.interrupt(ranks)
             raise
@@ -270,6 +272,7 @@ class Session:
 
     def _results(self, results: list[dict], ranks: list[int]) -> list[Any]:
         """The values of ``calls.call`` reports in rank order, or one error for every failed rank."""
+        self.engine_seconds += max((res.get("seconds", 0.0) for res in results), default=0.0)
         failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
         if failures:
             raise self._error(failures, ranks, {r: res.get("seq_delta") for r, res in zip(ranks, results)})

@@ -181,14 +181,24 @@ class DistTensor:
         flush_frees(self.session)
         numel = math.prod(self.shape)
         nbytes = numel * self.itemsize
+        where = self.session.run(shards.gather_locate, self.handle_id, self.shape, self.placement, label="gather")
+        if all(w is not None for w in where):  # every shard lies in a block the kernel can read
+            import torch
+
+            result = out if out is not None else torch.empty(self.shape, dtype=self.dtype)
+            maps = transfer.rank_blocks(self.session)
+            for info, meta in zip(self.table, where):
+                if meta:
+                    result[info.index].copy_(maps.view(info.rank, meta, self.dtype, info.shape, meta["offset"]))
+            return result
         args = (shards.gather_to_file, self.handle_id)
         if out is None:  # the ranks write into fresh shared pages that become the result
             with transfer.one_off(nbytes) as buf:
-                self.session.run(*args, buf.path, self.shape, self.placement, label="gather")
+                self.session.run(*args, buf.path, self.shape, self.placement, False, label="gather")
                 flat = buf.tensor(numel, self.dtype)
             return flat.view(self.shape)
         with transfer.staging(nbytes) as buf:  # warm pages, then one copy into out
-            self.session.run(*args, buf.path, self.shape, self.placement, label="gather")
+            self.session.run(*args, buf.path, self.shape, self.placement, False, label="gather")
             out.copy_(buf.tensor(numel, self.dtype).view(self.shape))
         return out
 
@@ -343,10 +353,38 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
     target = _placement(placement, tensor.dim(), s.world_size)
     flush_frees(s)
     h = _new_handle(s, tuple(tensor.shape), dt, target)
+    if s.device_kind == "cpu":  # one copy, straight into the ranks' shard blocks
+        try:
+            blocks = s.run(shards.scatter_reserve, h.shape, target, dt, label="scatter")
+            maps = transfer.rank_blocks(s)
+            for info, meta in zip(pl.shard_table(h.shape, target, s.world_size), blocks):
+                if meta:
+                    maps.view(info.rank, meta, tensor.dtype, info.shape).copy_(tensor[info.index])
+        except BaseException:
+            if s.alive:
+                try:
+                    s.run(shards.scatter_abandon, label="scatter")
+                except Exception:
+                    pass
+            raise
+        ids = [b["id"] if b else None for b in blocks]
+        _run_creating(h, shards.scatter_adopt, h.handle_id, ids, h.shape, target, dt, label="scatter")
+        return h
     with transfer.staging(tensor.numel() * tensor.element_size()) as buf:
         buf.tensor(tensor.numel(), tensor.dtype).view(tensor.shape).copy_(tensor)
         _run_creating(h, shards.scatter_from_file, h.handle_id, buf.path, h.shape, target, dt, label="scatter")
     return h
+
+
+def empty_cache(session: Any = None) -> int:
+    """Free the shard blocks the ranks keep for reuse (like ``torch.cuda.empty_cache``); bytes released."""
+    s = session or sessmod.current()
+    s.check_alive()
+    done = s.run(shards.empty_cache, label="empty_cache")
+    maps = transfer.rank_blocks(s)
+    for rank, d in enumerate(done):
+        maps.forget(rank, d["evicted"])
+    return sum(d["released"] for d in done)
 
 
 def bind_handles(user_ns: dict, code: str, session: Any) -> list[str]:

@@ -136,3 +136,53 @@ def open_buffers() -> list[str]:
     except OSError:
         pass
     return out
+
+
+class RankBlocks:
+    """The kernel's mappings of the ranks' shard blocks (``engine/shared_blocks.py``), kept while the
+    ranks keep the blocks, so a block reused for the next scatter is written through warm mappings."""
+
+    def __init__(self) -> None:
+        self.maps: dict[tuple[int, int], mmap.mmap] = {}
+
+    def view(self, rank: int, meta: dict, dtype: Any, shape: tuple[int, ...], offset: int = 0) -> Any:
+        """The tensor of ``shape`` at ``offset`` of the block ``meta`` describes (shares memory)."""
+        import math
+
+        import torch
+
+        self.forget(rank, meta.get("evicted", ()))
+        key = (rank, meta["id"])
+        m = self.maps.get(key)
+        if m is None:
+            fd = os.open(f"/proc/{meta['pid']}/fd/{meta['fd']}", os.O_RDWR)
+            try:
+                m = mmap.mmap(fd, meta["size"], flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+            finally:
+                os.close(fd)
+            self.maps[key] = m
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        return torch.frombuffer(m, dtype=torch.uint8, count=nbytes, offset=offset).view(dtype).view(shape)
+
+    def forget(self, rank: int, block_ids: Any) -> None:
+        """Unmap blocks the rank has closed (their memory is freed once no mapping remains)."""
+        for b in block_ids:
+            m = self.maps.pop((rank, b), None)
+            if m is not None:
+                try:
+                    m.close()
+                except BufferError:  # a tensor still views it: it goes with that tensor
+                    pass
+
+    def close(self) -> None:
+        for rank, b in list(self.maps):
+            self.forget(rank, [b])
+
+
+def rank_blocks(session: Any) -> RankBlocks:
+    """The session's :class:`RankBlocks`, unmapped when the session shuts down."""
+    rb = getattr(session, "_rank_blocks", None)
+    if rb is None:
+        rb = session._rank_blocks = RankBlocks()
+        session.shutdown_callbacks.append(rb.close)
+    return rb

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import linecache
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
@@ -58,6 +59,7 @@ def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> d
     if st is not None:
         st.current_op = label or getattr(fn, "__name__", "function")
     seq0 = runtime.sequence_number() if st is not None else None
+    start = time.perf_counter()
     try:
         result = {"ok": True, "value": fn(*args, **kwargs)}
     except BaseException as exc:  # noqa: BLE001 - reported, not swallowed
@@ -65,6 +67,7 @@ def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> d
     finally:
         if st is not None:
             st.current_op = previous
+    result["seconds"] = time.perf_counter() - start  # time spent in the call itself, for dispatch overheads
     return _with_seq_delta(result, seq0)
 
 

@@ -9,7 +9,7 @@ five on a 2-core machine (``benchmarks/collectives.py`` prints both).
 
 Frames: ``!I`` count, then ``!Q`` length of each part, then the parts. A request is a JSON header
 (``id``) and the buffers of ``ipyparallel.serialize.pack_apply_message``; a reply is the header and
-the buffers of ``serialize_object(result)``.
+:func:`dump_value` of the result (pickle 5, CPU tensors as raw out-of-band buffers).
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import contextlib
 import io
 import json
 import os
+import pickle
 import signal
 import socket
 import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from . import calls
 
 SOCKET_NAME = "direct.{rank}.sock"
 PARTIAL_FRAME_TIMEOUT = 30.0  # a sender that stops mid-frame is dropped, never waited on forever
+IOV_MAX = 512  # buffers per sendmsg (the kernel's limit is 1024)
 _COUNT = struct.Struct("!I")
 _LEN = struct.Struct("!Q")
 
@@ -39,11 +42,13 @@ def socket_path(rundir: str | Path, rank: int) -> Path:
 def send_frames(sock: socket.socket, parts: list[Any]) -> None:
     """Send ``parts`` (bytes-like) as one frame."""
     views = [memoryview(p).cast("B") for p in parts]
-    head = _COUNT.pack(len(views)) + b"".join(_LEN.pack(v.nbytes) for v in views)
-    sock.sendall(head)
-    for v in views:
-        if v.nbytes:
-            sock.sendall(v)
+    views.insert(0, memoryview(_COUNT.pack(len(views)) + b"".join(_LEN.pack(v.nbytes) for v in views)))
+    while views:  # one system call for a small frame; the rest of a partial send is sent after
+        sent = sock.sendmsg(views[:IOV_MAX])
+        while views and sent >= views[0].nbytes:
+            sent -= views.pop(0).nbytes
+        if views:
+            views[0] = views[0][sent:]
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -108,9 +113,7 @@ class Server:
         try:
             reply = run_request(parts[1:], self.user_ns)
         except BaseException as exc:  # noqa: BLE001 - an interrupt landing just after the call
-            from ipyparallel.serialize import serialize_object
-
-            reply = serialize_object(calls.failure(exc, exc.__traceback__))
+            reply = dump_value(calls.failure(exc, exc.__traceback__))
         try:
             send_frames(conn, [json.dumps({"id": header["id"]}).encode(), *reply])
         except OSError:
@@ -119,12 +122,12 @@ class Server:
 
 def run_request(bufs: list[Any], user_ns: dict) -> list[Any]:
     """Unpack and run one call like ipyparallel's ``apply_request`` would; the serialized result."""
-    from ipyparallel.serialize import serialize_object, unpack_apply_message
+    from ipyparallel.serialize import unpack_apply_message
 
     try:
         f, args, kwargs = unpack_apply_message(bufs, user_ns, copy=False)
     except Exception as exc:  # noqa: BLE001 - e.g. a module the engine cannot import
-        return serialize_object(transport_failure(exc))
+        return dump_value(transport_failure(exc))
     previous = signal.getsignal(signal.SIGINT)
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the stop button reaches the call
@@ -135,9 +138,51 @@ def run_request(bufs: list[Any], user_ns: dict) -> list[Any]:
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
-        return serialize_object(result)
+        return dump_value(result)
     except Exception as exc:  # noqa: BLE001 - the result cannot travel back
-        return serialize_object(transport_failure(exc))
+        return dump_value(transport_failure(exc))
+
+
+class _Pickler(pickle.Pickler):
+    """Pickle protocol 5 with CPU tensors as out-of-band byte buffers (no copy, no ``torch.save``)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is None or type(obj) is not torch.Tensor or obj.device.type != "cpu" \
+                or obj.layout != torch.strided or obj.requires_grad or obj.is_quantized:
+            return NotImplemented
+        flat = obj.detach().contiguous().reshape(-1).view(torch.uint8)
+        return _tensor_from_bytes, (pickle.PickleBuffer(flat.numpy()), str(obj.dtype).split(".")[1], tuple(obj.shape))
+
+
+def _tensor_from_bytes(buf: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+    import torch
+
+    raw = memoryview(buf).cast("B")
+    flat = torch.frombuffer(raw, dtype=torch.uint8) if raw.nbytes else torch.empty(0, dtype=torch.uint8)
+    return flat.view(getattr(torch, dtype)).reshape(shape)
+
+
+def dump_value(obj: Any) -> list[Any]:
+    """A reply's parts: a tag, then pickle data and its out-of-band buffers, or ipyparallel's buffers."""
+    buffers: list[pickle.PickleBuffer] = []
+    stream = io.BytesIO()
+    try:
+        _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
+    except Exception:  # noqa: BLE001 - e.g. a function in the result: ipyparallel's canning handles it
+        from ipyparallel.serialize import serialize_object
+
+        return [b"I", *serialize_object(obj)]
+    return [b"P", stream.getbuffer(), *(b.raw() for b in buffers)]
+
+
+def load_value(parts: list[Any]) -> Any:
+    """The value :func:`dump_value` sent."""
+    if bytes(parts[0]) == b"I":
+        from ipyparallel.serialize import deserialize_object
+
+        return deserialize_object(parts[1:])[0]
+    return pickle.loads(parts[1], buffers=parts[2:])
 
 
 def transport_failure(exc: BaseException) -> dict[str, Any]:

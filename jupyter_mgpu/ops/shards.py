@@ -7,13 +7,14 @@ computes the same shard table without talking to the others.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import warnings
 from typing import Any
 
 from .. import placement as pl
-from ..engine import runtime, seeding, store, telemetry
+from ..engine import runtime, seeding, shared_blocks, store, telemetry
 from ..engine import trace as etrace
 
 
@@ -121,18 +122,67 @@ def scatter_from_file(hid: str, path: str, shape: tuple[int, ...], placement: pl
     return out.numel() * out.element_size()
 
 
-def gather_to_file(hid: str, path: str, shape: tuple[int, ...], placement: pl.Placement) -> int:
-    """Write this rank's shard into its place in the shared file ``path`` (replicas: rank 0 only)."""
-    st = runtime.state()
-    local = store.get(hid)
+def scatter_reserve(shape: tuple[int, ...], placement: pl.Placement, dtype: str) -> dict[str, Any] | None:
+    """A shared block for this rank's shard of a scatter (None off a CPU device or for an empty shard)."""
+    import torch
+
+    if runtime.state().device_kind != "cpu":
+        return None
     me = _me(shape, placement)
+    nbytes = math.prod(me.shape) * torch.empty((), dtype=dtype_of(dtype)).element_size()
+    return shared_blocks.reserve(nbytes) if nbytes else None
+
+
+def scatter_adopt(hid: str, block_ids: list[int | None], shape: tuple[int, ...], placement: pl.Placement,
+                  dtype: str) -> int:
+    """Make the block the kernel just filled this rank's shard ``hid``."""
+    import torch
+
+    me = _me(shape, placement)
+    block = block_ids[runtime.state().rank]
+    out = shared_blocks.adopt(block, me.shape, dtype_of(dtype)) if block else torch.empty(me.shape, dtype=dtype_of(dtype))
+    store.put(hid, out)
     if etrace.active():
+        _trace_one("scatter", hid, shape, out, me.ranges, "recv", etrace.HOST)
+    return out.numel() * out.element_size()
+
+
+def scatter_abandon() -> None:
+    """Give back this rank's block of a scatter that failed before its shards were made."""
+    shared_blocks.release_pending()
+
+
+def gather_locate(hid: str, shape: tuple[int, ...], placement: pl.Placement) -> dict[str, Any] | None:
+    """Where the kernel can read this rank's shard directly (None: it must be sent another way)."""
+    local = store.get(hid)
+    _trace_gather(hid, shape, placement, local)
+    if isinstance(placement, pl.Replicate) and runtime.state().rank != 0:
+        return {}
+    return shared_blocks.locate(local) if local.numel() else {}
+
+
+def _trace_gather(hid: str, shape: tuple[int, ...], placement: pl.Placement, local: Any) -> None:
+    if etrace.active():
+        st = runtime.state()
+        me = _me(shape, placement)
         etrace.begin_op("gather")
         etrace.declare(hid, shape, local.element_size(), hid)
         etrace.record(0, "hold", [etrace.block(hid, me.ranges)], _nbytes(local))
         if local.numel() and (st.rank == 0 or not isinstance(placement, pl.Replicate)):
             etrace.record(1, "send", [etrace.block(hid, me.ranges)], _nbytes(local), etrace.HOST)
         etrace.end_op()
+
+
+def gather_to_file(hid: str, path: str, shape: tuple[int, ...], placement: pl.Placement, trace: bool = True) -> int:
+    """Write this rank's shard into its place in the shared file ``path`` (replicas: rank 0 only).
+
+    ``trace=False`` after :func:`gather_locate` (which traced this gather already).
+    """
+    st = runtime.state()
+    local = store.get(hid)
+    me = _me(shape, placement)
+    if trace:
+        _trace_gather(hid, shape, placement, local)
     if isinstance(placement, pl.Replicate) and st.rank != 0:
         return 0
     if not local.numel():
@@ -233,11 +283,21 @@ def memory_status() -> dict[str, int]:
 
         free_b, total = torch.cuda.mem_get_info(st.device)
         return {"free": int(free_b), "total": int(total), "budget": st.budget_bytes}
+    import resource
+
     from ..engine import budget
 
+    shared_blocks.empty_cache()  # cached shard blocks hold budget a plain allocation cannot reclaim
     used = budget.current_data_bytes()
-    limit = st.data_limit or (used + st.budget_bytes)
+    soft = resource.getrlimit(resource.RLIMIT_DATA)[0]  # lowered by the shard blocks this rank holds
+    limit = soft if st.data_limit and soft != resource.RLIM_INFINITY else (used + st.budget_bytes)
     # leave the runtime's own headroom out: it is for gloo buffers and allocator slack
     free_b = max(0, limit - used - budget.RUNTIME_HEADROOM // 2)
     return {"free": int(free_b), "total": int(st.budget_bytes), "budget": st.budget_bytes,
             "resident": int(telemetry._proc_status().get("VmRSS", 0))}
+
+
+def empty_cache() -> dict[str, Any]:
+    """Free this rank's cached shard blocks; the bytes released and the blocks the kernel should unmap."""
+    released = shared_blocks.empty_cache()
+    return {"released": released, "evicted": shared_blocks.take_evicted()}

@@ -1,0 +1,61 @@
+"""The direct channel's framing and value encoding, over a real socket pair."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+import torch
+
+from jupyter_mgpu.engine import direct
+
+
+@pytest.mark.parametrize("parts", [
+    [b"head"],
+    [b"", b"x", bytearray(b"y" * 10)],
+    [b"%d" % i for i in range(direct.IOV_MAX * 2 + 3)],  # more parts than one sendmsg takes
+    [b"h", bytes(range(256)) * (1 << 14)],  # 4 MiB: more than the socket buffer, sent in pieces
+])
+def test_frames_arrive_whole_and_in_order(parts):
+    a, b = socket.socketpair()
+    sender = threading.Thread(target=direct.send_frames, args=(a, parts))
+    sender.start()
+    got = direct.recv_frames(b)
+    sender.join()
+    assert [bytes(p) for p in got] == [bytes(p) for p in parts]
+    a.close()
+    with pytest.raises(EOFError):
+        direct.recv_frames(b)
+
+
+def _roundtrip(value):
+    return direct.load_value([bytes(p) if i == 0 else bytearray(memoryview(p).cast("B"))
+                              for i, p in enumerate(direct.dump_value(value))])
+
+
+@pytest.mark.parametrize("t", [
+    torch.arange(12, dtype=torch.float32).view(3, 4),
+    torch.randn(5, 3).to(torch.bfloat16),
+    torch.tensor([True, False, True]),
+    torch.randn(4, dtype=torch.complex64),
+    torch.tensor(7, dtype=torch.int64),  # 0-d
+    torch.empty(0, 5),
+    torch.arange(20.).view(4, 5).t(),  # not contiguous
+    torch.arange(10**6, dtype=torch.float64)[10:20],  # a slice: only its bytes travel
+])
+def test_cpu_tensors_travel_as_raw_buffers_and_come_back_equal(t):
+    parts = direct.dump_value({"ok": True, "value": [t, "x"]})
+    assert bytes(parts[0]) == b"P"
+    assert sum(memoryview(p).nbytes for p in parts[2:]) == t.numel() * t.element_size()
+    back = _roundtrip({"ok": True, "value": [t, "x"]})["value"]
+    assert back[1] == "x" and back[0].dtype == t.dtype and back[0].shape == t.shape
+    assert torch.equal(back[0], t)
+
+
+def test_values_plain_pickle_cannot_carry_fall_back_to_ipyparallel_canning():
+    parts = direct.dump_value({"f": lambda x: x + 1})
+    assert bytes(parts[0]) == b"I"
+    assert _roundtrip({"f": lambda x: x + 1})["f"](1) == 2
+    grad = torch.ones(2, requires_grad=True)  # left to torch's own pickling
+    assert torch.equal(_roundtrip(grad).detach(), grad.detach())
