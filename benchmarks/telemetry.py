@@ -65,7 +65,9 @@ def cpu_seconds(s: mg.Session) -> float:
 
 
 def _sampler_tid() -> int | None:
-    sampler = tele._sampler
+    from jupyter_mgpu.engine import telemetry
+
+    sampler = telemetry._sampler
     return sampler.native_id if sampler is not None and sampler.is_alive() else None
 
 

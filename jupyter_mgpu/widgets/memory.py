@@ -33,11 +33,19 @@ FILL_OK, FILL_HIGH, FILL_FULL, FILL_DEAD = "#1f77b4", "#ff7f0e", "#d62728", "#9e
 HIGH_FRACTION, FULL_FRACTION = 0.6, 0.85
 
 
+def _visible(row: dict[str, Any]) -> dict[str, Any]:
+    """What of a device row can change the picture: byte counts to the MiB, not the sample time."""
+    out = {k: v for k, v in row.items() if k not in ("time", "fraction")}
+    for k in ("used", "reserved", "peak"):
+        if isinstance(out.get(k), int):
+            out[k] >>= 20
+    return out
+
+
 def _same_picture(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> bool:
-    """True when two lists of device rows differ at most in their sample times."""
-    return len(new) == len(old) and all(
-        {k: v for k, v in a.items() if k != "time"} == {k: v for k, v in b.items() if k != "time"}
-        for a, b in zip(new, old))
+    """True when two lists of device rows differ at most in their sample times and by less than 1 MiB
+    (an idle engine's resident size wobbles by a few pages; the bars show MiB at best)."""
+    return len(new) == len(old) and all(_visible(a) == _visible(b) for a, b in zip(new, old))
 
 
 def check_refresh_rate(rate: Any) -> float:
@@ -125,6 +133,7 @@ class MemoryDashboard(anywidget.AnyWidget):
         self._latest: list[dict[str, Any]] | None = None
         self._wake = threading.Event()
         self._halt = threading.Event()
+        self._last_push = 0.0  # monotonic time of the last real push (the refresh-rate limit)
         self._lock = threading.Lock()
         self._last_timeline = 0.0
         self._thread: threading.Thread | None = None
@@ -156,10 +165,19 @@ class MemoryDashboard(anywidget.AnyWidget):
 
     # -- feeding ----------------------------------------------------------------------------
     def _on_samples(self, latest: list[dict[str, Any]]) -> None:
-        """Reader-thread callback: remember the samples, wake the pusher."""
+        """Reader-thread callback: remember the samples; push now if the refresh rate allows, else
+        leave it to the pusher thread (one wake-up fewer per sample on the common path)."""
         with self._lock:
             self._latest = latest
             self._record(latest)
+        if not self.paused and not self._halt.is_set() and \
+                time.monotonic() - self._last_push >= 1.0 / self.refresh_rate:
+            try:
+                if self._push(latest, force=False):
+                    self._last_push = time.monotonic()
+                return
+            except Exception:
+                pass
         self._wake.set()
 
     def _record(self, samples: list[dict[str, Any]]) -> None:
@@ -169,10 +187,14 @@ class MemoryDashboard(anywidget.AnyWidget):
             if t is None or used is None:
                 continue
             series = self._series.get(s["rank"])
-            if series is None:
-                series = self._series[s["rank"]] = deque(maxlen=int(self.window / 0.01))
-            if not series or series[-1][0] < t:
-                series.append((t, used))
+            if series is None:  # one point per TIMELINE_STEP: its latest time and its peak
+                series = self._series[s["rank"]] = deque(maxlen=int(self.window / TIMELINE_STEP) + 4)
+            step = int(t // TIMELINE_STEP)
+            if series and series[-1][2] == step:
+                last = series[-1]
+                last[0], last[1] = max(last[0], t), max(last[1], used)
+            elif not series or series[-1][0] < t:
+                series.append([t, used, step])
 
     def update(self, samples: list[dict[str, Any]], now: float | None = None) -> None:
         """Show ``samples`` (one per rank, as :func:`jupyter_mgpu.memory` returns them) now."""
@@ -201,19 +223,11 @@ class MemoryDashboard(anywidget.AnyWidget):
 
     def _timeline_of(self, rank: int, now: float) -> list[list[float]]:
         """The last ``window`` seconds of one rank, one point (the step's peak) per ``TIMELINE_STEP``."""
+        since = now - self.window
         with self._lock:
-            points = [p for p in self._series.get(rank, ()) if p[0] >= now - self.window]
-        out: list[list[float]] = []
-        for t, used in points:
-            ago = round(t - now, 2)
-            if out and ago - out[-1][0] < TIMELINE_STEP:
-                out[-1][1] = max(out[-1][1], used)
-            else:
-                out.append([ago, used])
-        return out
+            return [[round(t - now, 2), used] for t, used, _ in self._series.get(rank, ()) if t >= since]
 
     def _run(self) -> None:
-        last = 0.0
         while not self._halt.is_set():
             self._wake.wait(1.0)
             self._wake.clear()
@@ -221,7 +235,7 @@ class MemoryDashboard(anywidget.AnyWidget):
                 break
             if self.paused:
                 continue
-            wait = 1.0 / self.refresh_rate - (time.monotonic() - last)
+            wait = 1.0 / self.refresh_rate - (time.monotonic() - self._last_push)
             if wait > 0 and self._halt.wait(wait):
                 break
             with self._lock:
@@ -229,7 +243,7 @@ class MemoryDashboard(anywidget.AnyWidget):
             if latest is not None:
                 try:
                     if self._push(latest, force=False):  # already recorded by _on_samples
-                        last = time.monotonic()  # rate-limit real pushes only: a change after a quiet spell goes at once
+                        self._last_push = time.monotonic()  # rate-limit real pushes only
                 except Exception:
                     pass
 
