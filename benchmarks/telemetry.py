@@ -5,7 +5,7 @@
     stopped, as ``mg.init(..., telemetry_period=0)`` has them, reader and dashboard paused). Trials of
     the two alternate in one session, so both see the same machine; target: <= 1 % slower. On a shared
     VM the trial-to-trial noise is several percent, so the benchmark also reads the CPU time of the
-    telemetry threads themselves (``/proc/<pid>/task/<tid>/stat``) during the "on" loops: the share of
+    telemetry threads themselves (``/proc/<pid>/task/<tid>/schedstat``) during the "on" loops: the share of
     the machine they take is what the loop can lose to them, measured without that noise.
 (b) latency: from the moment an allocation returns on a rank (the rank's clock, the same host) to the
     moment the dashboard's model shows it (an observer on its ``devices`` trait), with the rank then
@@ -81,17 +81,15 @@ def telemetry_threads(s: mg.Session, board: MemoryDashboard) -> list[tuple[int, 
 
 
 def thread_cpu(threads: list[tuple[int, int]]) -> float:
-    """CPU seconds (user + system) the given threads have used so far."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """CPU seconds the given threads have run so far (``schedstat``: nanoseconds, not 10 ms ticks)."""
     total = 0
     for pid, tid in threads:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
         except OSError:
             pass
-    return total / tick
+    return total / 1e9
 
 
 def idle_cost(s: mg.Session, board: MemoryDashboard, seconds: float) -> dict[str, float]:
@@ -207,7 +205,7 @@ def main() -> None:
           "  (target <= 1 %)")
     print(f"CPU per matmul (engines + kernel, ms): off {cpu_off:.2f}, on {cpu_on:.2f} ({100 * (cpu_on / cpu_off - 1):+.2f} %)")
     cores = os.cpu_count() or 1
-    print(f"telemetry threads' CPU during the 'on' loops (samplers + reader + dashboard, by /proc thread times): "
+    print(f"telemetry threads' CPU during the 'on' loops (samplers + reader + dashboard, by /proc schedstat): "
           f"median {statistics.median(ov['share']):.2f} %, max {max(ov['share']):.2f} % of this {cores}-core machine "
           "(the most the loop can lose to them)")
     print(f"idle cluster CPU, % of one core: off {idle['off']:.2f}, on {idle['on']:.2f}; telemetry costs "
