@@ -3,7 +3,8 @@
 Every session gets one :class:`MemoryMonitor`. Its thread reads the ranks' telemetry files (written
 out of band by ``engine/telemetry.py``, so they keep coming while an engine is busy) once per sampling
 tick, just after the ranks wrote, marks dead ranks within 0.1 s, keeps the last minutes in a ring
-buffer and tells subscribers (the dashboard) about every new sample. ``mg.memory()``, ``mg.memory_history()`` and ``mg.reset_peak()`` read it.
+buffer and tells subscribers (the dashboard) about every new sample. ``mg.memory()``,
+``mg.memory_history()`` and ``mg.reset_peak()`` read it.
 """
 
 from __future__ import annotations

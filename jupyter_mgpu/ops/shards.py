@@ -140,7 +140,8 @@ def scatter_adopt(hid: str, block_ids: list[int | None], shape: tuple[int, ...],
 
     me = _me(shape, placement)
     block = block_ids[runtime.state().rank]
-    out = shared_blocks.adopt(block, me.shape, dtype_of(dtype)) if block else torch.empty(me.shape, dtype=dtype_of(dtype))
+    dt = dtype_of(dtype)
+    out = shared_blocks.adopt(block, me.shape, dt) if block else torch.empty(me.shape, dtype=dt)
     store.put(hid, out)
     if etrace.active():
         _trace_one("scatter", hid, shape, out, me.ranges, "recv", etrace.HOST)

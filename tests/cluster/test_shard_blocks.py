@@ -69,7 +69,7 @@ def test_a_view_kept_on_a_rank_keeps_its_block_from_reuse(s2):
 def test_shard_blocks_count_against_the_device_budget(own_session):
     with own_session(2, mem_per_device="256MiB") as s:
         with pytest.raises(DeviceOutOfMemoryError,
-                           match=r"^ranks 0, 1 ran out of device memory \(budget 256.0 MiB each\) while allocating 300"):
+                           match=r"^ranks 0, 1 ran out of device memory \(budget 256.0 MiB each\) while allocat"):
             mg.scatter(torch.zeros(2, 300, 1 << 18), mg.Shard(0))  # 300 MiB per rank
         A = mg.scatter(torch.ones(2, 160, 1 << 18), mg.Shard(0))  # 160 MiB per rank, in blocks
         # 400 MiB of private memory fits the budget plus the runtime's headroom, not with the blocks held
