@@ -11,6 +11,7 @@ import itertools
 import json
 import select
 import socket
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,12 +35,14 @@ class DirectChannel:
         self.rundir = Path(rundir)
         self.socks: dict[int, socket.socket] = {}
         self.ids = itertools.count(1)
+        self.lock = threading.Lock()  # one call at a time: two threads' frames must not interleave
 
     def available(self, ranks: list[int]) -> bool:
         """Whether every rank in ``ranks`` has (or can open) a connection."""
         try:
-            for r in ranks:
-                self._sock(r)
+            with self.lock:
+                for r in ranks:
+                    self._sock(r)
         except OSError:
             return False
         return True
@@ -87,16 +90,17 @@ class DirectChannel:
         ``check`` raises to stop waiting (a dead rank, a timeout); replies to earlier, abandoned
         requests are read and dropped. Raises :class:`ChannelClosed` if a rank's socket closes.
         """
-        rid = next(self.ids)
-        header = json.dumps({"id": rid}).encode()
-        for r in ranks:
-            self._send(r, [header, *bufs])
-        try:
-            return self._replies(rid, ranks, check, poll)
-        except KeyboardInterrupt:  # a reply may be half read: start those connections afresh
+        with self.lock:
+            rid = next(self.ids)
+            header = json.dumps({"id": rid}).encode()
             for r in ranks:
-                self.forget(r)
-            raise
+                self._send(r, [header, *bufs])
+            try:
+                return self._replies(rid, ranks, check, poll)
+            except KeyboardInterrupt:  # a reply may be half read: start those connections afresh
+                for r in ranks:
+                    self.forget(r)
+                raise
 
     def _replies(self, rid: int, ranks: list[int], check: Callable[[list[int]], None],
                  poll: float) -> dict[int, Any]:

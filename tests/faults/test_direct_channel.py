@@ -83,3 +83,11 @@ def test_a_rank_killed_during_a_direct_call_is_named(own_session):
             s.run(_sleep, 30)
         assert time.monotonic() - start < 1.0 + 3
         assert s.run(_rank, targets=0) == [0]  # the survivor still answers
+
+
+def test_calls_from_two_threads_get_their_own_answers(s2):
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(s2.run, _sleep, 0.01 * (i % 3)) for i in range(24)]
+        assert all(f.result(timeout=60) == [0, 1] for f in futures)
