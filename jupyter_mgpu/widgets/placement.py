@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import pathlib
 import tempfile
 from typing import Any
 
@@ -21,8 +20,9 @@ import traitlets
 from ..errors import MgpuError
 from . import placement_data as pdata
 from .placement_svg import frame_svg
+from .transport import module_source
 
-ESM = pathlib.Path(__file__).parent / "static" / "placement.js"
+ESM = module_source("placement.js")  # the shared transport controls, then the placement view
 
 
 class PlacementWidget(anywidget.AnyWidget):
@@ -100,7 +100,7 @@ class PlacementWidget(anywidget.AnyWidget):
 
 def standalone_html(data: dict[str, Any], title: str = "", badge: str = "") -> str:
     """One self-contained page: the ES module inlined, a small in-page model, the data as JSON."""
-    js = ESM.read_text(encoding="utf-8").replace("export function drawFrame", "function drawFrame")
+    js = ESM.replace("export function drawFrame", "function drawFrame")
     js = js.replace("export default { render };", "")
     state = {"data": data, "index": 0, "playing": False, "interval_ms": 600, "speed": 1.0, "loop": False,
              "live": False, "follow": False, "mode": "player", "title": title, "badge": badge}

@@ -9,11 +9,12 @@ without a browser: set ``index``, call :meth:`step`, :meth:`play`, :meth:`pause`
 from __future__ import annotations
 
 import html
-import pathlib
 from typing import Any
 
 import anywidget
 import traitlets
+
+from .transport import module_source
 
 
 class FramePlayer(anywidget.AnyWidget):
@@ -22,7 +23,7 @@ class FramePlayer(anywidget.AnyWidget):
     ``captions[i]`` is shown above frame i unless ``show_captions`` is off (frames that draw their own).
     """
 
-    _esm = pathlib.Path(__file__).parent / "static" / "player.js"
+    _esm = module_source("player.js")  # the shared transport controls, then the frame player
     frames = traitlets.List(traitlets.Unicode(), default_value=[]).tag(sync=True)
     captions = traitlets.List(traitlets.Unicode(), default_value=[]).tag(sync=True)
     index = traitlets.Int(0).tag(sync=True)

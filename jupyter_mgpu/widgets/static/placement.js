@@ -109,39 +109,16 @@ function render({ model, el }) {
   const root = document.createElement("div");
   root.className = "mgpu-placement mgpu-player";
   root.style.cssText = "font: 13px sans-serif; display: inline-block;";
-  const head = document.createElement("div");
-  head.style.cssText = "display:flex; gap:8px; align-items:center; margin-bottom:4px;";
-  const badge = document.createElement("span");
-  badge.className = "mgpu-badge";
-  badge.style.cssText = "background:#eef; border:1px solid #99c; border-radius:3px; padding:0 5px; font-size:11px;";
-  const title = document.createElement("b");
-  head.append(badge, title);
-  const controls = document.createElement("div");
-  controls.style.cssText = "display:flex; gap:4px; align-items:center; margin:4px 0;";
-  const mk = (label, tip) => {
-    const b = document.createElement("button");
-    b.textContent = label; b.title = tip; b.className = "mgpu-player-" + tip.replace(/\s+/g, "-");
-    return b;
-  };
-  const first = mk("«", "first"), back = mk("‹", "step back"), play = mk("▶", "play"),
-        fwd = mk("›", "step forward"), last = mk("»", "last");
-  const slider = document.createElement("input");
-  slider.type = "range"; slider.min = 0; slider.className = "mgpu-player-slider";
-  const counter = document.createElement("span");
-  counter.className = "mgpu-player-counter"; counter.style.minWidth = "90px";
-  const speed = document.createElement("select");
-  speed.className = "mgpu-player-speed";
-  for (const s of [0.25, 0.5, 1, 2, 4, 8]) {
-    const o = document.createElement("option"); o.value = s; o.textContent = s + "×"; speed.append(o);
-  }
-  controls.append(first, back, play, fwd, last, slider, counter, speed);
+  const { head, badge, title } = playerHead();
   const stage = document.createElement("div");
   stage.className = "mgpu-placement-stage";
-  root.append(head, controls, stage);
+
+  let data = null, geo = null, held = new Set(), pos = -1;
+  const n = () => (data ? data.frames.length : 0);
+  const t = transport(model, n, { live: () => model.get("live"), speeds: [0.25, 0.5, 1, 2, 4, 8] });
+  root.append(head, t.controls, stage);
   el.appendChild(root);
 
-  let data = null, geo = null, held = new Set(), pos = -1, timer = null;
-  const n = () => (data ? data.frames.length : 0);
   const apply = (f, forward) => {
     const fr = data.frames[f];
     const add = forward ? fr.add : fr.rm, rm = forward ? fr.rm : fr.add;
@@ -163,59 +140,23 @@ function render({ model, el }) {
     let i = Math.max(0, Math.min(n() - 1, model.get("index")));
     moveTo(i);
     stage.innerHTML = drawFrame(data, held, data.frames[i], geo);
-    slider.max = Math.max(0, n() - 1); slider.value = i;
-    counter.textContent = `step ${i} / ${n() - 1}`;
+    t.show(i);
   };
   const sync = () => {
     badge.textContent = model.get("badge"); badge.style.display = model.get("badge") ? "" : "none";
     title.textContent = model.get("title");
-    controls.style.display = model.get("mode") === "view" ? "none" : "flex";
-    play.textContent = model.get("playing") ? "||" : "▶";
-    play.title = model.get("playing") ? "pause" : "play";
-    play.className = model.get("playing") ? "mgpu-player-pause" : "mgpu-player-play";
-    speed.value = String(model.get("speed"));
+    t.controls.style.display = model.get("mode") === "view" ? "none" : "flex";
+    t.show(Math.max(0, Math.min(n() - 1, model.get("index"))));
     draw();
   };
-  const go = (i) => {
-    const k = Math.max(0, Math.min(n() - 1, i));
-    model.set("index", k);
-    if (k === n() - 1 && !model.get("loop") && !model.get("live")) model.set("playing", false);
-    model.save_changes();
-  };
-  const tick = () => {
-    const i = model.get("index");
-    if (i >= n() - 1) {
-      if (model.get("loop")) go(0);
-      else if (!model.get("live")) { model.set("playing", false); model.save_changes(); }
-    } else go(i + 1);
-  };
-  const syncTimer = () => {
-    if (timer) { clearInterval(timer); timer = null; }
-    const ms = Math.max(16, model.get("interval_ms") / (model.get("speed") || 1));
-    if (model.get("playing")) timer = setInterval(tick, ms);
-  };
-  first.onclick = () => { model.set("playing", false); go(0); };
-  back.onclick = () => { model.set("playing", false); go(model.get("index") - 1); };
-  fwd.onclick = () => { model.set("playing", false); go(model.get("index") + 1); };
-  last.onclick = () => { model.set("playing", false); go(n() - 1); };
-  play.onclick = () => {
-    if (model.get("playing")) { model.set("playing", false); model.save_changes(); return; }
-    if (model.get("index") >= n() - 1) model.set("index", 0);
-    model.set("playing", true); model.save_changes();
-  };
-  slider.oninput = () => { model.set("playing", false); go(parseInt(slider.value, 10)); };
-  speed.onchange = () => { model.set("speed", parseFloat(speed.value)); model.save_changes(); };
   model.on("change:data", () => {
     load();
     if (model.get("live") && model.get("follow")) { model.set("index", n() - 1); model.save_changes(); }
     sync();
   });
   for (const name of ["index", "badge", "title", "playing", "mode", "speed", "live"]) model.on(`change:${name}`, sync);
-  model.on("change:playing", syncTimer);
-  model.on("change:interval_ms", syncTimer);
-  model.on("change:speed", syncTimer);
-  load(); sync(); syncTimer();
-  return () => { if (timer) clearInterval(timer); };
+  load(); sync(); t.syncTimer();
+  return t.stop;
 }
 
 export default { render };
