@@ -172,16 +172,7 @@ class Session:
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def check(pending: list[int]) -> None:
-            dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
-            if dead:
-                self.cluster.interrupt([r for r in pending if r not in dead])
-                r = min(dead)
-                raise EngineDiedError(describe_exit(r, dead[r], "while running this"), ranks=sorted(dead))
-            self._check_infrastructure()
-            if deadline is not None and time.monotonic() > deadline:
-                self.cluster.interrupt(pending)
-                raise MgpuError(f"{label} did not finish within {timeout:g} s on {rank_list(pending)}; "
-                                "those ranks were interrupted")
+            self._check_waiting(ranks, lambda: pending, label, deadline, timeout)
 
         try:
             results = self.direct.call(ranks, bufs, check)
@@ -241,15 +232,7 @@ class Session:
                 ar.wait(0.05)
                 if relay is not None:
                     relay.poll()
-                dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
-                if dead:
-                    self._after_death(ar, ranks, dead, relay)
-                self._check_infrastructure()
-                if deadline is not None and time.monotonic() > deadline:
-                    pending = self._pending_ranks(ar, ranks)
-                    self.cluster.interrupt(pending)
-                    raise MgpuError(f"{label} did not finish within {timeout:g} s on {rank_list(pending)}; "
-                                    "those ranks were interrupted")
+                self._check_waiting(ranks, lambda: self._pending_ranks(ar, ranks), label, deadline, timeout, relay)
         except KeyboardInterrupt:
             self.cluster.interrupt(self._pending_ranks(ar, ranks))
             try:
@@ -285,13 +268,23 @@ class Session:
                 pending.append(rank)
         return pending or list(ranks)
 
-    def _after_death(self, ar: Any, ranks: list[int], dead: dict[int, dict], relay: OutputRelay | None) -> None:
-        if relay is not None:
-            relay.flush()
-        survivors = [r for r in self._pending_ranks(ar, ranks) if r not in dead]
-        self.cluster.interrupt(survivors)
-        r = min(dead)
-        raise EngineDiedError(describe_exit(r, dead[r], "while running this"), ranks=sorted(dead))
+    def _check_waiting(self, ranks: list[int], pending: Callable[[], list[int]], label: str,
+                       deadline: float | None, timeout: float | None, relay: OutputRelay | None = None) -> None:
+        """While waiting on ``ranks`` (either path): raise for a dead rank, a broken cluster or the
+        deadline, interrupting the ranks still at work first."""
+        dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
+        if dead:
+            if relay is not None:
+                relay.flush()
+            self.cluster.interrupt([r for r in pending() if r not in dead])
+            r = min(dead)
+            raise EngineDiedError(describe_exit(r, dead[r], "while running this"), ranks=sorted(dead))
+        self._check_infrastructure()
+        if deadline is not None and time.monotonic() > deadline:
+            waiting = pending()
+            self.cluster.interrupt(waiting)
+            raise MgpuError(f"{label} did not finish within {timeout:g} s on {rank_list(waiting)}; "
+                            "those ranks were interrupted")
 
     def _transport_error(self, exc: Exception, label: str) -> MgpuError:
         dead = self.cluster.exits()

@@ -70,6 +70,7 @@ class DistTensor:
         self.plan: Any = None
         self.report: Any = None
         self._state = "live"
+        self._in_blocks = False  # made by scatter: its shards are blocks the kernel can read directly
         session.handles[handle_id] = self
 
     # -- facts ----------------------------------------------------------------------------
@@ -181,7 +182,8 @@ class DistTensor:
         flush_frees(self.session)
         numel = math.prod(self.shape)
         nbytes = numel * self.itemsize
-        where = self.session.run(shards.gather_locate, self.handle_id, self.shape, self.placement, label="gather")
+        where = self.session.run(shards.gather_locate, self.handle_id, self.shape, self.placement,
+                                 label="gather") if self._in_blocks else [None]
         if all(w is not None for w in where):  # every shard lies in a block the kernel can read
             import torch
 
@@ -191,14 +193,16 @@ class DistTensor:
                 if meta:
                     result[info.index].copy_(maps.view(info.rank, meta, self.dtype, info.shape, meta["offset"]))
             return result
-        args = (shards.gather_to_file, self.handle_id)
+        traced = self._in_blocks  # gather_locate traced this gather already
         if out is None:  # the ranks write into fresh shared pages that become the result
             with transfer.one_off(nbytes) as buf:
-                self.session.run(*args, buf.path, self.shape, self.placement, False, label="gather")
+                self.session.run(shards.gather_to_file, self.handle_id, buf.path, self.shape, self.placement,
+                                 not traced, label="gather")
                 flat = buf.tensor(numel, self.dtype)
             return flat.view(self.shape)
         with transfer.staging(nbytes) as buf:  # warm pages, then one copy into out
-            self.session.run(*args, buf.path, self.shape, self.placement, False, label="gather")
+            self.session.run(shards.gather_to_file, self.handle_id, buf.path, self.shape, self.placement,
+                             not traced, label="gather")
             out.copy_(buf.tensor(numel, self.dtype).view(self.shape))
         return out
 
@@ -369,6 +373,7 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
             raise
         ids = [b["id"] if b else None for b in blocks]
         _run_creating(h, shards.scatter_adopt, h.handle_id, ids, h.shape, target, dt, label="scatter")
+        h._in_blocks = True
         return h
     with transfer.staging(tensor.numel() * tensor.element_size()) as buf:
         buf.tensor(tensor.numel(), tensor.dtype).view(tensor.shape).copy_(tensor)
