@@ -15,8 +15,8 @@ import threading
 from typing import Any, Sequence
 
 from . import placement as pl
+from . import remote_copy, transfer
 from . import session as sessmod
-from . import transfer
 from .devices import format_bytes
 from .errors import EngineDiedError, MgpuError
 from .ops import shards
@@ -182,18 +182,29 @@ class DistTensor:
         flush_frees(self.session)
         numel = math.prod(self.shape)
         nbytes = numel * self.itemsize
+        traced = False
+        if remote_copy.usable(self.session):  # each shard read in place, straight into its place in the result
+            where = self.session.run(shards.gather_address, self.handle_id, self.shape, self.placement,
+                                     label="gather")
+            traced = True
+            if all(w is not None for w in where):
+                result = out if out is not None else transfer.new_tensor(self.shape, self.dtype)
+                try:
+                    remote_copy.read([(w["pid"], w["addr"], result[info.index])
+                                      for info, w in zip(self.table, where) if w])
+                    return result
+                except remote_copy.Denied:
+                    remote_copy.disable(self.session)
         where = self.session.run(shards.gather_locate, self.handle_id, self.shape, self.placement,
-                                 label="gather") if self._in_blocks else [None]
+                                 label="gather", trace=not traced) if self._in_blocks else [None]
         if all(w is not None for w in where):  # every shard lies in a block the kernel can read
-            import torch
-
-            result = out if out is not None else torch.empty(self.shape, dtype=self.dtype)
+            result = out if out is not None else transfer.new_tensor(self.shape, self.dtype)
             maps = transfer.rank_blocks(self.session)
             for info, meta in zip(self.table, where):
                 if meta:
                     result[info.index].copy_(maps.view(info.rank, meta, self.dtype, info.shape, meta["offset"]))
             return result
-        traced = self._in_blocks  # gather_locate traced this gather already
+        traced = traced or self._in_blocks  # gather_address / gather_locate traced this gather already
         if out is None:  # the ranks write into fresh shared pages that become the result
             with transfer.one_off(nbytes) as buf:
                 self.session.run(shards.gather_to_file, self.handle_id, buf.path, self.shape, self.placement,
@@ -357,13 +368,23 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
     target = _placement(placement, tensor.dim(), s.world_size)
     flush_frees(s)
     h = _new_handle(s, tuple(tensor.shape), dt, target)
+    table = pl.shard_table(h.shape, target, s.world_size)
     if s.device_kind == "cpu":  # one copy, straight into the ranks' shard blocks
+        direct = remote_copy.usable(s) and all(remote_copy.direct_ok(tensor[info.index]) for info in table)
         try:
-            blocks = s.run(shards.scatter_reserve, h.shape, target, dt, label="scatter")
-            maps = transfer.rank_blocks(s)
-            for info, meta in zip(pl.shard_table(h.shape, target, s.world_size), blocks):
-                if meta:
-                    maps.view(info.rank, meta, tensor.dtype, info.shape).copy_(tensor[info.index])
+            blocks = s.run(shards.scatter_reserve, h.shape, target, dt, not direct, label="scatter")
+            if direct:
+                remote_copy.write([(m["pid"], m["addr"], tensor[info.index]) for info, m in zip(table, blocks) if m])
+            else:
+                maps = transfer.rank_blocks(s)
+                for info, meta in zip(table, blocks):
+                    if meta:
+                        maps.view(info.rank, meta, tensor.dtype, info.shape).copy_(tensor[info.index])
+        except remote_copy.Denied:  # this system forbids copies by address: shared blocks from now on
+            s.run(shards.scatter_abandon, label="scatter")
+            remote_copy.disable(s)
+            h._state = "freed"  # it never had shards
+            return scatter(tensor, placement, s)
         except BaseException:
             if s.alive:
                 try:

@@ -138,6 +138,31 @@ def open_buffers() -> list[str]:
     return out
 
 
+HUGE_PAGE = 2 * 2**20
+MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)
+
+
+def new_tensor(shape: tuple[int, ...], dtype: Any) -> Any:
+    """``torch.empty(shape)`` whose untouched pages are advised as transparent huge pages.
+
+    A gather into new memory pays for fresh pages; in 2 MiB pages that costs a fraction of 4 KiB ones
+    (torch does the same for itself only when ``THP_MEM_ALLOC_ENABLE`` was set before it started).
+    """
+    import ctypes
+
+    import torch
+
+    out = torch.empty(shape, dtype=dtype)
+    nbytes = out.numel() * out.element_size()
+    if nbytes >= 2 * HUGE_PAGE:
+        start = -(-out.data_ptr() // HUGE_PAGE) * HUGE_PAGE
+        end = (out.data_ptr() + nbytes) // HUGE_PAGE * HUGE_PAGE
+        if end > start:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_HUGEPAGE)  # advice only
+    return out
+
+
 class RankBlocks:
     """The kernel's mappings of the ranks' shard blocks (``engine/shared_blocks.py``), kept while the
     ranks keep the blocks, so a block reused for the next scatter is written through warm mappings."""

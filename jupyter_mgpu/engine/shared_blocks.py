@@ -7,8 +7,12 @@ reads such shards the same way. When a shard's last view dies its block goes bac
 (like CUDA's caching allocator: "reserved" vs "allocated"), so the next scatter of that size writes
 into pages that are already there: fresh pages cost several times a copy on these machines.
 
+Where the kernel may copy into the rank's memory by address (``remote_copy.py``), blocks are private
+memory in transparent huge pages instead of memfds: fresh huge pages fault in several times faster.
+
 Blocks count against the device budget: shared mappings are outside RLIMIT_DATA, so the soft limit
-is lowered by every block this rank holds, cached ones included, and raised again when one goes.
+is lowered by every shared block this rank holds, cached ones included, and raised again when one
+goes; private blocks count by themselves.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from . import runtime
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)
 CACHE_SHARE = 0.25  # at most this share of the budget stays reserved in free blocks
 _lock = threading.RLock()  # a view can die (and release its block) while the lock is held
 _blocks: dict[int, "Block"] = {}
@@ -34,20 +39,28 @@ _next_id = [1]
 
 
 class Block:
-    """One memfd of ``size`` bytes, mapped in this rank."""
+    """``size`` bytes mapped in this rank: a memfd the kernel maps too (``shared``), or private memory in
+    huge pages that the kernel writes and reads with ``process_vm_writev/readv`` (``remote_copy.py``)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, shared: bool = True) -> None:
         self.id = _next_id[0]
         _next_id[0] += 1
         self.size = size
-        self.fd = os.memfd_create(f"jupyter-mgpu-shard-{self.id}", 0)
-        os.ftruncate(self.fd, size)
-        self.map = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED)
+        self.shared = shared
+        if shared:
+            self.fd = os.memfd_create(f"jupyter-mgpu-shard-{self.id}", 0)
+            os.ftruncate(self.fd, size)
+            self.map = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED)
+        else:  # faulted in by the kernel's copy itself, 2 MiB at a time: cheaper than faulting first
+            self.fd = -1
+            self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            self.map.madvise(MADV_HUGEPAGE)
         self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
-        try:  # fault the pages in here, every rank at once, not later one by one in the kernel's copy
-            self.map.madvise(MADV_POPULATE_WRITE)
-        except OSError:  # kernels before 5.14
-            pass
+        if shared:
+            try:  # fault the pages in here, every rank at once, not later one by one in the kernel's copy
+                self.map.madvise(MADV_POPULATE_WRITE)
+            except OSError:  # kernels before 5.14
+                pass
         self.in_use = True
 
     def close(self) -> None:
@@ -55,7 +68,13 @@ class Block:
             self.map.close()
         except BufferError:  # still viewed somewhere: the memory goes with the last view
             pass
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+
+    @property
+    def budget_bytes(self) -> int:
+        """Bytes outside RLIMIT_DATA (shared mappings), which the soft limit must give up for this block."""
+        return self.size if self.shared else 0
 
 
 def _limit_by(delta: int) -> None:
@@ -84,11 +103,13 @@ def _round(nbytes: int) -> int:
     return max(PAGE, -(-nbytes // PAGE) * PAGE)
 
 
-def reserve(nbytes: int) -> dict[str, Any]:
-    """A block of at least ``nbytes`` for this rank's next shard: a cached one if one fits, else new."""
+def reserve(nbytes: int, shared: bool = True) -> dict[str, Any]:
+    """A block of at least ``nbytes`` for this rank's next shard: a cached one if one fits, else new
+    (``shared``: a memfd the kernel maps; otherwise private memory it copies into by address)."""
     size = _round(nbytes)
     with _lock:
-        free = [b for b in _blocks.values() if not b.in_use and size <= b.size <= size + size // 4]
+        free = [b for b in _blocks.values()
+                if not b.in_use and b.shared == shared and size <= b.size <= size + size // 4]
         if free:
             block = min(free, key=lambda b: b.size)
             block.in_use = True
@@ -102,12 +123,13 @@ def reserve(nbytes: int) -> dict[str, Any]:
                 st = runtime.state()
                 raise MemoryError(f"DefaultCPUAllocator: not enough memory: you tried to allocate {size} bytes "
                                   f"(rank {st.rank}, shared shard block)")
-            block = Block(size)
+            block = Block(size, shared)
             _blocks[block.id] = block
-            _limit_by(-size)
+            _limit_by(-block.budget_bytes)
         _pending.add(block.id)
         evicted, _evicted[:] = list(_evicted), []
-    return {"id": block.id, "pid": os.getpid(), "fd": block.fd, "size": block.size, "evicted": evicted}
+    return {"id": block.id, "pid": os.getpid(), "fd": block.fd, "addr": block.addr, "size": block.size,
+            "evicted": evicted}
 
 
 def _release(block_id: int) -> None:
@@ -133,7 +155,7 @@ def _evict(keep: int | None = None) -> int:
             break
         del _blocks[b.id]
         b.close()
-        _limit_by(b.size)
+        _limit_by(b.budget_bytes)
         cached -= b.size
         released += b.size
         _evicted.append(b.id)
@@ -176,7 +198,7 @@ def locate(tensor: Any) -> dict[str, Any] | None:
     with _lock:
         for b in _blocks.values():
             start = b.addr
-            if b.in_use and start <= addr and addr + nbytes <= start + b.size:
+            if b.in_use and b.shared and start <= addr and addr + nbytes <= start + b.size:
                 return {"id": b.id, "pid": os.getpid(), "fd": b.fd, "size": b.size, "offset": addr - start}
     return None
 

@@ -122,15 +122,32 @@ def scatter_from_file(hid: str, path: str, shape: tuple[int, ...], placement: pl
     return out.numel() * out.element_size()
 
 
-def scatter_reserve(shape: tuple[int, ...], placement: pl.Placement, dtype: str) -> dict[str, Any] | None:
-    """A shared block for this rank's shard of a scatter (None off a CPU device or for an empty shard)."""
+def _address(t: Any) -> dict[str, Any]:
+    return {"pid": os.getpid(), "addr": t.data_ptr(), "nbytes": t.numel() * t.element_size()}
+
+
+def gather_address(hid: str, shape: tuple[int, ...], placement: pl.Placement) -> dict[str, Any] | None:
+    """Where the kernel can read this rank's shard in place ({}: nothing to send, None: not readable)."""
+    local = store.get(hid)
+    _trace_gather(hid, shape, placement, local)
+    if isinstance(placement, pl.Replicate) and runtime.state().rank != 0 or not local.numel():
+        return {}
+    if local.device.type != "cpu" or not local.is_contiguous():
+        return None
+    return _address(local)
+
+
+def scatter_reserve(shape: tuple[int, ...], placement: pl.Placement, dtype: str, shared: bool = True
+                    ) -> dict[str, Any] | None:
+    """A block for this rank's shard of a scatter (None off a CPU device or for an empty shard): a memfd
+    the kernel maps (``shared``), or private memory it writes by address."""
     import torch
 
     if runtime.state().device_kind != "cpu":
         return None
     me = _me(shape, placement)
     nbytes = math.prod(me.shape) * torch.empty((), dtype=dtype_of(dtype)).element_size()
-    return shared_blocks.reserve(nbytes) if nbytes else None
+    return shared_blocks.reserve(nbytes, shared) if nbytes else None
 
 
 def scatter_adopt(hid: str, block_ids: list[int | None], shape: tuple[int, ...], placement: pl.Placement,
@@ -153,10 +170,12 @@ def scatter_abandon() -> None:
     shared_blocks.release_pending()
 
 
-def gather_locate(hid: str, shape: tuple[int, ...], placement: pl.Placement) -> dict[str, Any] | None:
-    """Where the kernel can read this rank's shard directly (None: it must be sent another way)."""
+def gather_locate(hid: str, shape: tuple[int, ...], placement: pl.Placement, trace: bool = True
+                  ) -> dict[str, Any] | None:
+    """Which shard block the kernel can read this rank's shard from (None: it must be sent another way)."""
     local = store.get(hid)
-    _trace_gather(hid, shape, placement, local)
+    if trace:
+        _trace_gather(hid, shape, placement, local)
     if isinstance(placement, pl.Replicate) and runtime.state().rank != 0:
         return {}
     return shared_blocks.locate(local) if local.numel() else {}
