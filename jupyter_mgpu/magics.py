@@ -194,7 +194,10 @@ class MgpuMagics(Magics):
     @argument("--no-plot", action="store_true", help="show the table only")
     @line_magic
     def mgpu_bench(self, line: str = "") -> None:
-        """Benchmark collectives like nccl-tests: table of time, algbw, busbw, #wrong and a busbw plot."""
+        """Benchmark collectives like nccl-tests: table of time, algbw, busbw, #wrong and a busbw plot.
+
+        The :class:`~jupyter_mgpu.bench.BenchResult` stays in ``_mgpu_bench`` (rows with per-iteration times).
+        """
         from .bench import bench
 
         args = _parse(self.mgpu_bench, line)
@@ -205,6 +208,7 @@ class MgpuMagics(Magics):
             except ValueError:
                 raise UsageError(f"--{key} takes a number, got {getattr(args, key)!r}") from None
         result = bench(args.collectives, args.sizes, op=args.op, dtype=args.dtype, **numbers)
+        self.shell.user_ns["_mgpu_bench"] = result
         result.show(plot=not args.no_plot)
 
     @magic_arguments()

@@ -93,7 +93,8 @@ def element_count(name: str, size: int, elem_size: int, world_size: int) -> int:
 
 def summarize(name: str, size: int, count: int, elem_size: int, world_size: int,
               per_rank_times: list[list[float]], per_rank_wrong: list[int]) -> dict[str, Any]:
-    """One table row from every rank's per-iteration times: slowest rank per iteration, then the mean."""
+    """One table row from every rank's per-iteration times: slowest rank per iteration, then the mean
+    (``slowest`` keeps the per-iteration times, seconds, for a closer look at their spread)."""
     iters = min(len(t) for t in per_rank_times) if per_rank_times else 0
     slowest = [max(t[i] for t in per_rank_times) for i in range(iters)]
     seconds = sum(slowest) / iters if iters else float("nan")
@@ -101,7 +102,7 @@ def summarize(name: str, size: int, count: int, elem_size: int, world_size: int,
     algbw = nbytes / seconds / 1e9 if seconds and seconds == seconds and seconds > 0 else 0.0
     return {"collective": name, "size": nbytes, "count": count, "time_us": seconds * 1e6,
             "algbw": algbw, "busbw": algbw * bus_factor(name, world_size), "wrong": int(sum(per_rank_wrong)),
-            "iters": iters}
+            "iters": iters, "slowest": slowest}
 
 
 # -- rank side ---------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def test_bus_factor_values_at_four_ranks_and_unknown_name():
 def test_summarize_takes_the_slowest_rank_per_iteration_then_the_mean():
     # rank 0 slow in iteration 0, rank 1 slow in iteration 1: slowest = [2, 3] s, mean 2.5 s
     row = cb.summarize("all_reduce", 4096, 1000, 4, 2, [[2.0, 1.0], [1.0, 3.0]], [0, 2])
-    assert row["time_us"] == pytest.approx(2.5e6)
+    assert row["time_us"] == pytest.approx(2.5e6) and row["slowest"] == [2.0, 3.0]
     assert row["size"] == 4000
     assert row["algbw"] == pytest.approx(4000 / 2.5 / 1e9)
     assert row["busbw"] == pytest.approx(row["algbw"] * 1.0)  # 2(n-1)/n = 1 at n = 2
