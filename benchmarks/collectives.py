@@ -2,30 +2,30 @@
 
 Three measurements in one run, same backend (gloo on CPU) and world size:
 
-1. ``%mgpu_bench`` in an IPython shell on a jupyter_mgpu cluster (the numbers are read back from the
-   table the magic prints);
-2. a plain ``torch.multiprocessing.spawn`` script with the same timing loop (warm-up, barrier before each
-   timed iteration, slowest rank's time, nccl-tests busbw) and the same threads per process as the engines;
+1. ``%mgpu_bench`` in an IPython shell on a jupyter_mgpu cluster (rows read back from the result the
+   magic leaves in ``_mgpu_bench``);
+2. a plain script of ``torch.multiprocessing``-spawned ranks with the same timing loop (warm-up, barrier
+   before each timed iteration, slowest rank's time, nccl-tests busbw) and the same threads per process
+   as the engines;
 3. the dispatch latency of an empty op: ``Session.run`` of a no-op, ``%mgpu_bench barrier`` with one
    iteration and ``%mgpu_collective barrier`` (two round trips + figure), each minus the time the
    slowest rank spent inside the calls, next to a plain ipyparallel ``apply_sync`` of a no-op.
 
-The two bandwidth recipes alternate ``--repeat`` rounds (which goes first alternates too). On 2 shared
-cores one round's mean swings by tens of percent, so the comparison pools every timed iteration of all
-rounds and compares the median iteration times (busbw from those); the per-round ratio range is shown too.
+Both sets of ranks stay up for the whole run and the two recipes alternate batch by batch (``--repeat``
+batches of ``--iters`` each way per collective and size; which goes first alternates too). On 2 shared
+cores one batch's mean swings by tens of percent and slow spells last seconds, so the comparison pools
+every timed iteration of all batches and compares median iteration times (busbw from those).
 Targets (issue 4): busbw within 10% of the plain script at ≥ 1 MiB; dispatch overhead ≤ 5 ms per call.
 
-    python benchmarks/collectives.py [--ranks 4] [--sizes 1K,1M,4M,16M] [--iters 20] [--repeat 6]
+    python benchmarks/collectives.py [--ranks 4] [--sizes 1K,1M,4M,16M] [--iters 10] [--warmup 2] [--repeat 10]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
-import tempfile
 import time
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
@@ -37,61 +37,79 @@ NAMES = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"
 
 
 # -- the plain script ---------------------------------------------------------------------------------
-def _plain_worker(rank: int, n: int, names: list[str], sizes: list[int], iters: int, warmup: int, port: int,
-                  threads: int, outdir: str) -> None:
+def _plain_worker(rank: int, n: int, port: int, threads: int, conn) -> None:
+    """One rank of the plain script: joins the group, then runs the timing loop for each command it gets."""
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
-    records = []
-    for name in names:
-        for size in sizes:
-            count = cb.element_count(name, size, 4, n)
-            part = count // n
-            src = torch.ones(part if name == "all_gather" else count)
-            buf = torch.empty_like(src)
-            out = torch.empty(count if name in ("all_gather", "all_to_all") else part)
-            times = []
-            for i in range(warmup + iters):
-                buf.copy_(src)
-                dist.barrier()
-                t0 = time.perf_counter()
-                if name == "all_reduce":
-                    dist.all_reduce(buf)
-                elif name == "all_gather":
-                    dist.all_gather_single(out, buf)
-                elif name == "reduce_scatter":
-                    dist.reduce_scatter_single(out, buf)
-                elif name == "all_to_all":
-                    dist.all_to_all_single(out, buf)
-                elif name == "broadcast":
-                    dist.broadcast(buf, src=0)
-                elif name == "reduce":
-                    dist.reduce(buf, dst=0)
-                if i >= warmup:
-                    times.append(time.perf_counter() - t0)
-            records.append({"name": name, "size": size, "count": count, "times": times})
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-        json.dump(records, f)
+    while True:
+        command = conn.recv()
+        if command is None:
+            break
+        name, size, iters, warmup = command
+        count = cb.element_count(name, size, 4, n)
+        part = count // n
+        src = torch.ones(part if name == "all_gather" else count)
+        buf = torch.empty_like(src)
+        out = torch.empty(count if name in ("all_gather", "all_to_all") else part)
+        times = []
+        for i in range(warmup + iters):
+            buf.copy_(src)
+            dist.barrier()
+            t0 = time.perf_counter()
+            if name == "all_reduce":
+                dist.all_reduce(buf)
+            elif name == "all_gather":
+                dist.all_gather_single(out, buf)
+            elif name == "reduce_scatter":
+                dist.reduce_scatter_single(out, buf)
+            elif name == "all_to_all":
+                dist.all_to_all_single(out, buf)
+            elif name == "broadcast":
+                dist.broadcast(buf, src=0)
+            elif name == "reduce":
+                dist.reduce(buf, dst=0)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        conn.send({"count": count, "times": times})
     dist.destroy_process_group()
 
 
-def plain(n: int, names: list[str], sizes: list[int], iters: int, warmup: int) -> dict:
-    import torch.multiprocessing as mp
+class PlainScript:
+    """A plain ``torch.multiprocessing`` script's ranks (spawned, gloo, same threads per process as the
+    engines), kept running so that its batches can alternate with the magic's batch by batch."""
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    threads = max(1, (os.cpu_count() or 1) // n)  # what the engines use
-    with tempfile.TemporaryDirectory() as outdir:
-        mp.spawn(_plain_worker, args=(n, names, sizes, iters, warmup, port, threads, outdir), nprocs=n)
-        per_rank = [json.load(open(os.path.join(outdir, f"rank{r}.json"))) for r in range(n)]
-    rows = {}
-    for i, rec in enumerate(per_rank[0]):
-        rows[(rec["name"], rec["size"])] = cb.summarize(rec["name"], rec["size"], rec["count"], 4, n,
-                                                        [p[i]["times"] for p in per_rank], [0] * n)
-    return rows
+    def __init__(self, n: int) -> None:
+        import torch.multiprocessing as mp
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        threads = max(1, (os.cpu_count() or 1) // n)  # what the engines use
+        ctx = mp.get_context("spawn")
+        self.n, self.conns, self.procs = n, [], []
+        for rank in range(n):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_plain_worker, args=(rank, n, port, threads, theirs), daemon=True)
+            proc.start()
+            self.conns.append(mine)
+            self.procs.append(proc)
+
+    def run(self, name: str, size: int, iters: int, warmup: int) -> dict:
+        for conn in self.conns:
+            conn.send((name, size, iters, warmup))
+        per_rank = [conn.recv() for conn in self.conns]
+        return cb.summarize(name, size, per_rank[0]["count"], 4, self.n, [r["times"] for r in per_rank], [0] * self.n)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.send(None)
+        for proc in self.procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
 
 
 # -- through the magics -------------------------------------------------------------------------------
@@ -103,15 +121,11 @@ def _captured_text(ip, line: str) -> str:
     return cap.stdout + "".join(o.data.get("text/plain", "") for o in cap.outputs)
 
 
-def via_magic(ip, n: int, names: list[str], sizes: list[int], iters: int, warmup: int) -> dict:
-    """Run ``%mgpu_bench`` and read its rows back from the result it leaves in ``_mgpu_bench``."""
-    _captured_text(ip, f"mgpu_bench {' '.join(names)} --sizes {','.join(map(str, sizes))} "
-                       f"--iters {iters} --warmup {warmup} --no-plot")
-    rows = {}
-    for row in ip.user_ns["_mgpu_bench"].rows:
-        requested = min(sizes, key=lambda s: abs(s - row["size"]))
-        rows[(row["collective"], requested)] = row
-    return rows
+def via_magic(ip, name: str, size: int, iters: int, warmup: int) -> dict:
+    """One ``%mgpu_bench`` batch; its row is read back from the result the magic leaves in ``_mgpu_bench``."""
+    _captured_text(ip, f"mgpu_bench {name} --sizes {size} --iters {iters} --warmup {warmup} --no-plot")
+    (row,) = ip.user_ns["_mgpu_bench"].rows
+    return row
 
 
 def dispatch(ip, s, trials: int) -> list[tuple[str, float, float]]:
@@ -153,10 +167,11 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--sizes", default="1K,1M,4M,16M")
     ap.add_argument("--collectives", default=",".join(NAMES))
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=6)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=10, help="batches per collective and size, each way")
     ap.add_argument("--dispatch-trials", type=int, default=30)
+    ap.add_argument("--no-telemetry", action="store_true", help="pause the engines' memory sampling during the run")
     args = ap.parse_args()
     names = args.collectives.split(",")
     sizes = cb.size_range(args.sizes)
@@ -169,22 +184,31 @@ def main() -> None:
 
     _captured_text(ip, f"mgpu_init {args.ranks} --cpu --no-dashboard")
     s = mg.current()
-    rounds_m: list[dict] = []
-    rounds_p: list[dict] = []
+    if args.no_telemetry:  # to see what the memory sampler costs the numbers
+        from jupyter_mgpu.engine import telemetry
+
+        s.run(telemetry.set_period, 0)
+    batches: dict = {}
+    plain = PlainScript(args.ranks)
     try:
-        for i in range(args.repeat):  # the two recipes alternate, so a slow spell of the machine hits both
-            first, second = (via_magic, plain) if i % 2 == 0 else (plain, via_magic)
-            for fn in (first, second):
-                rows = fn(*((ip,) if fn is via_magic else ()), args.ranks, names, sizes, args.iters, args.warmup)
-                (rounds_m if fn is via_magic else rounds_p).append(rows)
+        for name in names:
+            for size in sizes:  # batches alternate (and which goes first), so a slow spell hits both alike
+                for b in range(args.repeat):
+                    runs = [("mgpu", lambda: via_magic(ip, name, size, args.iters, args.warmup)),
+                            ("plain", lambda: plain.run(name, size, args.iters, args.warmup))]
+                    for who, fn in (runs if b % 2 == 0 else runs[::-1]):
+                        batches.setdefault((name, size, who), []).append(fn())
+        plain.close()
         lat = dispatch(ip, s, args.dispatch_trials)
     finally:
+        plain.close() if any(p.is_alive() for p in plain.procs) else None
         s.shutdown()
 
-    print(f"\n# {args.ranks} ranks, gloo, float32; {args.repeat} alternating rounds of {args.iters} timed iterations "
-          f"after {args.warmup} warm-up (barrier before each; an iteration's time is its slowest rank's).")
-    print("# busbw from the median iteration time of all rounds pooled; 'ratio' = %mgpu_bench / plain of those, "
-          "[range] the lowest and highest per-round ratio (each round's mean time, nccl-tests' own statistic)")
+    print(f"\n# {args.ranks} ranks, gloo, float32; per collective and size {args.repeat} alternating batches each of "
+          f"{args.iters} timed iterations after {args.warmup} warm-up (barrier before each; an iteration's time is its "
+          "slowest rank's).")
+    print("# busbw from the median iteration time of all batches pooled; 'ratio' = %mgpu_bench / plain of those, "
+          "[range] the lowest and highest ratio of two neighbouring batches (each batch's mean, as nccl-tests)")
     head = f"{'collective':<15}{'size':>6}{'%mgpu_bench':>13}{'plain spawn':>13}{'ratio':>7}{'  [range]':<15}" \
            f"{'median us mgpu':>15}{'plain':>10}{'#wrong':>8}"
     print(head)
@@ -192,8 +216,7 @@ def main() -> None:
     for name in names:
         for size in sizes:
             key = (name, size)
-            ms = [r[key] for r in rounds_m if key in r]
-            ps = [r[key] for r in rounds_p if key in r]
+            ms, ps = batches.get((name, size, "mgpu"), []), batches.get((name, size, "plain"), [])
             if not ms or not ps:
                 continue
             t_m = statistics.median(t for r in ms for t in r["slowest"])

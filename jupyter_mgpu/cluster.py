@@ -87,7 +87,7 @@ class Cluster:
             supervisor = None
         # engines see what the notebook sees: environment, working directory, import path
         paths = [p for p in sys.path if p and os.path.isdir(p)]
-        env = {**_engine_env(), "MGPU_TELEMETRY_PERIOD": str(spec.telemetry_period)}
+        env = {**os.environ, "MGPU_TELEMETRY_PERIOD": str(spec.telemetry_period)}
         config = {
             "cluster_id": cluster_id,
             "rundir": str(path),
@@ -247,20 +247,12 @@ class Cluster:
 _spare: "tuple[Path, subprocess.Popen] | None" = None
 
 
-def _engine_env() -> dict[str, str]:
-    """The notebook's environment, plus huge pages for the engines' large CPU tensors (torch's own switch,
-    read when torch first allocates, so it is set before the supervisor starts; a user's setting wins)."""
-    from .remote_copy import THP_ENV
-
-    return {THP_ENV: "1", **os.environ}
-
-
 def _spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
     """Start ``python -m <module_args>`` in its own session, logging into the cluster directory."""
     with open(path / "processes.log", "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True, env={**_engine_env(), "PYTHONUNBUFFERED": "1"}, cwd=os.getcwd(), umask=0o077,
+            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=os.getcwd(), umask=0o077,
         )
 
 

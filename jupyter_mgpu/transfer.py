@@ -1,5 +1,8 @@
 """Fast controller <-> engine transfer on one host, through shared memory the ranks map directly.
 
+On CPU virtual devices scatter and gather go by address instead (``remote_copy.py``, into and out of
+the ranks' own shard memory); what is here serves GPU sessions, files, and systems that forbid that.
+
 ipyparallel pickles tensors (a copy into a message, a copy out of it, per engine). Here the bytes
 cross once through an anonymous shared-memory file (``memfd``): the controller writes the tensor
 into it, each rank maps only the stretch it needs (``/proc/<controller pid>/fd/<n>``) and copies
