@@ -5,11 +5,13 @@ Side by side in one run on the same machine, ``--size`` MiB (default 1024) of fl
 
 - ``memcpy (warm)``: ``dst.copy_(src)`` in this process into an already-touched buffer;
 - ``memcpy (fresh)``: ``torch.empty`` + ``copy_`` — the same bytes landing in new pages, which is
-  what any transfer into new memory also pays;
-- ``mg.scatter``: S(0), the kernel copying each slice straight into the rank's shard block (shared
-  memory the rank owns): once into new blocks, then again after freeing the previous copy (its
-  blocks are reused, warm, as in a loop); ``gather()`` (the kernel reads the blocks into a new
-  tensor: fresh pages, like ``memcpy (fresh)``) and ``gather(out=)`` (into a preallocated tensor);
+  what any transfer into new memory also pays; ``memcpy (fresh huge pages)``: the same into new
+  memory advised as transparent huge pages (``transfer.new_tensor``), the cheapest new memory there is:
+  the ceiling for a transfer into new memory on this machine (zeroing the pages + copying);
+- ``mg.scatter``: S(0), the kernel copying each slice straight into the rank's shard block (by address,
+  ``remote_copy.py``): into new blocks (the ranks' block caches emptied first), then again after freeing
+  the previous copy (its blocks are reused, warm, as in a loop); ``gather()`` (the kernel reads each
+  shard into a new tensor: fresh pages) and ``gather(out=)`` (into a preallocated tensor);
 - ``ipyparallel push`` / ``pull``: the ipyparallel default, one torch tensor slice per engine
   (pickled), pull followed by ``torch.cat``.
 
@@ -60,6 +62,8 @@ def main() -> None:
         rows.append(("memcpy (warm), Tensor.copy_", *_timed(lambda: warm.copy_(x), 3 * args.trials)))
         del warm
         rows.append(("memcpy (fresh pages), empty+copy_", *_timed(lambda: torch.empty_like(x).copy_(x), args.trials)))
+        rows.append(("memcpy (fresh huge pages)", *_timed(lambda: transfer.new_tensor(x.shape, x.dtype).copy_(x),
+                                                          args.trials)))
 
         handles = []
 
@@ -110,15 +114,16 @@ def main() -> None:
 
     gbs = {name: nbytes / best / 1e9 for name, best, _ in rows}
     memcpy, fresh = gbs["memcpy (warm), Tensor.copy_"], gbs["memcpy (fresh pages), empty+copy_"]
+    huge = gbs["memcpy (fresh huge pages)"]
     push_bw, pull_bw = gbs["ipyparallel push (torch, pickled)"], gbs["ipyparallel pull + torch.cat"]
     print(f"\n{args.size} MiB float32, {args.ranks} ranks, best of {args.trials} (median in brackets); "
           f"{os.cpu_count()} cores")
-    print(f"{'method':38} {'time s':>14} {'GB/s':>7} {'/memcpy':>8} {'/fresh':>7} {'/ipp':>6}")
+    print(f"{'method':38} {'time s':>14} {'GB/s':>7} {'/memcpy':>8} {'/fresh':>7} {'/huge':>6} {'/ipp':>6}")
     for name, best, med in rows:
         ipp = push_bw if "scatter" in name or "push" in name else pull_bw if ("gather" in name or "pull" in name) else None
         ratio_ipp = f"{gbs[name] / ipp:6.1f}" if ipp else "     -"
         print(f"{name:38} {best:7.3f} ({med:5.3f}) {gbs[name]:7.2f} {gbs[name] / memcpy:8.2f} "
-              f"{gbs[name] / fresh:7.2f} {ratio_ipp}")
+              f"{gbs[name] / fresh:7.2f} {gbs[name] / huge:6.2f} {ratio_ipp}")
 
 
 if __name__ == "__main__":

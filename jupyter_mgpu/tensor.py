@@ -369,22 +369,31 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
     flush_frees(s)
     h = _new_handle(s, tuple(tensor.shape), dt, target)
     table = pl.shard_table(h.shape, target, s.world_size)
-    if s.device_kind == "cpu":  # one copy, straight into the ranks' shard blocks
-        direct = remote_copy.usable(s) and all(remote_copy.direct_ok(tensor[info.index]) for info in table)
+    if remote_copy.usable(s) and all(remote_copy.direct_ok(tensor[info.index]) for info in table):
+        # the ranks make their shards on private blocks; the kernel writes each slice straight in
+        where = _run_creating(h, shards.scatter_place, h.handle_id, h.shape, target, dt, label="scatter")
         try:
-            blocks = s.run(shards.scatter_reserve, h.shape, target, dt, not direct, label="scatter")
-            if direct:
-                remote_copy.write([(m["pid"], m["addr"], tensor[info.index]) for info, m in zip(table, blocks) if m])
-            else:
-                maps = transfer.rank_blocks(s)
-                for info, meta in zip(table, blocks):
-                    if meta:
-                        maps.view(info.rank, meta, tensor.dtype, info.shape).copy_(tensor[info.index])
+            remote_copy.write([(m["pid"], m["addr"], tensor[info.index]) for info, m in zip(table, where) if m])
         except remote_copy.Denied:  # this system forbids copies by address: shared blocks from now on
-            s.run(shards.scatter_abandon, label="scatter")
+            h.free()
             remote_copy.disable(s)
-            h._state = "freed"  # it never had shards
             return scatter(tensor, placement, s)
+        except BaseException:
+            if s.alive:
+                try:
+                    h.free()
+                except Exception:
+                    pass
+            raise
+        h._in_blocks = True
+        return h
+    if s.device_kind == "cpu":  # one copy, straight into the ranks' shared shard blocks
+        try:
+            blocks = s.run(shards.scatter_reserve, h.shape, target, dt, label="scatter")
+            maps = transfer.rank_blocks(s)
+            for info, meta in zip(table, blocks):
+                if meta:
+                    maps.view(info.rank, meta, tensor.dtype, info.shape).copy_(tensor[info.index])
         except BaseException:
             if s.alive:
                 try:

@@ -137,17 +137,34 @@ def gather_address(hid: str, shape: tuple[int, ...], placement: pl.Placement) ->
     return _address(local)
 
 
-def scatter_reserve(shape: tuple[int, ...], placement: pl.Placement, dtype: str, shared: bool = True
-                    ) -> dict[str, Any] | None:
-    """A block for this rank's shard of a scatter (None off a CPU device or for an empty shard): a memfd
-    the kernel maps (``shared``), or private memory it writes by address."""
+def scatter_place(hid: str, shape: tuple[int, ...], placement: pl.Placement, dtype: str) -> dict[str, Any]:
+    """Make this rank's shard of a scatter now, on a private block, and say where it lies: the kernel
+    then writes the slice into it by address (one round trip in all)."""
+    import torch
+
+    me = _me(shape, placement)
+    dt = dtype_of(dtype)
+    nbytes = math.prod(me.shape) * torch.empty((), dtype=dt).element_size()
+    if nbytes:
+        meta = shared_blocks.reserve(nbytes, shared=False)
+        out = shared_blocks.adopt(meta["id"], me.shape, dt)
+    else:
+        meta, out = {}, torch.empty(me.shape, dtype=dt)
+    store.put(hid, out)
+    if etrace.active():
+        _trace_one("scatter", hid, shape, out, me.ranges, "recv", etrace.HOST)
+    return meta
+
+
+def scatter_reserve(shape: tuple[int, ...], placement: pl.Placement, dtype: str) -> dict[str, Any] | None:
+    """A shared block for this rank's shard of a scatter (None off a CPU device or for an empty shard)."""
     import torch
 
     if runtime.state().device_kind != "cpu":
         return None
     me = _me(shape, placement)
     nbytes = math.prod(me.shape) * torch.empty((), dtype=dtype_of(dtype)).element_size()
-    return shared_blocks.reserve(nbytes, shared) if nbytes else None
+    return shared_blocks.reserve(nbytes) if nbytes else None
 
 
 def scatter_adopt(hid: str, block_ids: list[int | None], shape: tuple[int, ...], placement: pl.Placement,
