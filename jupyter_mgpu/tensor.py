@@ -166,10 +166,11 @@ class DistTensor:
 
     # -- data movement --------------------------------------------------------------------
     def gather(self, out: Any = None) -> Any:
-        """The global tensor on the controller, written by the ranks into one shared buffer.
+        """The global tensor on the controller, each shard copied once into its place (no concatenation).
 
-        Without ``out`` the result is backed by that buffer (no copy at all); with ``out`` (a
-        contiguous CPU tensor of the right shape and dtype) the buffer is copied into it once.
+        On CPU virtual devices the kernel reads every shard in place on its rank, into a new tensor or
+        into ``out`` (a contiguous CPU tensor of the right shape and dtype). Elsewhere the ranks write
+        into one shared buffer, which becomes the result (without ``out``) or is copied into ``out``.
         """
         self.check()
         if out is not None:

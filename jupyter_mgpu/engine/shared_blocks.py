@@ -122,7 +122,7 @@ def reserve(nbytes: int, shared: bool = True) -> dict[str, Any]:
             if room is not None and room < size:
                 st = runtime.state()
                 raise MemoryError(f"DefaultCPUAllocator: not enough memory: you tried to allocate {size} bytes "
-                                  f"(rank {st.rank}, shared shard block)")
+                                  f"(rank {st.rank}, {'shared ' if shared else ''}shard block)")
             block = Block(size, shared)
             _blocks[block.id] = block
             _limit_by(-block.budget_bytes)
