@@ -8,7 +8,7 @@ Three measurements in one run, same backend (gloo on CPU) and world size:
    before each timed iteration, slowest rank's time, nccl-tests busbw) and the same threads per process
    as the engines;
 3. the dispatch latency of an empty op: ``Session.run`` of a no-op, ``%mgpu_bench barrier`` with one
-   iteration and ``%mgpu_collective barrier`` (two round trips + figure), each minus the time the
+   iteration and ``%mgpu_collective barrier`` (one round trip + figure), each minus the time the
    slowest rank spent inside the calls, next to a plain ipyparallel ``apply_sync`` of a no-op.
 
 Both sets of ranks stay up for the whole run and the two recipes alternate batch by batch (``--repeat``

@@ -5,25 +5,25 @@ tensors (rank r holds a disk/square/ring/… of value r+1), on a function ``rank
 ``DistTensor`` (each rank's local shard) — and returns a :class:`CollectiveResult` whose ``before`` /
 ``after`` lists (one entry per rank) were captured on the ranks. It shows itself as the
 before/after figure (SVG, also the static image of an exported notebook); ``r.animation()`` is the
-step-by-step logical schedule. Bad input is refused in the controller with one sentence, before any
-collective starts, so the process group stays usable.
+step-by-step logical schedule. Bad input is refused with one sentence before any collective starts
+(names, ops and ranks here; the inputs the ranks built by the ranks themselves, all agreeing, in the
+same round trip that runs the collective), so the process group stays usable.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
 from . import session as sessmod
-from .devices import format_bytes
 from .errors import MgpuError
-from .remote_errors import rank_list
 from .ops import collective_schedule as sched
 from .ops import collectives as coll
 from .ops import demo_inputs
 
 MAX_CAPTURE_BYTES = 64 << 20  # per rank: the view copies inputs and outputs to the notebook
-FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+_run_ids = itertools.count(1)  # names each run in the ranks' traces
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int16", "int8", "uint8")
 
 
@@ -38,12 +38,6 @@ def _check_name_op_src(name: str, op: Any, src: Any, world_size: int) -> tuple[s
     if not 0 <= src < world_size:
         raise MgpuError(f"src rank {src} is out of range: this session has ranks 0-{world_size - 1}")
     return name, op, src
-
-
-def _split_hint(name: str, rows: int, n: int, what: str) -> str:
-    good = math.ceil(rows / n) * n if rows >= n else n
-    return (f"{name} splits dim 0 into {n} equal chunks (one per rank), but {what} has {rows} rows; "
-            f"use a first dimension that is a multiple of {n}, such as {good}")
 
 
 def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str]:
@@ -74,43 +68,6 @@ def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str
         return ("value", list(inputs)), "tensors from the notebook"
     raise MgpuError(f"inputs must be a function rank -> tensor, a DistTensor or one tensor per rank, "
                     f"got {type(inputs).__name__}")
-
-
-def _validate(name: str, op: str, metas: list[dict[str, Any]], n: int, what: str, max_bytes: int) -> None:
-    """One sentence for the first problem in the inputs the ranks built; nothing has run yet."""
-    bad = [r for r, m in enumerate(metas) if m["type"] != "Tensor"]
-    if bad:
-        raise MgpuError(f"the input ({what}) is a {metas[bad[0]]['type']}, not a torch.Tensor, on "
-                        f"{rank_list(bad)}")
-    bad = [r for r, m in enumerate(metas) if "token" not in m and m["device"].split(":")[0] ==
-           m["expected_device"].split(":")[0] and m["nbytes"] > max_bytes]
-    if bad:
-        r = bad[0]
-        raise MgpuError(f"rank {r}'s input is {format_bytes(metas[r]['nbytes'])}, more than the "
-                        f"{format_bytes(max_bytes)} a collective view captures and draws per rank; use a smaller "
-                        "tensor here, and mg.bench (%mgpu_bench) to time large sizes")
-    bad = [r for r, m in enumerate(metas) if "token" not in m]
-    if bad:
-        r = bad[0]
-        raise MgpuError(f"rank {r}'s input tensor is on {metas[r]['device']} but rank {r}'s device is "
-                        f"{metas[r]['expected_device']}; create it on the rank's device (`device` in %%mgpu)")
-    dtypes = {m["dtype"] for m in metas}
-    if len(dtypes) > 1:
-        listing = ", ".join(f"rank {r} {m['dtype']}" for r, m in enumerate(metas))
-        raise MgpuError(f"the input dtypes differ across ranks ({listing}); every rank must use the same dtype")
-    shapes = {m["shape"] for m in metas}
-    if len(shapes) > 1:
-        listing = ", ".join(f"rank {r} {tuple(m['shape'])}" for r, m in enumerate(metas))
-        raise MgpuError(f"the input shapes differ across ranks ({listing}); {name} needs the same shape "
-                        "on every rank")
-    shape = metas[0]["shape"]
-    if name in ("all_gather", "gather") + coll.SPLITTING and len(shape) == 0:
-        raise MgpuError(f"{name} needs tensors with at least one dimension, got a scalar")
-    if name in coll.SPLITTING and shape[0] % n:
-        raise MgpuError(_split_hint(name, shape[0], n, f"the input of shape {tuple(shape)}"))
-    if op == "avg" and name in coll.REDUCING and metas[0]["dtype"] not in FLOAT_DTYPES:
-        raise MgpuError(f"op avg needs floating-point tensors, these are {metas[0]['dtype']} (the backend "
-                        "computes the mean in floating point and cannot store it back); use sum, or a float dtype")
 
 
 class CollectiveResult:
@@ -244,14 +201,10 @@ def collective(name: str, inputs: Any = None, op: str = "sum", src: int = 0, sha
         raise MgpuError(f"{name} splits dim 0 into {n} equal chunks (one per rank), but the demo shape "
                         f"{'x'.join(map(str, dims))} has {dims[0]} rows; use a first dimension that is a "
                         f"multiple of {n}, such as shape {good}")
-    metas = s.run(coll.prepare, spec, True, max_bytes, label=f"{name}: build inputs")
-    try:
-        _validate(name, op, metas, n, what, max_bytes)
-    except MgpuError:
-        s.run(coll.discard, label=f"{name}: discard inputs")
-        raise
-    results = s.run(coll.execute, [m["token"] for m in metas], name, op, src, True, label=name)
-    inputs_cpu = [m["before"] for m in metas]
+    results = s.run(coll.execute, spec, name, op, src, True, max_bytes, what, next(_run_ids), label=name)
+    if results[0].get("problem"):
+        raise MgpuError(results[0]["problem"])
+    inputs_cpu = [res["before"] for res in results]
     before = [coll.before_entries(name, x, r, src, n) for r, x in enumerate(inputs_cpu)]
     after = [res["after"] for res in results]
     return CollectiveResult(name, op if name in coll.REDUCING else None, src if name in coll.ROOTED else None,

@@ -1,8 +1,9 @@
 """Every torch.distributed collective, run for real on the ranks with its inputs and outputs captured.
 
-The controller (``jupyter_mgpu.collective``) calls :func:`prepare` on every rank (build the input
-tensor, report its shape/dtype/device so bad input is refused before any collective starts), then
-:func:`execute` (run the collective, return CPU copies of what each rank holds afterwards).
+The controller (``jupyter_mgpu.collective``) calls :func:`execute` on every rank, once: build the
+input tensor, exchange its shape/dtype/device with the other ranks so bad input is refused by all of
+them before any collective starts, run the collective, return CPU copies of what each rank held
+before and holds afterwards.
 
 What each rank holds after the collective ("after"):
 
@@ -21,20 +22,19 @@ barrier        the input, unchanged (nothing moves; every rank waits for all)
 send_recv      the tensor of rank r-1 (a ring shift: r sends to r+1)
 ============== ================================================================ =========================
 
-Engine-side: imports torch and the runtime only.
+Engine-side: imports torch, the runtime and the pure checks only.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any, Callable
 
+from .collective_checks import REDUCING, SPLITTING
+
 COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "scatter", "gather",
                "all_to_all", "barrier", "send_recv")
-REDUCING = ("reduce", "all_reduce", "reduce_scatter")
 ROOTED = ("broadcast", "reduce", "scatter", "gather")
-SPLITTING = ("reduce_scatter", "scatter", "all_to_all")  # split dim 0 into world_size chunks
 LIST_AFTER = ("all_gather", "gather", "all_to_all")
 OPS = ("sum", "product", "min", "max", "avg")
 ALIASES = {
@@ -48,8 +48,6 @@ OP_ALIASES = {"prod": "product", "mean": "avg", "average": "avg", "minimum": "mi
 # be cast"), so the controller refuses avg on non-float dtypes before anything runs.
 UNSUPPORTED_OPS: dict[tuple[str, str], str] = {}
 
-_prepared: dict[int, Any] = {}
-_tokens = itertools.count(1)
 
 
 def canonical_name(name: str) -> str:
@@ -153,41 +151,15 @@ def _build(spec: tuple, rank: int, device: Any) -> Any:
     raise ValueError(f"unknown input kind {kind!r}")
 
 
-def prepare(spec: tuple, capture: bool = True, max_bytes: int | None = None) -> dict[str, Any]:
-    """Build this rank's input for a collective and keep it for :func:`execute`; report what it is.
-
-    Returns ``token`` (pass it to execute), ``type`` (``Tensor`` or the type found), ``shape``,
-    ``dtype``, ``device``, ``expected_device``, ``nbytes`` and, with ``capture``, ``before`` (a CPU copy).
-    Inputs on the wrong device or over ``max_bytes`` are reported but not kept.
-    """
+def describe(x: Any, expected_device: Any) -> dict[str, Any]:
+    """What the checks need to know of one rank's input: its type and, for a tensor, shape/dtype/device/bytes."""
     import torch
 
-    from ..engine import runtime
-
-    st = runtime.state()
-    x = _build(spec, st.rank, st.device)
-    info: dict[str, Any] = {"type": type(x).__name__, "expected_device": str(st.device),
-                            "backend": st.backend}
-    if not isinstance(x, torch.Tensor):
-        return info
-    info.update(shape=tuple(x.shape), dtype=str(x.dtype).replace("torch.", ""), device=str(x.device))
-    info["nbytes"] = x.numel() * x.element_size()
-    if x.device.type != st.device.type or (x.device.type == "cuda" and x.device != st.device):
-        return info  # refused by the controller; nothing kept
-    if max_bytes is not None and info["nbytes"] > max_bytes:
-        return info  # too large to capture and draw; refused by the controller
-    token = next(_tokens)
-    _prepared.clear()  # at most one prepared input per rank: a refused one must not linger
-    _prepared[token] = x
-    info["token"] = token
-    if capture:
-        info["before"] = x.detach().to("cpu", copy=True)
+    info: dict[str, Any] = {"type": type(x).__name__, "expected_device": str(expected_device)}
+    if isinstance(x, torch.Tensor):
+        info.update(shape=tuple(x.shape), dtype=str(x.dtype).replace("torch.", ""), device=str(x.device),
+                    nbytes=x.numel() * x.element_size())
     return info
-
-
-def discard() -> None:
-    """Forget a prepared input (after the controller refused it)."""
-    _prepared.clear()
 
 
 def _sync(device: Any) -> None:
@@ -258,33 +230,93 @@ def _to_cpu(value: Any) -> Any:
     return value.detach().to("cpu", copy=True)
 
 
-def execute(tokens: list[int], name: str, op: str = "sum", src: int = 0, capture: bool = True) -> dict[str, Any]:
-    """Run collective ``name`` on the input :func:`prepare` kept under ``tokens[rank]``.
+def _fingerprint(info: dict[str, Any], max_bytes: int | None) -> tuple[int, int]:
+    """(1 if this input can take part as it is, else 0; a 56-bit digest of its shape and dtype)."""
+    import hashlib
 
-    Returns ``after`` (CPU copies of what this rank holds afterwards, see the module table) and
-    ``seconds`` (this rank's time for the collective alone, after a barrier).
+    from .collective_checks import wrong_device
+
+    ok = info["type"] == "Tensor" and not wrong_device(info) and (
+        max_bytes is None or info["nbytes"] <= max_bytes)
+    key = repr((tuple(info.get("shape", ())), info.get("dtype"))).encode()
+    return int(ok), int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "little")
+
+
+def _exchange(info: dict[str, Any], max_bytes: int | None, device: Any) -> list[dict[str, Any]]:
+    """Every rank's input description, in rank order, as every rank sees it.
+
+    The common case costs one small all_reduce: when every input is usable and all have the same
+    shape and dtype, every description equals this rank's (as far as the checks look). Only when
+    they differ do the ranks gather the full descriptions (``all_gather_object``, ~10 ms on 2 cores)
+    to name what differs where.
     """
+    import torch
     import torch.distributed as dist
 
+    ok, digest = _fingerprint(info, max_bytes) if info["type"] != "failed" else (0, 0)
+    flags = torch.tensor([ok, digest, -digest], dtype=torch.int64, device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+    n = dist.get_world_size()
+    if int(flags[0]) == 1 and int(flags[1]) == -int(flags[2]):
+        return [info] * n
+    metas: list[Any] = [None] * n
+    dist.all_gather_object(metas, info)
+    return metas
+
+
+def execute(spec: tuple, name: str, op: str = "sum", src: int = 0, capture: bool = True,
+            max_bytes: int | None = None, what: str = "the input", run_id: int = 0) -> dict[str, Any]:
+    """Build this rank's input from ``spec``, agree with every rank that the inputs are valid, run ``name``.
+
+    The ranks exchange one description of their input each and all run the same checks
+    (:func:`~jupyter_mgpu.ops.collective_checks.problem`), so either every rank runs the collective or
+    every rank returns ``{"problem": sentence}`` and nothing started. A rank whose input could not be
+    built still joins the exchange (nobody waits for it) and then raises its own error. Otherwise
+    returns ``before`` (a CPU copy of the input, with ``capture``), ``after`` (CPU copies of what this
+    rank holds afterwards, see the module table) and ``seconds`` (this rank's time for the collective
+    alone, after a barrier). ``run_id`` (from the notebook, the same on every rank) names the run in traces.
+    The exchange doubles as the barrier before the timed collective: it returns on a rank only once
+    every rank has entered it.
+    """
     from ..engine import runtime
+    from . import collective_checks
 
     st = runtime.state()
-    x = _prepared.pop(tokens[st.rank], None)
-    if x is None:
-        raise RuntimeError("this rank has no prepared input for the collective (prepare it first)")
+    before = None
+    failure: BaseException | None = None
+    try:
+        x = _build(spec, st.rank, st.device)
+        info = describe(x, st.device)
+        if capture and info["type"] == "Tensor" and not collective_checks.wrong_device(info) and (
+                max_bytes is None or info["nbytes"] <= max_bytes):
+            before = x.detach().to("cpu", copy=True)
+    except Exception as exc:  # reported below, after the exchange, so no rank waits for this one
+        failure, x, info = exc, None, {"type": "failed"}
+    metas = _exchange(info, max_bytes, st.device)
+    if failure is not None:
+        raise failure
+    failed = [r for r, m in enumerate(metas) if m["type"] == "failed"]
+    if failed:
+        return {"problem": None, "failed": failed}  # those ranks raise their own errors
+    sentence = collective_checks.problem(name, op, metas, what, max_bytes)
+    if sentence is not None:
+        return {"problem": sentence}
+    return {"before": before, **_run_and_capture(name, x, op, src, capture, run_id, st.device)}
+
+
+def _run_and_capture(name: str, x: Any, op: str, src: int, capture: bool, run_id: int, device: Any) -> dict[str, Any]:
     from ..engine import trace as etrace
 
     tracing = etrace.active()
     if tracing:
         from . import collective_trace
 
-        tag = f"{name}#{tokens[0]}"
+        tag = f"{name}#{run_id}"
         collective_trace.begin(name, x, tag, op)
-    dist.barrier()
-    _sync(st.device)
+    _sync(device)  # the exchange was the barrier: every rank has arrived
     t0 = time.perf_counter()
     after = run_collective(name, x, op, src)
-    _sync(st.device)
+    _sync(device)
     seconds = time.perf_counter() - t0
     if tracing:
         collective_trace.end(name, x, tag, src)
