@@ -11,10 +11,16 @@ Three measurements in one run, same backend (gloo on CPU) and world size:
    iteration and ``%mgpu_collective barrier`` (one round trip + figure), each minus the time the
    slowest rank spent inside the calls, next to a plain ipyparallel ``apply_sync`` of a no-op.
 
-Both sets of ranks stay up for the whole run and the two recipes alternate batch by batch (``--repeat``
-batches of ``--iters`` each way per collective and size; which goes first alternates too). On 2 shared
+All sets of ranks stay up for the whole run and the recipes take turns batch by batch (``--repeat``
+batches of ``--iters`` each per collective and size; which goes first rotates too). On 2 shared
 cores one batch's mean swings by tens of percent and slow spells last seconds, so the comparison pools
-every timed iteration of all batches and compares median iteration times (busbw from those).
+every timed iteration of all batches and compares median iteration times (busbw from those). Two
+figures say how far to trust a ratio: its 90% bootstrap interval over batch pairs, and an A/A control
+— a second, identical plain script in the same rotation, compared with the first the same way. At
+1 MiB two identical gloo process groups on this machine differ by up to ~20% for as long as they
+live (measured: four identical groups side by side, all_to_all 1 MiB medians 1.7–2.9 ms, the order
+changing from run to run), so a ratio is only evidence of overhead where it is outside what the A/A
+control shows.
 Targets (issue 4): busbw within 10% of the plain script at ≥ 1 MiB; dispatch overhead ≤ 5 ms per call.
 
     python benchmarks/collectives.py [--ranks 4] [--sizes 1K,1M,4M,16M] [--iters 10] [--warmup 2] [--repeat 10]
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import socket
 import statistics
 import time
@@ -156,6 +163,27 @@ def dispatch(ip, s, trials: int) -> list[tuple[str, float, float]]:
     return out
 
 
+def _pooled_median(batches: list[dict]) -> float:
+    """The median slowest-rank time of every timed iteration in ``batches``."""
+    return statistics.median(t for r in batches for t in r["slowest"])
+
+
+def _bootstrap(ms: list[dict], ps: list[dict], draws: int = 2000) -> tuple[float, float]:
+    """90% interval of the pooled-median ratio (plain time / mgpu time), resampling batch pairs.
+
+    Batches are the unit (a slow spell hits a whole batch), and neighbouring batches of the two
+    recipes are drawn together, as they ran side by side.
+    """
+    rng = random.Random(0)
+    pairs = list(zip(ms, ps))
+    ratios = []
+    for _ in range(draws):
+        pick = [rng.choice(pairs) for _ in pairs]
+        ratios.append(_pooled_median([p for _, p in pick]) / _pooled_median([m for m, _ in pick]))
+    ratios.sort()
+    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws) - 1]
+
+
 def _size(b: int) -> str:
     for unit, f in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if b >= f and b % f == 0:
@@ -191,27 +219,33 @@ def main() -> None:
         s.run(telemetry.set_period, 0)
     batches: dict = {}
     plain = PlainScript(args.ranks)
+    control = PlainScript(args.ranks)  # a second, identical plain script: the A/A control
     try:
         for name in names:
-            for size in sizes:  # batches alternate (and which goes first), so a slow spell hits both alike
+            for size in sizes:  # batches rotate (and which goes first), so a slow spell hits all alike
                 for b in range(args.repeat):
                     runs = [("mgpu", lambda: via_magic(ip, name, size, args.iters, args.warmup)),
-                            ("plain", lambda: plain.run(name, size, args.iters, args.warmup))]
-                    for who, fn in (runs if b % 2 == 0 else runs[::-1]):
+                            ("plain", lambda: plain.run(name, size, args.iters, args.warmup)),
+                            ("control", lambda: control.run(name, size, args.iters, args.warmup))]
+                    for who, fn in runs[b % 3:] + runs[:b % 3]:
                         batches.setdefault((name, size, who), []).append(fn())
-        plain.close()
+        for script in (plain, control):
+            script.close()
         lat = dispatch(ip, s, args.dispatch_trials)
     finally:
-        plain.close() if any(p.is_alive() for p in plain.procs) else None
+        for script in (plain, control):
+            script.close() if any(p.is_alive() for p in script.procs) else None
         s.shutdown()
 
-    print(f"\n# {args.ranks} ranks, gloo, float32; per collective and size {args.repeat} alternating batches each of "
+    print(f"\n# {args.ranks} ranks, gloo, float32; per collective and size {args.repeat} batches of each recipe in turn, each of "
           f"{args.iters} timed iterations after {args.warmup} warm-up (barrier before each; an iteration's time is its "
           "slowest rank's).")
-    print("# busbw from the median iteration time of all batches pooled; 'ratio' = %mgpu_bench / plain of those, "
-          "[range] the lowest and highest ratio of two neighbouring batches (each batch's mean, as nccl-tests)")
-    head = f"{'collective':<15}{'size':>6}{'%mgpu_bench':>13}{'plain spawn':>13}{'ratio':>7}{'  [range]':<15}" \
-           f"{'median us mgpu':>15}{'plain':>10}{'#wrong':>8}"
+    print("# busbw from the median iteration time of all batches pooled; 'ratio' = %mgpu_bench / plain of those; "
+          "[90% CI] of that ratio, resampling whole batch pairs (2000 draws); 'A/A' = the same ratio between a second, "
+          "identical plain script and the first (its own process group, run in the same rotation): what two "
+          "identical recipes differ by on this machine")
+    head = f"{'collective':<15}{'size':>6}{'%mgpu_bench':>13}{'plain spawn':>13}{'ratio':>7}{'  [90% CI]':<15}" \
+           f"{'A/A':>6}{'median us mgpu':>16}{'plain':>10}{'#wrong':>8}"
     print(head)
     print("-" * len(head))
     for name in names:
@@ -220,16 +254,16 @@ def main() -> None:
             ms, ps = batches.get((name, size, "mgpu"), []), batches.get((name, size, "plain"), [])
             if not ms or not ps:
                 continue
-            t_m = statistics.median(t for r in ms for t in r["slowest"])
-            t_p = statistics.median(t for r in ps for t in r["slowest"])
+            t_m, t_p = _pooled_median(ms), _pooled_median(ps)
             nbytes, factor = ms[0]["size"], cb.bus_factor(name, args.ranks)
             bus_m, bus_p = nbytes / t_m / 1e9 * factor, nbytes / t_p / 1e9 * factor
-            ratio = bus_m / bus_p if bus_p else float("nan")
-            per_round = sorted(m["busbw"] / p["busbw"] for m, p in zip(ms, ps) if p["busbw"])
+            ratio = t_p / t_m  # busbw ratio: the same bytes over each recipe's median time
+            lo, hi = _bootstrap(ms, ps)
+            cs = batches.get((name, size, "control"), [])
+            aa = t_p / _pooled_median(cs) if cs else float("nan")
             flag = "" if size < (1 << 20) or ratio >= 0.9 else "  <- below 90%"
-            span = f"  [{per_round[0]:.2f}, {per_round[-1]:.2f}]" if per_round else ""
-            print(f"{name:<15}{_size(size):>6}{bus_m:>13.4f}{bus_p:>13.4f}{ratio:>7.2f}{span:<15}"
-                  f"{t_m * 1e6:>15.1f}{t_p * 1e6:>10.1f}{sum(m['wrong'] for m in ms):>8d}{flag}")
+            print(f"{name:<15}{_size(size):>6}{bus_m:>13.4f}{bus_p:>13.4f}{ratio:>7.2f}{f'  [{lo:.2f}, {hi:.2f}]':<15}"
+                  f"{aa:>6.2f}{t_m * 1e6:>16.1f}{t_p * 1e6:>10.1f}{sum(m['wrong'] for m in ms):>8d}{flag}")
     print(f"\n# dispatch latency at {args.ranks} ranks (median of {args.dispatch_trials}); on ranks = time the "
           "slowest rank spent inside the call(s); overhead = wall - on ranks (target <= 5 ms)")
     print(f"{'call':<44}{'wall (ms)':>11}{'on ranks (ms)':>15}{'overhead (ms)':>15}")
