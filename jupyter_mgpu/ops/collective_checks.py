@@ -1,9 +1,10 @@
 """The checks every rank runs on the gathered descriptions of a collective's inputs, before it starts.
 
-Pure (no torch): each rank builds its input, the ranks exchange one small description each
-(``all_gather_object``), and every rank runs :func:`problem` on the same list, so they all agree
-whether to run the collective or to report the first problem — one sentence, nothing started, the
-process group still usable. One round trip from the notebook instead of two.
+Pure (no torch): each rank builds its input and the ranks agree on what they built — one small
+all_reduce of (usable?, digest of shape and dtype) when all match, the full descriptions gathered
+only when they differ (``ops.collectives._exchange``) — and every rank runs :func:`problem` on the
+same list, so they all decide alike whether to run the collective or to report the first problem:
+one sentence, nothing started, the process group still usable. One round trip from the notebook.
 """
 
 from __future__ import annotations
