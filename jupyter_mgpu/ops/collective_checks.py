@@ -33,6 +33,12 @@ def wrong_device(m: dict[str, Any]) -> bool:
         m["device"].startswith("cuda") and m["device"] != m["expected_device"])
 
 
+def usable(m: dict[str, Any], max_bytes: int | None) -> bool:
+    """Whether the input described by ``m`` can take part as it is: a tensor on its rank's device,
+    within ``max_bytes`` (what a collective view captures)."""
+    return m["type"] == "Tensor" and not wrong_device(m) and (max_bytes is None or m["nbytes"] <= max_bytes)
+
+
 def problem(name: str, op: str, metas: list[dict[str, Any]], what: str, max_bytes: int | None) -> str | None:
     """The first problem in the inputs the ranks built (one sentence), or None when the collective may run.
 

@@ -49,7 +49,6 @@ OP_ALIASES = {"prod": "product", "mean": "avg", "average": "avg", "minimum": "mi
 UNSUPPORTED_OPS: dict[tuple[str, str], str] = {}
 
 
-
 def canonical_name(name: str) -> str:
     """The canonical collective name for ``name`` (``allreduce`` → ``all_reduce``); ValueError if unknown."""
     key = str(name).strip().lower().replace("-", "_")
@@ -234,10 +233,9 @@ def _fingerprint(info: dict[str, Any], max_bytes: int | None) -> tuple[int, int]
     """(1 if this input can take part as it is, else 0; a 56-bit digest of its shape and dtype)."""
     import hashlib
 
-    from .collective_checks import wrong_device
+    from .collective_checks import usable
 
-    ok = info["type"] == "Tensor" and not wrong_device(info) and (
-        max_bytes is None or info["nbytes"] <= max_bytes)
+    ok = usable(info, max_bytes)
     key = repr((tuple(info.get("shape", ())), info.get("dtype"))).encode()
     return int(ok), int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "little")
 
@@ -287,8 +285,7 @@ def execute(spec: tuple, name: str, op: str = "sum", src: int = 0, capture: bool
     try:
         x = _build(spec, st.rank, st.device)
         info = describe(x, st.device)
-        if capture and info["type"] == "Tensor" and not collective_checks.wrong_device(info) and (
-                max_bytes is None or info["nbytes"] <= max_bytes):
+        if capture and collective_checks.usable(info, max_bytes):
             before = x.detach().to("cpu", copy=True)
     except Exception as exc:  # reported below, after the exchange, so no rank waits for this one
         failure, x, info = exc, None, {"type": "failed"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jupyter_mgpu.ops.collective_checks import problem, split_hint, wrong_device
+from jupyter_mgpu.ops.collective_checks import problem, split_hint, usable, wrong_device
 
 
 def meta(shape=(4, 3), dtype="float32", device="cpu", expected="cpu", nbytes=48, type_="Tensor"):
@@ -33,3 +33,10 @@ def test_wrong_device():
     assert wrong_device(meta(device="meta"))
     assert wrong_device(meta(device="cuda:1", expected="cuda:0"))
     assert not wrong_device(meta(device="cuda:0", expected="cuda:0"))
+
+
+def test_usable():
+    assert usable(meta(), None) and usable(meta(), 48)
+    assert not usable(meta(), 47)
+    assert not usable(meta(device="meta"), None)
+    assert not usable({"type": "list", "expected_device": "cpu"}, None)
