@@ -71,8 +71,7 @@ class Trace:
                 self.samples = self._telemetry()
         finally:
             for p in self._players:
-                p.live = False
-                self._refresh(p)
+                self._finish(p)
 
     def _collect(self, parts: list[dict[str, Any]]) -> None:
         for part in parts:
@@ -149,10 +148,8 @@ class Trace:
         from .widgets.placement import PlacementWidget
 
         self._check_events("play it")
-        ops = ", ".join(dict.fromkeys(e["label"] for e in self.events)) or "waiting for events"
         p = PlacementWidget(data=self.data() if self.events else {}, mode="player", interval_ms=interval_ms,
-                            title=f"trace of {ops}", badge=f"replay of real events, {self.world_size} ranks",
-                            live=self.running)
+                            title=self._title(), badge=self._badge(), live=self.running)
         if self.running:
             self._players.append(p)
             p.playing = True
@@ -164,9 +161,15 @@ class Trace:
         from .widgets.placement import save_html
 
         self._check_events("save it")
+        return save_html(self.data(), path, title=self._title(), badge=self._badge())
+
+    def _title(self) -> str:
         ops = ", ".join(dict.fromkeys(e["label"] for e in self.events))
-        return save_html(self.data(), path, title=f"trace of {ops}", badge=f"replay of real events, "
-                                                                          f"{self.world_size} ranks")
+        return f"trace of {ops}" if ops else "trace: waiting for the first events"
+
+    def _badge(self) -> str:
+        live = "live: following the ranks" if self.running else "replay of real events"
+        return f"{live}, {self.world_size} ranks"
 
     def _repr_html_(self) -> str:
         from .widgets.placement_svg import frame_svg
@@ -214,9 +217,22 @@ class Trace:
 
     def _refresh(self, player: Any) -> None:
         if self.events:
-            player.data = self.data()
-            if player.follow and player.live:
-                player.index = player.n_frames - 1
+            with player.hold_sync():
+                player.data = self.data()
+                player.title = self._title()
+                if player.follow and player.live:
+                    player.index = player.n_frames - 1
+
+    def _finish(self, player: Any) -> None:
+        """The block ended: the player stops following and shows the full replay at its last step."""
+        with player.hold_sync():
+            player.live = False
+            player.playing = False
+            if self.events:
+                player.data = self.data()
+            player.title = self._title()
+            player.badge = self._badge()
+            player.index = max(0, player.n_frames - 1)
 
 
 def trace(session: Any = None, live: bool = True) -> Trace:

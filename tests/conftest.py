@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from lab_server import lab  # noqa: F401  (the one JupyterLab the browser tests share)
 from processes import cluster_pids, wait_gone
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")

@@ -206,18 +206,23 @@ def text_diagram(shape: Any, placement: Any, world_size: int, dims: Any = None, 
 
 
 def side_by_side(*widgets: PlacementWidget) -> Any:
-    """Several placement players in one row (scrolls sideways); exports keep each one's last frame."""
+    """Several placement players in one row that wraps to the cell's width (each scales down to fit when
+    it alone is wider); exports keep each one's last frame, laid out the same way."""
     import ipywidgets
 
-    class PlayerRow(ipywidgets.HBox):
+    class PlayerRow(ipywidgets.Box):
         def _repr_mimebundle_(self, **kwargs: Any) -> Any:
             bundle = super()._repr_mimebundle_(**kwargs)
             data = bundle[0] if isinstance(bundle, tuple) else bundle
             if isinstance(data, dict):
-                cells = "".join(f"<div style='display:inline-block;vertical-align:top;margin-right:12px'>"
-                                f"<b>{html.escape(w.title)}</b><br>{w.svg(-1)}</div>" for w in self.children)
-                data["text/html"] = f"<div class='mgpu-placement-static' style='overflow-x:auto;white-space:nowrap'>" \
-                                    f"{cells}</div>"
+                cells = "".join(f"<div style='max-width:100%'><b>{html.escape(w.title)}</b><br>{w.svg(-1)}</div>"
+                                for w in self.children)
+                data["text/html"] = f"<div class='mgpu-placement-static' style='display:flex;flex-wrap:wrap;" \
+                                    f"gap:12px 24px;align-items:flex-start'>{cells}</div>"
             return bundle
 
-    return PlayerRow(list(widgets), layout=ipywidgets.Layout(overflow_x="auto"))
+    for w in widgets:
+        w.layout.max_width = "100%"
+        w.layout.margin = "0 24px 16px 0"
+    return PlayerRow(list(widgets), layout=ipywidgets.Layout(flex_flow="row wrap", align_items="flex-start",
+                                                             width="100%"))

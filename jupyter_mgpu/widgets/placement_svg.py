@@ -81,5 +81,6 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
                      f'font-size="11" text-anchor="middle">rank {r}</text><text x="{x + bw / 2 + 4}" y="{y0 + 32}" '
                      f'font-size="10" text-anchor="middle">{e(format_bytes(m))}</text></g>')
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="mgpu-placement-svg" width="{width:.0f}" '
-            f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif">'
+            f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;height:auto" '
+            'font-family="sans-serif">'
             + "".join(parts) + "</svg>")

@@ -8,7 +8,8 @@ export function report(step, data = {}) {
   process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
 }
 
-// A fresh persistent context in cfg.profile; page errors are collected into consoleErrors.
+// A fresh persistent context in cfg.profile; console errors and uncaught page errors of every page
+// of the context are collected into consoleErrors (the tests fail on any).
 export async function openBrowser({ viewport = { width: 1280, height: 900 }, extraArgs = [] } = {}) {
   const context = await chromium.launchPersistentContext(cfg.profile, {
     executablePath: cfg.chromium,
@@ -17,9 +18,16 @@ export async function openBrowser({ viewport = { width: 1280, height: 900 }, ext
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
       '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage', ...extraArgs]
   });
-  const page = context.pages()[0] ?? (await context.newPage());
   const consoleErrors = [];
-  page.on('pageerror', err => consoleErrors.push(String(err)));
+  const watch = (p, tag) => {
+    p.on('console', msg => {
+      if (msg.type() === 'error') consoleErrors.push(`${tag}console: ${msg.text()} (${msg.location().url}:${msg.location().lineNumber})`);
+    });
+    p.on('pageerror', err => consoleErrors.push(`${tag}${String(err)}`));
+  };
+  const page = context.pages()[0] ?? (await context.newPage());
+  watch(page, '');
+  context.on('page', p => { if (p !== page) watch(p, 'other page: '); });
   return { context, page, consoleErrors };
 }
 

@@ -233,7 +233,7 @@ try {
   const darkBg = await page.evaluate(() => getComputedStyle(document.getElementById('jupyter-mgpu-panel')).backgroundColor);
   await shot(page, '06_dark_theme');
   report('theme', { lightBg, darkBg, darkApplied });
-  report('done', { consoleErrors: consoleErrors.filter(e => /mgpu/i.test(e)) });
+  report('done', { consoleErrors });
 } catch (err) {
   await shot(page, '99_failure').catch(() => {});
   report('error', { message: String(err && err.stack ? err.stack : err), consoleErrors });

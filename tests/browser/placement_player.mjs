@@ -80,7 +80,6 @@ try {
     requests.push(u);
     return route.abort();
   });
-  off.on('pageerror', err => consoleErrors.push('standalone: ' + String(err)));
   await off.goto('file://' + cfg.html, { timeout: T });
   await off.waitForSelector('.mgpu-placement svg', { timeout: 20000 });
   const s0 = await off.evaluate(() => document.querySelector('.mgpu-player-counter').textContent);
@@ -101,7 +100,6 @@ try {
 
   // a 2,400-event trace: time stepping through 300 frames and one jump from first to last
   const big = await context.newPage();
-  big.on('pageerror', err => consoleErrors.push('big: ' + String(err)));
   await big.goto('file://' + cfg.big, { timeout: T });
   await big.waitForSelector('.mgpu-placement svg', { timeout: 20000 });
   const timing = await big.evaluate(() => {

@@ -1,6 +1,6 @@
 """Real-browser test of the logical-schedule player: %mgpu_collective in JupyterLab, then its buttons.
 
-Uses the ``lab`` fixture of test_lab.py (a real ``jupyter lab`` on a free loopback port) and Debian's
+Uses the shared ``lab`` fixture (tests/lab_server.py) (a real ``jupyter lab`` on a free loopback port) and Debian's
 Chromium through playwright-core. Screenshots go to test-artifacts/browser-player/.
 """
 
@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from test_lab import CHROMIUM, REPO, lab  # noqa: F401  (the module-scoped JupyterLab fixture)
+from lab_server import CHROMIUM, REPO
 
 ARTIFACTS = REPO / "test-artifacts" / "browser-player"
 SCRIPT = Path(__file__).with_name("collective_player.mjs")
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
 
 @pytest.fixture(scope="module")
-def played(lab):  # noqa: F811
+def played(lab):
     if ARTIFACTS.exists():
         shutil.rmtree(ARTIFACTS)
     ARTIFACTS.mkdir(parents=True)

@@ -12,99 +12,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
-import psutil
 import pytest
 
+from lab_server import CHROMIUM, REPO  # noqa: F401  (REPO, CHROMIUM: also imported by the other browser tests)
 from processes import wait_gone
 
-REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "browser"
 DOCS_SHOT = REPO / "docs" / "sidebar_dashboard.png"
-CHROMIUM = os.environ.get("MGPU_CHROMIUM", "/usr/bin/chromium")
 SCRIPT = Path(__file__).with_name("lab_session.mjs")
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _procs_naming(text: str) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(text in a for a in (p.info["cmdline"] or [])):
-                out.append(p.pid)
-        except psutil.Error:
-            continue
-    return out
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """A real JupyterLab on a free loopback port with a token, in a private temp root and runtime dir."""
-    for need, how in ((CHROMIUM, "apt-get install -y chromium"), (shutil.which("node"), "install Node.js"),
-                      (REPO / "node_modules" / "playwright-core", "pip install -e . (runs jlpm install)")):
-        assert need and Path(need).exists(), f"the browser test needs {need}: {how}"
-    tmp = tmp_path_factory.mktemp("lab")
-    root = tmp / "root"
-    shutil.copytree(REPO / "notebooks", root / "notebooks")
-    runtime = tmp / "runtime"
-    runtime.mkdir(mode=0o700)
-    port, token = _free_port(), os.urandom(12).hex()
-    env = dict(os.environ)
-    env.update(
-        JUPYTER_RUNTIME_DIR=str(runtime),
-        JUPYTER_MGPU_RUNTIME_DIR=str(runtime / "jupyter-mgpu"),
-        JUPYTER_MGPU_FORCE_CPU="1",
-        JUPYTER_CONFIG_DIR=str(tmp / "config"),
-    )
-    cmd = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-        f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False",
-        "--LabApp.expose_app_in_browser=True", f"--ServerApp.root_dir={root}",
-        f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
-        "--ServerApp.port_retries=0",
-    ]
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    news = tmp / "settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
-    log = open(tmp / "lab.log", "wb")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError(f"jupyter lab did not start: {(tmp / 'lab.log').read_text()[-3000:]}")
-            time.sleep(0.3)
-    yield {"url": url, "token": token, "tmp": tmp, "runtime": runtime, "log": tmp / "lab.log"}
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-    log.close()
-    # nothing the lab started (kernel, controller, supervisor, engines) outlives it
-    assert wait_gone(_procs_naming(str(runtime)), timeout=15) == []
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +33,12 @@ def story(lab):
     if ARTIFACTS.exists():
         shutil.rmtree(ARTIFACTS)
     ARTIFACTS.mkdir(parents=True)
+    # its own copy: the story edits the notebook, and the notebook tests run the pristine one
+    story_dir = lab["root"] / "lab_story"
+    story_dir.mkdir(exist_ok=True)
+    shutil.copyfile(REPO / "notebooks" / "01_quickstart.ipynb", story_dir / "01_quickstart.ipynb")
     cfg = {
-        "url": lab["url"], "token": lab["token"], "notebook": "notebooks/01_quickstart.ipynb",
+        "url": lab["url"], "token": lab["token"], "notebook": "lab_story/01_quickstart.ipynb",
         "artifacts": str(ARTIFACTS), "chromium": CHROMIUM, "profile": str(lab["tmp"] / "chromium-profile"),
         "docsShot": str(ARTIFACTS / "sidebar_dashboard.png"),
     }

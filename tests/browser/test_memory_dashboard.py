@@ -1,6 +1,6 @@
 """Real-browser test of the memory dashboard: bars move while a cell runs, views stay in sync, pause works.
 
-Uses the ``lab`` fixture of test_lab.py (a real ``jupyter lab`` on a free loopback port) and Debian's
+Uses the shared ``lab`` fixture (tests/lab_server.py) (a real ``jupyter lab`` on a free loopback port) and Debian's
 Chromium through playwright-core. Screenshots go to test-artifacts/browser-memory/.
 """
 
@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from test_lab import CHROMIUM, REPO, lab  # noqa: F401  (the module-scoped JupyterLab fixture)
+from lab_server import CHROMIUM, REPO
 
 ARTIFACTS = REPO / "test-artifacts" / "browser-memory"
 SCRIPT = Path(__file__).with_name("memory_dashboard.mjs")
@@ -39,7 +39,7 @@ def mib(text: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def steps(lab):  # noqa: F811
+def steps(lab):
     if ARTIFACTS.exists():
         shutil.rmtree(ARTIFACTS)
     ARTIFACTS.mkdir(parents=True)

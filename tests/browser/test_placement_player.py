@@ -1,6 +1,6 @@
 """Real-browser test of the placement view and the trace player in JupyterLab, and of the standalone page.
 
-Uses the ``lab`` fixture of test_lab.py and Debian's Chromium through playwright-core. Screenshots go
+Uses the shared ``lab`` fixture (tests/lab_server.py) and Debian's Chromium through playwright-core. Screenshots go
 to test-artifacts/browser-placement/.
 """
 
@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from test_lab import CHROMIUM, REPO, lab  # noqa: F401  (the module-scoped JupyterLab fixture)
+from lab_server import CHROMIUM, REPO
 
 ARTIFACTS = REPO / "test-artifacts" / "browser-placement"
 SCRIPT = Path(__file__).with_name("placement_player.mjs")
@@ -52,7 +52,7 @@ def _big_trace_page(path):
 
 
 @pytest.fixture(scope="module")
-def played(lab):  # noqa: F811
+def played(lab):
     if ARTIFACTS.exists():
         shutil.rmtree(ARTIFACTS)
     ARTIFACTS.mkdir(parents=True)

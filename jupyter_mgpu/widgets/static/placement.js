@@ -99,7 +99,9 @@ export function drawFrame(data, held, frame, geo) {
     parts.push(`<path class="mgpu-arrow" d="M${x1},${y0} Q${(x1 + x2) / 2},${y0 - lift} ${x2},${y0}" fill="none" ` +
       `stroke="${col}" stroke-width="2" ${isReduce ? 'stroke-dasharray="5 3"' : ""} marker-end="url(#mgpu-head)"/>`);
   }
+  // drawn at its natural size, scaled down (never up) when the cell is narrower
   return `<svg xmlns="${SVGNS}" class="mgpu-placement-svg" width="${geo.width}" height="${geo.height}" ` +
+    `style="max-width:100%; height:auto" ` +
     `viewBox="0 0 ${geo.width} ${geo.height}" font-family="sans-serif"><defs><marker id="mgpu-head" ` +
     `viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto">` +
     `<path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker></defs>${parts.join("")}</svg>`;
@@ -108,13 +110,13 @@ export function drawFrame(data, held, frame, geo) {
 function render({ model, el }) {
   const root = document.createElement("div");
   root.className = "mgpu-placement mgpu-player";
-  root.style.cssText = "font: 13px sans-serif; display: inline-block;";
+  root.style.cssText = "font: 13px sans-serif; display: inline-block; max-width: 100%;";
   const { head, badge, title } = playerHead();
   const stage = document.createElement("div");
   stage.className = "mgpu-placement-stage";
 
   let data = null, geo = null, held = new Set(), pos = -1;
-  const n = () => (data ? data.frames.length : 0);
+  const n = () => (data && data.frames ? data.frames.length : 0);  // live players start with no data
   const t = transport(model, n, { live: () => model.get("live"), speeds: [0.25, 0.5, 1, 2, 4, 8] });
   root.append(head, t.controls, stage);
   el.appendChild(root);

@@ -6,7 +6,7 @@
 
 function playerHead() {
   const head = document.createElement("div");
-  head.style.cssText = "display:flex; gap:8px; align-items:center; margin-bottom:4px;";
+  head.style.cssText = "display:flex; flex-wrap:wrap; gap:8px; align-items:center; margin-bottom:4px;";
   const badge = document.createElement("span");
   badge.className = "mgpu-badge";
   badge.style.cssText = "background:#eef; border:1px solid #99c; border-radius:3px; padding:0 5px; font-size:11px;";
@@ -17,7 +17,7 @@ function playerHead() {
 
 function transport(model, n, { live = () => false, speeds = null } = {}) {
   const controls = document.createElement("div");
-  controls.style.cssText = "display:flex; gap:4px; align-items:center; margin:4px 0;";
+  controls.style.cssText = "display:flex; flex-wrap:wrap; gap:4px; align-items:center; margin:4px 0;";
   const mk = (label, tip) => {
     const b = document.createElement("button");
     b.textContent = label; b.title = tip; b.className = "mgpu-player-" + tip.replace(/\s+/g, "-");

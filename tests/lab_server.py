@@ -1,0 +1,113 @@
+"""One real JupyterLab for every browser test of a pytest run (the ``lab`` fixture, session scope).
+
+It listens on a free loopback port with a token, serves a temporary root holding copies of
+``notebooks/`` and ``benchmarks/`` (05 runs ``%run ../benchmarks/cosine.py``), and keeps its runtime
+directory, settings and workspaces private. When the run ends it is stopped, and nothing it started
+(kernels, controllers, engines) may outlive it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import psutil
+import pytest
+
+from processes import wait_gone
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("MGPU_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = REPO / "test-artifacts"  # screenshots for a reviewer; gitignored
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def procs_naming(text: str) -> list[int]:
+    """Pids of the processes whose command line contains ``text``."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(text in a for a in (p.info["cmdline"] or [])):
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def check_browser_tools() -> None:
+    """Fail with what to install when Chromium, Node.js or playwright-core is missing."""
+    for need, how in ((CHROMIUM, "apt-get install -y chromium"), (shutil.which("node"), "install Node.js"),
+                      (REPO / "node_modules" / "playwright-core", "pip install -e . (runs jlpm install)")):
+        assert need and Path(need).exists(), f"the browser tests need {need}: {how}"
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A real JupyterLab shared by the browser tests: ``{url, token, tmp, root, runtime, log}``."""
+    check_browser_tools()
+    tmp = tmp_path_factory.mktemp("lab")
+    root = tmp / "root"
+    shutil.copytree(REPO / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(REPO / "benchmarks", root / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
+    runtime = tmp / "runtime"
+    runtime.mkdir(mode=0o700)
+    port, token = _free_port(), os.urandom(12).hex()
+    env = dict(os.environ)
+    env.update(
+        JUPYTER_RUNTIME_DIR=str(runtime),
+        JUPYTER_MGPU_RUNTIME_DIR=str(runtime / "jupyter-mgpu"),
+        JUPYTER_MGPU_FORCE_CPU="1",
+        JUPYTER_CONFIG_DIR=str(tmp / "config"),
+    )
+    cmd = [
+        sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+        f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False",
+        "--LabApp.expose_app_in_browser=True", f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+        "--ServerApp.port_retries=0",
+    ]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    news = tmp / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    # every cell attached, so the tests can measure cells outside the viewport (the look is the same)
+    tracker = tmp / "settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    log = open(tmp / "lab.log", "wb")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(f"jupyter lab did not start: {(tmp / 'lab.log').read_text()[-3000:]}")
+            time.sleep(0.3)
+    yield {"url": url, "token": token, "tmp": tmp, "root": root, "runtime": runtime, "log": tmp / "lab.log"}
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    log.close()
+    # nothing the lab started (kernel, controller, supervisor, engines) outlives it
+    assert wait_gone(procs_naming(str(runtime)), timeout=15) == []
