@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from .engine import direct
+from .engine import direct, unix_socket
 
 CONNECT_TIMEOUT = 5.0
 
@@ -53,7 +53,7 @@ class DirectChannel:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(CONNECT_TIMEOUT)
             try:
-                s.connect(str(direct.socket_path(self.rundir, rank)))
+                unix_socket.connect(s, direct.socket_path(self.rundir, rank))
             except OSError:
                 s.close()
                 raise

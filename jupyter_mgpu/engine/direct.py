@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import calls
+from . import calls, unix_socket
 
 SOCKET_NAME = "direct.{rank}.sock"
 PARTIAL_FRAME_TIMEOUT = 30.0  # a sender that stops mid-frame is dropped, never waited on forever
@@ -79,7 +79,7 @@ class Server:
         self.path = socket_path(rundir, rank)
         self.path.unlink(missing_ok=True)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(self.path))
+        unix_socket.bind(self.listener, self.path)  # any length: a hub user's home can be deep
         os.chmod(self.path, 0o600)
         self.listener.listen(4)
         self.listener.setblocking(False)

@@ -1,0 +1,44 @@
+"""Unix sockets at paths of any length.
+
+A cluster's sockets live in its private runtime directory, under the user's home on a JupyterHub node
+(``<home>/.local/share/jupyter/runtime/jupyter-mgpu/<id>/``): with a home deeper than about 34
+characters their paths pass the 107 bytes that ``AF_UNIX`` addresses hold. Such a path is reached
+through the directory's descriptor instead (``/proc/self/fd/<n>/<name>``, Linux), which names the same
+file: permissions and the socket's place in the filesystem do not change.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+MAX_PATH_BYTES = 107  # sizeof(sun_path) - 1 for the terminating NUL
+
+
+@contextmanager
+def reachable(path: str | Path) -> Iterator[str]:
+    """An address for ``path`` that fits ``AF_UNIX``: the path itself, or one through its directory's fd."""
+    path = Path(path)
+    if len(os.fsencode(path)) <= MAX_PATH_BYTES:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+def bind(sock: socket.socket, path: str | Path) -> None:
+    """``sock.bind(path)`` for a path of any length."""
+    with reachable(path) as address:
+        sock.bind(address)
+
+
+def connect(sock: socket.socket, path: str | Path) -> None:
+    """``sock.connect(path)`` for a path of any length."""
+    with reachable(path) as address:
+        sock.connect(address)
