@@ -128,6 +128,10 @@ class StreamHandler(_ManagerMixin, WebSocketMixin, tornado.websocket.WebSocketHa
             raise tornado.web.HTTPError(403, "authentication required")
         await super().get(*args, **kwargs)
 
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """A refused handshake answers in JSON like the REST handlers, not with the server's HTML error page."""
+        APIHandler.write_error(self, status_code, **kwargs)
+
     def open(self, *args: Any, **kwargs: Any) -> None:
         super().open(*args, **kwargs)
         self._wake = asyncio.Event()

@@ -85,6 +85,9 @@ async def test_stream_needs_auth(jp_ws_fetch, mgpu_root):
     with pytest.raises(HTTPClientError) as err:
         await jp_ws_fetch("mgpu", "api", "stream", headers={"Authorization": ""})
     assert err.value.code == 403
+    # a short JSON refusal, not the server's HTML error page
+    assert err.value.response.headers["Content-Type"] == "application/json"
+    assert json.loads(err.value.response.body)["message"] == "authentication required"
 
 
 async def test_closing_the_stream_ends_its_loop(jp_ws_fetch, jp_serverapp, mgpu_root):
