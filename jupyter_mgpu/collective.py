@@ -101,7 +101,7 @@ class CollectiveResult:
         """The before/after figure as an SVG document (also the static image for exported notebooks)."""
         from .widgets.collective import before_after_svg
 
-        return before_after_svg(self.name, self.op, self.src, self.before, self.after, self.backend, self.seconds)
+        return before_after_svg(self.name, self.op, self.src, self.inputs, self.after, self.backend, self.seconds)
 
     def _repr_svg_(self) -> str:
         return self.svg()
@@ -125,16 +125,10 @@ class CollectiveResult:
 
     def animation(self, interval_ms: int = 900) -> Any:
         """A player (play/pause/step) of the logical schedule, labelled as such."""
-        from .widgets.collective import ValueColors, frame_svg
+        from .widgets.collective import schedule_frames
         from .widgets.player import FramePlayer
 
-        frames = self.schedule()
-        tensors = [t for h in self.before + self.after + [f.holdings for f in frames]
-                   for t in _flatten(h)]
-        colors = ValueColors(tensors)
-        svgs = [frame_svg(self.name, self.op, self.src, f, i, len(frames), colors, self.world_size)
-                for i, f in enumerate(frames)]
-        captions = [f.caption for f in frames]
+        svgs, captions = schedule_frames(self.name, self.op, self.src, self.inputs)
         if not self.schedule_matches():
             captions[-1] += " (differs from the real result: see the before/after figure)"
         return FramePlayer(svgs, captions, title=f"{self.name} on {self.world_size} ranks",
@@ -148,14 +142,6 @@ class CollectiveResult:
         display(self)
         if animate:
             display(self.animation())
-
-
-def _flatten(h: Any) -> list[Any]:
-    if h is None:
-        return []
-    if isinstance(h, list):
-        return [t for x in h for t in _flatten(x)]
-    return [h]
 
 
 def holdings_equal(a: Any, b: Any) -> bool:

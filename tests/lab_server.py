@@ -21,7 +21,6 @@ from typing import Any, Iterator
 
 import psutil
 import pytest
-
 from processes import wait_gone
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,10 +83,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     news = tmp / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True)
     (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
-    # every cell attached, so the tests can measure cells outside the viewport (the look is the same)
+    # every cell attached, so the tests can measure cells outside the viewport (the look is the same);
+    # cells record when they ran (metadata.execution), to tell which cell was running when something failed
     tracker = tmp / "settings" / "@jupyterlab" / "notebook-extension"
     tracker.mkdir(parents=True)
-    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none", "recordTiming": true}')
     log = open(tmp / "lab.log", "wb")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     url = f"http://127.0.0.1:{port}/"

@@ -34,9 +34,22 @@ class Frame:
 
 
 def combine(op: str, a: Any, b: Any) -> Any:
-    """``a`` op ``b`` elementwise (``avg`` accumulates a sum; :func:`finish` divides)."""
+    """``a`` op ``b`` elementwise (``avg`` accumulates a sum; :func:`finish` divides).
+
+    Complex tensors are *tracked* values (``widgets/collective_colors.py``): the value in the real part,
+    a bitmask of the ranks it came from in the imaginary part; the masks are ORed, except that min
+    and max keep the mask of the value that wins (both on a tie).
+    """
     import torch
 
+    if a.is_complex():
+        va, vb = a.real, b.real
+        ma, mb = a.imag.long(), b.imag.long()
+        v = combine(op, va, vb)
+        m = ma | mb
+        if op in ("min", "max"):
+            m = torch.where(va == vb, m, torch.where(v == va, ma, mb))
+        return torch.complex(v, m.double())
     if op in ("sum", "avg"):
         return a + b
     if op == "product":
@@ -51,6 +64,10 @@ def combine(op: str, a: Any, b: Any) -> Any:
 def finish(op: str, x: Any, n: int) -> Any:
     if op != "avg":
         return x
+    if x.is_complex():  # tracked: divide the value, keep the origin mask
+        import torch
+
+        return torch.complex(x.real / n, x.imag)
     return x / n if x.is_floating_point() else x // n
 
 

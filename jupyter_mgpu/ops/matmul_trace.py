@@ -36,9 +36,9 @@ class MatmulTracer:
         self.c_id = c_id
         self.base = 2 * self.p  # strategy steps come after the redistribution steps
         etrace.begin_op(f"matmul:{strategy}")
-        etrace.declare(a_id, (self.m, self.k), itemsize, f"A {a_id}")
-        etrace.declare(b_id, (self.k, self.n), itemsize, f"B {b_id}")
-        etrace.declare(c_id, (self.m, self.n), itemsize, f"C {c_id}")
+        etrace.declare(a_id, (self.m, self.k), itemsize, "A")
+        etrace.declare(b_id, (self.k, self.n), itemsize, "B")
+        etrace.declare(c_id, (self.m, self.n), itemsize, "C")
         a_box = pl.shard_table((self.m, self.k), a_pl, self.p)[self.r].ranges
         b_box = pl.shard_table((self.k, self.n), b_pl, self.p)[self.r].ranges
         etrace.record(0, "hold", [etrace.block(a_id, a_box), etrace.block(b_id, b_box)],
@@ -56,7 +56,7 @@ class MatmulTracer:
 
     def _copy(self, src: str, shape: tuple, target: pl.Placement, what: str) -> str:
         name = f"{src}@{target.label}"
-        etrace.declare(name, shape, self.item, f"{what} {src} as {target.label} (copy)")
+        etrace.declare(name, shape, self.item, f"{what} as {target.label} (copy)")
         self.copies.append((name, shape, target))
         return name
 
@@ -104,7 +104,7 @@ class MatmulTracer:
             etrace.block(f"{self.c_id}~partial", (rows, (0, self.n)), f"partial{d % 2}")
         if action == "compute":
             if d != self.r:
-                etrace.declare(f"{self.c_id}~partial", (self.m, self.n), self.item, f"C {self.c_id} partial sums")
+                etrace.declare(f"{self.c_id}~partial", (self.m, self.n), self.item, "C partial sums")
                 self._fill(s, d % 2, target)
             a_part = etrace.block(self.a_name, (rows, self.a_box[1]))
             etrace.record(s, "compute", [a_part, etrace.block(self.b_name, self.b_box), target],

@@ -59,7 +59,7 @@ def _trace_one(label: str, hid: str, shape: tuple[int, ...], t: Any, box: Any, a
                ) -> None:
     """Trace a one-step op on this rank: ``action`` on its shard ``box`` of tensor ``hid``."""
     etrace.begin_op(label)
-    etrace.declare(hid, shape, t.element_size(), hid)
+    etrace.declare(hid, shape, t.element_size(), "tensor")
     etrace.record(0, action, [etrace.block(hid, box)], t.numel() * t.element_size(), peer)
     etrace.end_op()
 
@@ -203,7 +203,7 @@ def _trace_gather(hid: str, shape: tuple[int, ...], placement: pl.Placement, loc
         st = runtime.state()
         me = _me(shape, placement)
         etrace.begin_op("gather")
-        etrace.declare(hid, shape, local.element_size(), hid)
+        etrace.declare(hid, shape, local.element_size(), "tensor")
         etrace.record(0, "hold", [etrace.block(hid, me.ranges)], _nbytes(local))
         if local.numel() and (st.rank == 0 or not isinstance(placement, pl.Replicate)):
             etrace.record(1, "send", [etrace.block(hid, me.ranges)], _nbytes(local), etrace.HOST)
@@ -287,8 +287,8 @@ def redistribute(src: str, dst: str, shape: tuple[int, ...], src_pl: pl.Placemen
     tracing = etrace.active()
     if tracing:
         etrace.begin_op("redistribute")
-        etrace.declare(src, shape, local.element_size(), f"{src} {src_pl.label}")
-        etrace.declare(dst, shape, local.element_size(), f"{dst} {dst_pl.label}")
+        etrace.declare(src, shape, local.element_size(), f"before: {src_pl.label}")
+        etrace.declare(dst, shape, local.element_size(), f"after: {dst_pl.label}")
         etrace.record(0, "hold", [etrace.block(src, _me(shape, src_pl).ranges)], _nbytes(local))
     out, received = exchange(local, shape, src_pl, dst_pl, (src, dst) if tracing else None, 1)
     store.put(dst, out)

@@ -11,14 +11,22 @@ import html
 import math
 from typing import Any
 
-from .colors import PALETTE
+# Lines are told apart by dash and marker, in greys: the project's colours stand for ranks only
+STYLES = (("#222222", "solid", "circle", ""), ("#555555", "dash", "square", "6 3"),
+          ("#777777", "dot", "diamond", "2 3"), ("#333333", "dashdot", "triangle-up", "8 3 2 3"),
+          ("#999999", "longdash", "x", "10 4"))
 
 HEADER = ("#       size         count      type   redop    root     time   algbw   busbw #wrong",
           "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       ")
 
 
+def _root(r: dict[str, Any]) -> str:
+    """The root rank, or "-" for a collective without one (nccl-tests prints -1)."""
+    return str(r["root"]) if r["root"] >= 0 else "-"
+
+
 def _row_text(r: dict[str, Any]) -> str:
-    return (f"{r['size']:12d}  {r['count']:12d}  {r['dtype']:>8s}  {r['redop']:>6s}  {r['root']:6d}  "
+    return (f"{r['size']:12d}  {r['count']:12d}  {r['dtype']:>8s}  {r['redop']:>6s}  {_root(r):>6s}  "
             f"{r['time_us']:7.1f}  {r['algbw']:6.2f}  {r['busbw']:6.2f}  {r['wrong']:5d}")
 
 
@@ -45,7 +53,7 @@ def table_html(result: Any) -> str:
     body = []
     for r in result.rows:
         style = " style='color:#c00;font-weight:bold'" if r["wrong"] else ""
-        cells = (r["collective"], _size(r["size"]), str(r["count"]), r["dtype"], r["redop"], str(r["root"]),
+        cells = (r["collective"], _size(r["size"]), str(r["count"]), r["dtype"], r["redop"], _root(r),
                  f"{r['time_us']:.1f}", f"{r['algbw']:.3f}", f"{r['busbw']:.3f}")
         tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
         body.append(f"<tr>{tds}<td{style}>{r['wrong']}</td></tr>")
@@ -78,7 +86,8 @@ def busbw_figure(result: Any) -> Any:
     for i, (name, rows) in enumerate(_series(result).items()):
         fig.add_trace(go.Scatter(
             x=[r["size"] for r in rows], y=[r["busbw"] for r in rows], mode="lines+markers", name=name,
-            line={"color": PALETTE[i % len(PALETTE)]},
+            line={"color": STYLES[i % len(STYLES)][0], "dash": STYLES[i % len(STYLES)][1]},
+            marker={"symbol": STYLES[i % len(STYLES)][2], "size": 8, "color": STYLES[i % len(STYLES)][0]},
             customdata=[[_size(r["size"]), r["time_us"], r["algbw"], r["wrong"]] for r in rows],
             hovertemplate=("%{customdata[0]}: busbw %{y:.3f} GB/s, algbw %{customdata[2]:.3f} GB/s, "
                            "%{customdata[1]:.1f} us, #wrong %{customdata[3]}<extra>" + name + "</extra>")))
@@ -94,7 +103,8 @@ def busbw_svg(result: Any, width: int = 640, height: int = 340) -> str:
     pts = [r for rows in series.values() for r in rows]
     left, right, top, bottom = 60, 140, 30, 40
     pw, ph = width - left - right, height - top - bottom
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' style='background:#fff' "
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+             f"viewBox='0 0 {width} {height}' style='background:#fff;max-width:100%;height:auto' "
              "font-family='sans-serif' font-size='11'>",
              f"<text x='{left}' y='18' font-size='13' font-weight='bold'>busbw vs size — {result.world_size} ranks, "
              f"{html.escape(result.backend)}</text>",
@@ -117,15 +127,30 @@ def busbw_svg(result: Any, width: int = 640, height: int = 340) -> str:
             parts.append(f"<text x='{px(size):.1f}' y='{top + ph + 14}' text-anchor='middle'>"
                          f"{html.escape(_size(size))}</text>")
         for i, (name, rows) in enumerate(series.items()):
-            color = PALETTE[i % len(PALETTE)]
+            color, _, marker, dash = STYLES[i % len(STYLES)]
+            dashes = f" stroke-dasharray='{dash}'" if dash else ""
             path = " ".join(f"{'M' if j == 0 else 'L'} {px(r['size']):.1f} {py(r['busbw']):.1f}"
                             for j, r in enumerate(rows))
-            parts.append(f"<path d='{path}' fill='none' stroke='{color}' stroke-width='2'/>")
-            parts += [f"<circle cx='{px(r['size']):.1f}' cy='{py(r['busbw']):.1f}' r='3' fill='{color}'/>"
-                      for r in rows]
-            parts.append(f"<rect x='{width - right + 10}' y='{top + 16 * i}' width='10' height='10' fill='{color}'/>"
-                         f"<text x='{width - right + 24}' y='{top + 16 * i + 9}'>{html.escape(name)}</text>")
+            parts.append(f"<path d='{path}' fill='none' stroke='{color}' stroke-width='2'{dashes}/>")
+            parts += [_marker(marker, px(r["size"]), py(r["busbw"]), color) for r in rows]
+            ly = top + 16 * i + 5
+            parts.append(f"<path d='M {width - right + 6} {ly} h 22' stroke='{color}' stroke-width='2'{dashes}/>"
+                         + _marker(marker, width - right + 17, ly, color)
+                         + f"<text x='{width - right + 34}' y='{ly + 4}'>{html.escape(name)}</text>")
     parts.append(f"<text x='{left + pw / 2}' y='{height - 6}' text-anchor='middle'>size (bytes, log scale)</text>")
     parts.append(f"<text x='14' y='{top + ph / 2}' transform='rotate(-90 14 {top + ph / 2})' "
                  "text-anchor='middle'>busbw (GB/s)</text></svg>")
     return "".join(parts)
+
+
+def _marker(shape: str, x: float, y: float, color: str) -> str:
+    """A small SVG marker of plotly's ``shape`` name at (x, y)."""
+    if shape == "square":
+        return f"<rect x='{x - 3:.1f}' y='{y - 3:.1f}' width='6' height='6' fill='{color}'/>"
+    if shape == "diamond":
+        return f"<path d='M {x:.1f} {y - 4:.1f} l 4 4 l -4 4 l -4 -4 z' fill='{color}'/>"
+    if shape == "triangle-up":
+        return f"<path d='M {x:.1f} {y - 4:.1f} l 4 7 h -8 z' fill='{color}'/>"
+    if shape == "x":
+        return f"<path d='M {x - 3:.1f} {y - 3:.1f} l 6 6 m -6 0 l 6 -6' stroke='{color}' stroke-width='1.5'/>"
+    return f"<circle cx='{x:.1f}' cy='{y:.1f}' r='3' fill='{color}'/>"

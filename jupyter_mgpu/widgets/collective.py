@@ -1,11 +1,12 @@
 """The before/after picture of a collective and the frames of its logical-schedule animation.
 
 Hand-written SVG (no matplotlib, no kaleido): one row per rank, a "before" and an "after" column,
-each tensor drawn as a grid of cells coloured by value — value v has rank v−1's colour (see
-:mod:`.colors`), 0 is white, so the demo data ``rank + 1`` keeps its rank's colour wherever it goes.
-List-valued holdings (all_gather's output, reduce_scatter's input chunks, …) are drawn entry by
-entry; a rank that receives (or sends) nothing gets a dashed box that says so. The same SVG is the
-notebook's rich repr, the static image for exported notebooks and each frame of the player.
+each tensor drawn as a grid of cells coloured by *origin* — the rank whose data a value came from,
+stripes of several ranks' colours where a reduction combined them, white for 0 (see
+:mod:`.collective_colors`); small grids print the values, every cell of the before/after figure says
+its value and origin on hover. List-valued holdings (all_gather's output, reduce_scatter's input
+chunks, …) are drawn entry by entry; a rank that receives (or sends) nothing gets a dashed box that
+says so. The figure is at most :data:`WIDTH` px wide and scales down with the cell.
 """
 
 from __future__ import annotations
@@ -14,61 +15,60 @@ import html
 import math
 from typing import Any
 
-from .colors import EMPTY, PALETTE, ramp, rank_color, text_color
+from ..ops import collective_schedule as sched
+from ..ops import collectives as coll
+from .collective_colors import OriginFill, attach, cell_title, track
+from .colors import rank_color
 
+WIDTH = 860  # the widest figure (fits a notebook cell next to JupyterLab's file browser at 1280 px)
 MAX_CELLS = 40  # rows/columns drawn per tensor; larger tensors are sampled with a stride
 FONT = "font-family='sans-serif'"
+CHAR = 0.62  # width of an average sans-serif character, in font sizes (for laying out text)
+LEFT = 84  # rank labels
+GAP, COL_GAP = 10.0, 26.0  # between entries of a list, between columns
 
 
-def _as_grid(t: Any) -> tuple[list[list[float]], bool]:
-    """A tensor as rows of floats (1-D → one row, >2-D → flattened leading dims), sampled if large."""
-    x = t.detach().to("cpu").double()
+def _text_w(s: str, size: float) -> float:
+    return len(s) * size * CHAR
+
+
+def _wrap(s: str, width: float, size: float) -> list[str]:
+    """``s`` broken into lines of at most ``width`` px at font ``size``."""
+    per = max(4, int(width / (size * CHAR)))
+    lines, line = [], ""
+    for word in s.split():
+        if line and len(line) + 1 + len(word) > per:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return lines + [line] if line else lines
+
+
+def _grid(t: Any) -> tuple[list[list[tuple[float, int]]], bool]:
+    """A tracked tensor as rows of (value, origin mask) (1-D → one row, >2-D → flattened), sampled if large."""
+    x = t.detach()
     if x.dim() == 0:
         x = x.reshape(1, 1)
     elif x.dim() == 1:
         x = x.reshape(1, -1)
     elif x.dim() > 2:
         x = x.reshape(-1, x.shape[-1])
-    sampled = False
-    rs = max(1, math.ceil(x.shape[0] / MAX_CELLS))
-    cs = max(1, math.ceil(x.shape[1] / MAX_CELLS))
-    if rs > 1 or cs > 1:
-        x, sampled = x[::rs, ::cs], True
-    return x.tolist(), sampled
+    rs, cs = max(1, math.ceil(x.shape[0] / MAX_CELLS)), max(1, math.ceil(x.shape[1] / MAX_CELLS))
+    sampled = rs > 1 or cs > 1
+    x = x[::rs, ::cs]
+    values, masks = x.real.tolist(), x.imag.long().tolist()
+    return [list(zip(v, m)) for v, m in zip(values, masks)], sampled
 
 
-class ValueColors:
-    """Colour of a value: categorical (value v ↔ rank v−1) for small whole numbers, a ramp otherwise."""
-
-    def __init__(self, tensors: list[Any]):
-        values: set[float] = set()
-        lo, hi = math.inf, -math.inf
-        for t in tensors:
-            x = t.detach().to("cpu").double().reshape(-1)
-            if x.numel() == 0:
-                continue
-            lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
-            if len(values) <= 64:
-                values.update(float(v) for v in x.unique()[:65].tolist())
-        self.lo, self.hi = (lo, hi) if lo <= hi else (0.0, 1.0)
-        self.categorical = bool(values) and all(v == int(v) and 0 <= v <= 64 for v in values)
-        self.values = sorted(values) if len(values) <= 64 else []
-
-    def __call__(self, v: float) -> str:
-        if self.categorical:
-            return EMPTY if v == 0 else PALETTE[(int(v) - 1) % len(PALETTE)]
-        if not math.isfinite(v):
-            return "#000000"
-        span = self.hi - self.lo
-        return ramp((v - self.lo) / span) if span > 0 else ramp(0.5)
-
-    def legend(self) -> list[tuple[str, str]]:
-        if self.categorical:
-            return [(f"{v:g}", self(v)) for v in self.values if v != 0][:20]
-        return [(f"{self.lo:.3g}", ramp(0.0)), (f"{self.hi:.3g}", ramp(1.0))]
+def _dims(t: Any) -> tuple[int, int]:
+    grid, _ = _grid(t)
+    return len(grid), len(grid[0])
 
 
 def _fmt(v: float) -> str:
+    if not math.isfinite(v):
+        return str(v)
     return f"{v:.0f}" if v == int(v) and abs(v) < 1e5 else f"{v:.2g}"
 
 
@@ -76,36 +76,33 @@ class _Canvas:
     def __init__(self) -> None:
         self.parts: list[str] = []
 
-    def text(self, x: float, y: float, s: str, size: int = 12, anchor: str = "start", weight: str = "normal",
+    def text(self, x: float, y: float, s: str, size: float = 12, anchor: str = "start", weight: str = "normal",
              fill: str = "#222") -> None:
-        self.parts.append(f"<text x='{x:.1f}' y='{y:.1f}' font-size='{size}' text-anchor='{anchor}' "
+        self.parts.append(f"<text x='{x:.1f}' y='{y:.1f}' font-size='{size:g}' text-anchor='{anchor}' "
                           f"font-weight='{weight}' fill='{fill}' {FONT}>{html.escape(s)}</text>")
 
     def rect(self, x: float, y: float, w: float, h: float, fill: str, stroke: str = "none", sw: float = 0,
-             dash: str = "") -> None:
+             dash: str = "", title: str = "") -> None:
         d = f" stroke-dasharray='{dash}'" if dash else ""
-        self.parts.append(f"<rect x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' height='{h:.1f}' fill='{fill}' "
-                          f"stroke='{stroke}' stroke-width='{sw}'{d}/>")
+        head = (f"<rect x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' height='{h:.1f}' fill='{fill}' "
+                f"stroke='{stroke}' stroke-width='{sw:g}'{d}")
+        self.parts.append(f"{head}><title>{title}</title></rect>" if title else f"{head}/>")
 
 
-def _block_size(t: Any, cell: float) -> tuple[float, float]:
-    grid, _ = _as_grid(t)
-    return len(grid[0]) * cell, len(grid) * cell
-
-
-def _tensor(c: _Canvas, t: Any, x: float, y: float, cell: float, colors: ValueColors,
-            outline: tuple[int, int] | None = None) -> None:
-    grid, sampled = _as_grid(t)
+def _tensor(c: _Canvas, t: Any, x: float, y: float, cell: float, fill: OriginFill,
+            outline: tuple[int, int] | None = None, hover: bool = False) -> None:
+    grid, sampled = _grid(t)
     rows, cols = len(grid), len(grid[0])
     numbers = rows * cols <= 64 and cell >= 14
     flat_cols = t.shape[-1] if t.dim() >= 1 else 1
     for i, row in enumerate(grid):
-        for j, v in enumerate(row):
-            fill = colors(v)
-            c.rect(x + j * cell, y + i * cell, cell, cell, fill, "#dddddd" if cell >= 6 else "none", 0.5)
+        for j, (v, m) in enumerate(row):
+            f = fill(v, m)
+            c.rect(x + j * cell, y + i * cell, cell, cell, f, "#dddddd" if cell >= 6 else "none", 0.5,
+                   title=cell_title(v, m) if hover else "")
             if numbers:
                 c.text(x + (j + 0.5) * cell, y + (i + 0.68) * cell, _fmt(v), size=max(8, int(cell * 0.5)),
-                       anchor="middle", fill=text_color(fill))
+                       anchor="middle", fill=fill.ink(f))
     if outline is not None and not sampled:
         lo, hi = outline
         for k in range(lo, hi):
@@ -118,60 +115,66 @@ def _tensor(c: _Canvas, t: Any, x: float, y: float, cell: float, colors: ValueCo
 
 
 def _nothing(c: _Canvas, x: float, y: float, w: float, h: float, what: str) -> None:
+    lines = _wrap(what, w - 10, 11)
+    c.parts.append("<g class='mgpu-nothing'>")
     c.rect(x, y, w, h, "#fafafa", "#999999", 1, "4 3")
-    c.text(x + w / 2, y + h / 2 + 4, what, size=11, anchor="middle", fill="#777")
+    y0 = y + h / 2 - (len(lines) - 1) * 7 + 4
+    for k, line in enumerate(lines):
+        c.text(x + w / 2, y0 + 14 * k, line, size=11, anchor="middle", fill="#666")
+    c.parts.append("</g>")
 
 
-def _cell_size(tensors: list[Any], per_row: int) -> float:
-    cols = max((_as_grid(t)[0][0].__len__() for t in tensors), default=1)
-    rows = max((len(_as_grid(t)[0]) for t in tensors), default=1)
-    width_budget = 520 / max(1, per_row)
-    return max(3.0, min(20.0, width_budget / cols, 120 / rows))
+def _slots(h: Any) -> list[Any]:
+    return h if isinstance(h, list) else [h]
 
 
-def _tensors_in(holding: Any) -> list[Any]:
-    if holding is None:
-        return []
-    if isinstance(holding, list):
-        return [h for h in holding if h is not None]
-    return [holding]
+def _layout(cells: list[list[Any]], labels: list[list[str] | None], nothing: list[str],
+            cell: float | None) -> tuple[float, list[float], float, float]:
+    """Cell size, each column's entry width, the tallest block and the nothing-box height."""
+    ncol = len(labels)
+    tensors = [t for row in cells for h in row for t in _slots(h) if t is not None]
+    entries = [max([len(_slots(row[k])) for row in cells] + [1]) for k in range(ncol)]
+    tcols = max([_dims(t)[1] for t in tensors] + [1])
+    trows = max([_dims(t)[0] for t in tensors] + [1])
+    if cell is None:
+        room = WIDTH - LEFT - 40 - COL_GAP * ncol - GAP * sum(e - 1 for e in entries)
+        cell = max(3.0, min(22.0, room / (tcols * sum(entries)), 150 / trows))
+    bw, bh = tcols * cell, trows * cell
+    widths = []
+    for k in range(ncol):
+        need = [bw, 96.0 if any(s is None for row in cells for s in _slots(row[k])) else 0.0]
+        need += [_text_w(s, 10) for s in labels[k] or []]
+        widths.append(max(need))
+    lines = max(len(_wrap(nothing[k], w - 10, 11)) for k, w in enumerate(widths))
+    return cell, widths, bh, max(bh, 14.0 * lines + 12)
 
 
 def render_grid(title: str, subtitle: str, columns: list[str], cells: list[list[Any]],
-                entry_labels: list[list[str] | None] | None = None, nothing: list[str] | None = None,
+                labels: list[list[str] | None], nothing: list[str], op: str | None = None,
                 transfers: list[tuple[int, int, str]] | None = None, highlight: dict[int, Any] | None = None,
-                colors: ValueColors | None = None) -> str:
-    """SVG of a rank × column grid; ``cells[r][k]`` is a tensor, a list of slots, or None.
+                cell: float | None = None, hover: bool = False) -> str:
+    """SVG of a rank × column grid; ``cells[r][k]`` is a tracked tensor, a list of slots, or None.
 
-    ``entry_labels[k]`` labels the list entries of column k; ``nothing[k]`` is the text for None in
-    column k; ``transfers`` draw arrows between rank rows in the left gutter; ``highlight`` outlines
-    (per rank) a slot index or a flat element range in the last column.
+    ``labels[k]`` labels the list entries of column k; ``nothing[k]`` is the text for None in column k;
+    ``transfers`` draw arrows between rank rows in the left gutter; ``highlight`` outlines (per rank) a
+    slot index or a flat element range in the last column; ``cell`` fixes the size of one value.
     """
     n, ncol = len(cells), len(columns)
-    all_t = [t for row in cells for h in row for t in _tensors_in(h)]
-    colors = colors or ValueColors(all_t)
-    per_row = max([len(h) if isinstance(h, list) else 1 for row in cells for h in row] + [1])
-    cell = _cell_size(all_t, per_row * ncol) if all_t else 10.0
-    sample = all_t[0] if all_t else None
-    bw, bh = _block_size(sample, cell) if sample is not None else (60.0, 40.0)
-    gap, label_h = 8.0, 14.0
-    col_w = [max(bw + 0.0, 90.0) * max([len(row[k]) if isinstance(row[k], list) else 1 for row in cells] + [1])
-             + gap * 4 for k in range(ncol)]
-    gutter = 30 + 14 * len(transfers or [])
-    left = 70 + min(gutter, 120)
-    top = 48 + 18
-    row_h = bh + label_h + 18
-    legend = colors.legend()
-    width = max(left + sum(col_w) + 20, 24 + 9 * len(title), 24 + 6.5 * len(subtitle),
-                160 + sum(22 + 7 * len(t) for t, _ in legend) + (300 if colors.categorical else 0))
-    height = top + n * row_h + 40
+    fill = OriginFill(op)
+    cell, widths, bh, box_h = _layout(cells, labels, nothing, cell)
+    entries = [max([len(_slots(row[k])) for row in cells] + [1]) for k in range(ncol)]
+    col_w = [widths[k] * entries[k] + GAP * (entries[k] - 1) for k in range(ncol)]
+    gutter = 16 + 10 * min(8, len(transfers or []))
+    left = LEFT + gutter
+    top, label_h = 66.0, 14.0
+    row_h = box_h + label_h + 16
     c = _Canvas()
     c.text(12, 22, title, size=16, weight="bold")
     c.text(12, 40, subtitle, size=12, fill="#555")
     x = left
     for k, name in enumerate(columns):
-        c.text(x + col_w[k] / 2 - gap, top - 6, name, size=13, anchor="middle", weight="bold")
-        x += col_w[k]
+        c.text(x + col_w[k] / 2, top - 6, name, size=13, anchor="middle", weight="bold")
+        x += col_w[k] + COL_GAP
     for r in range(n):
         y = top + r * row_h + label_h
         c.rect(12, y, 12, 12, rank_color(r))
@@ -181,53 +184,63 @@ def render_grid(title: str, subtitle: str, columns: list[str], cells: list[list[
             h = cells[r][k]
             hl = (highlight or {}).get(r) if k == ncol - 1 else None
             if h is None:
-                _nothing(c, x, y, max(bw, 90.0), bh, (nothing or ["nothing"] * ncol)[k])
+                _nothing(c, x, y, widths[k], box_h, nothing[k])
             elif isinstance(h, list):
-                labels = (entry_labels or [None] * ncol)[k]
+                names = labels[k]
                 for j, slot in enumerate(h):
-                    sx = x + j * (max(bw, 90.0) + gap)
-                    c.text(sx, y - 3, labels[j] if labels else f"[{j}]", size=10, fill="#555")
+                    sx = x + j * (widths[k] + GAP)
+                    c.text(sx, y - 3, names[j] if names else f"[{j}]", size=10, fill="#555")
                     if slot is None:
-                        _nothing(c, sx, y, max(bw, 90.0), bh, "not yet")
+                        _nothing(c, sx, y, widths[k], box_h, "not yet")
                     else:
-                        _tensor(c, slot, sx, y, cell, colors)
+                        _tensor(c, slot, sx, y, cell, fill, hover=hover)
                     if hl == j:
-                        sw, sh = _block_size(slot, cell) if slot is not None else (max(bw, 90.0), bh)
+                        sw = _dims(slot)[1] * cell if slot is not None else widths[k]
+                        sh = _dims(slot)[0] * cell if slot is not None else box_h
                         c.rect(sx - 3, y - 3, sw + 6, sh + 6, "none", "#000000", 2.2)
             else:
-                _tensor(c, h, x, y, cell, colors, hl if isinstance(hl, tuple) else None)
-            x += col_w[k]
-    for i, (a, b, label) in enumerate(transfers or []):
+                _tensor(c, h, x, y, cell, fill, hl if isinstance(hl, tuple) else None, hover)
+            x += col_w[k] + COL_GAP
+    for i, (a, b, what) in enumerate(transfers or []):
         ya = top + a * row_h + label_h + bh / 2
         yb = top + b * row_h + label_h + bh / 2
-        gx = left - 12 - (i % 8) * 12
-        color = rank_color(a)
-        tip = html.escape(f"rank {a} → rank {b}: {label}")
-        c.parts.append(f"<path d='M {left - 6:.1f} {ya:.1f} C {gx - 30:.1f} {ya:.1f}, {gx - 30:.1f} {yb:.1f}, "
-                       f"{left - 8:.1f} {yb:.1f}' fill='none' stroke='{color}' stroke-width='2' "
-                       f"marker-end='url(#mgpu-arrow-{a % len(PALETTE)})'><title>{tip}"
-                       "</title></path>")
+        gx = left - 10 - (i % 8) * 10
+        tip = html.escape(f"rank {a} → rank {b}: {what}")
+        c.parts.append(f"<path d='M {left - 6:.1f} {ya:.1f} C {gx - 24:.1f} {ya:.1f}, {gx - 24:.1f} {yb:.1f}, "
+                       f"{left - 8:.1f} {yb:.1f}' fill='none' stroke='{rank_color(a)}' stroke-width='2' "
+                       f"marker-end='url(#mgpu-arrow-{a % 20})'><title>{tip}</title></path>")
     markers = "".join(
-        f"<marker id='mgpu-arrow-{a % len(PALETTE)}' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='6' "
+        f"<marker id='mgpu-arrow-{a % 20}' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='6' "
         f"markerHeight='6' orient='auto-start-reverse'><path d='M 0 0 L 10 5 L 0 10 z' fill='{rank_color(a)}'/>"
         "</marker>" for a in sorted({a for a, _, _ in transfers or []}))
-    ly = height - 18
-    lx = 12.0
-    c.text(lx, ly + 10, "values:" if colors.categorical else "value range:", size=11, fill="#555")
-    lx += 60
-    for text, fill in legend:
-        c.rect(lx, ly, 12, 12, fill, "#888", 0.5)
-        c.text(lx + 15, ly + 10, text, size=11)
-        lx += 22 + 7 * len(text)
-    if colors.categorical:
-        c.text(lx + 6, ly + 10, "(value v has rank v−1's colour; 0 is white)", size=10, fill="#777")
-    defs = f"<defs>{markers}</defs>" if markers else ""
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
-            f"viewBox='0 0 {width:.0f} {height:.0f}' style='background:#fff'>{defs}"
-            + "".join(c.parts) + "</svg>")
+    body_w = left + sum(col_w) + COL_GAP * (ncol - 1) + 16
+    width = max(body_w, 24 + _text_w(title, 16), 24 + _text_w(subtitle, 12))
+    ly = top + n * row_h + 8
+    legend_h = _legend(c, fill, 12, ly, max(width, 520) - 24)
+    width = max(width, 520)
+    height = ly + legend_h + 8
+    defs = f"<defs>{markers}{fill.defs()}</defs>"
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' class='mgpu-collective-svg' width='{width:.0f}' "
+            f"height='{height:.0f}' viewBox='0 0 {width:.0f} {height:.0f}' "
+            f"style='background:#fff;max-width:100%;height:auto'>{defs}" + "".join(c.parts) + "</svg>")
 
 
-def entry_labels(name: str, n: int, src: int) -> tuple[list[str] | None, list[str] | None]:
+def _legend(c: _Canvas, fill: OriginFill, x0: float, y0: float, width: float) -> float:
+    """Draw the colour key (wrapping to ``width``); returns its height."""
+    head = "colour = whose data a value holds:"
+    c.text(x0, y0 + 10, head, size=11, fill="#555")
+    x, y = x0 + _text_w(head, 11) * 0.9 + 8, y0
+    for f, label in fill.legend():
+        w = 20 + _text_w(label, 11) * 0.9  # the key's gaps may be a little tight, never its boxes
+        if x + w > x0 + width:
+            x, y = x0 + 12, y + 18
+        c.rect(x, y, 12, 12, f, "#888", 0.5)
+        c.text(x + 16, y + 10, label, size=11)
+        x += w + 12
+    return y - y0 + 18
+
+
+def entry_labels(name: str, n: int) -> tuple[list[str] | None, list[str] | None]:
     """Labels of list entries in the before and after columns of collective ``name``."""
     before = [f"chunk {j} → rank {j}" for j in range(n)] if name in ("reduce_scatter", "all_to_all", "scatter") \
         else None
@@ -242,26 +255,47 @@ def nothing_text(name: str, src: int) -> tuple[str, str]:
     return before, after
 
 
-def before_after_svg(name: str, op: str | None, src: int | None, before: list[Any], after: list[Any],
+def tracked_schedule(name: str, op: str | None, src: int | None, inputs: list[Any]) -> list[sched.Frame]:
+    """The logical schedule run on tracked inputs: every frame's values know which ranks they came from."""
+    return sched.schedule(name, [track(x, r) for r, x in enumerate(inputs)], op or "sum", src or 0)
+
+
+def before_after_svg(name: str, op: str | None, src: int | None, inputs: list[Any], after: list[Any],
                      backend: str = "", seconds: float | None = None) -> str:
-    """The before/after figure of one collective run: one row per rank, columns before and after."""
-    n = len(before)
+    """The before/after figure of one collective run: one row per rank, columns before and after.
+
+    ``inputs`` are the ranks' input tensors, ``after`` what each rank held afterwards (captured on the
+    ranks); the origin of every value comes from the logical schedule run on tracked inputs."""
+    n = len(inputs)
     title = name + (f" (op {op})" if op else "") + (f", root rank {src}" if src is not None else "")
     took = f", {seconds * 1e3:.2f} ms (slowest rank)" if seconds is not None else ""
     subtitle = f"{n} ranks{', ' + backend if backend else ''}{took} — real results captured on the ranks"
-    bl, al = entry_labels(name, n, src or 0)
+    final = tracked_schedule(name, op, src, inputs)[-1].holdings
+    before = [coll.before_entries(name, track(x, r), r, src or 0, n) for r, x in enumerate(inputs)]
+    cells = [[before[r], attach(after[r], final[r])] for r in range(n)]
+    bl, al = entry_labels(name, n)
     nb, na = nothing_text(name, src or 0)
-    cells = [[before[r], after[r]] for r in range(n)]
-    return render_grid(title, subtitle, ["before", "after"], cells, [bl, al], [nb, na])
+    return render_grid(title, subtitle, ["before", "after"], cells, [bl, al], [nb, na], op, hover=True)
 
 
-def frame_svg(name: str, op: str | None, src: int | None, frame: Any, index: int, total: int,
-              colors: ValueColors, n: int) -> str:
-    """One frame of the logical-schedule animation as SVG (holdings after the step, arrows for transfers)."""
+def frame_svg(name: str, op: str | None, src: int | None, frame: sched.Frame, index: int, total: int, n: int,
+              cell: float | None = None) -> str:
+    """One frame of the logical-schedule animation (tracked holdings after the step, arrows for transfers)."""
     title = f"{name}{f' (op {op})' if op else ''} — logical schedule, step {index}/{total - 1}"
-    bl, al = entry_labels(name, n, src or 0)
+    bl, al = entry_labels(name, n)
     labels = al if (index > 0 and al) else bl
     _, na = nothing_text(name, src or 0)
     cells = [[h] for h in frame.holdings]
-    return render_grid(title, frame.caption, ["holds"], cells, [labels], [na if index else "nothing"],
-                       frame.transfers, frame.highlight, colors)
+    return render_grid(title, frame.caption, ["holds"], cells, [labels], [na if index else "nothing"], op,
+                       frame.transfers, frame.highlight, cell)
+
+
+def schedule_frames(name: str, op: str | None, src: int | None, inputs: list[Any]) -> tuple[list[str], list[str]]:
+    """Every frame of the logical schedule as SVG (one scale for all), and the captions."""
+    frames = tracked_schedule(name, op, src, inputs)
+    n = len(inputs)
+    every = [[h] for f in frames for h in f.holdings]
+    bl, al = entry_labels(name, n)
+    cell, _, _, _ = _layout(every, [al or bl], ["nothing"], None)
+    svgs = [frame_svg(name, op, src, f, i, len(frames), n, cell) for i, f in enumerate(frames)]
+    return svgs, [f.caption for f in frames]

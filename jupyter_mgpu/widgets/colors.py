@@ -1,8 +1,8 @@
 """Rank colours shared by every widget: rank k has the same colour in every picture.
 
 A tab20-like categorical palette: the ten strong colours first (ranks 0–9), then their ten light
-companions (ranks 10–19), then it repeats. Values in the collective pictures use the same mapping
-(value v ↔ rank v−1), so the demo data ``rank + 1`` keeps its rank's colour wherever it goes.
+companions (ranks 10–19), then it repeats. A rank colour only ever stands for a rank: the collective
+pictures colour a value by the rank its data came from (``collective_colors.py``), never by the value.
 """
 
 from __future__ import annotations
@@ -26,14 +26,3 @@ def text_color(background: str) -> str:
     """Black or white, whichever reads better on ``background`` (a ``#rrggbb`` colour)."""
     r, g, b = (int(background[i:i + 2], 16) for i in (1, 3, 5))
     return "#000000" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "#ffffff"
-
-
-def ramp(t: float) -> str:
-    """A sequential colour for ``t`` in [0, 1] (light yellow → dark blue), for data that is not categorical."""
-    t = min(1.0, max(0.0, t))
-    stops = ((255, 255, 217), (127, 205, 187), (29, 145, 192), (37, 52, 148), (8, 29, 88))
-    pos = t * (len(stops) - 1)
-    i = min(int(pos), len(stops) - 2)
-    f = pos - i
-    c = [round(a + (b - a) * f) for a, b in zip(stops[i], stops[i + 1])]
-    return "#%02x%02x%02x" % tuple(c)

@@ -158,10 +158,10 @@ def placement_view(tensor: Any, dims: Any = None) -> PlacementWidget:
     tensor.check()
     try:
         data = pdata.view_data(tensor.shape, tensor.placement, tensor.world_size, tensor.itemsize,
-                               f"{tensor.handle_id} {tensor.shape} {tensor.dtype_name}", dims)
+                               f"{tensor.shape} {tensor.dtype_name}", dims)
     except ValueError as exc:
         raise MgpuError(str(exc)) from None
-    w = PlacementWidget(data=data, mode="view", title=f"{tensor.handle_id}: {tensor.placement.label}",
+    w = PlacementWidget(data=data, mode="view", title=f"placement {tensor.placement.label}",
                         badge=f"{tensor.world_size} ranks")
     try:
         w.text_summary = repr(tensor) + "\n" + text_diagram(tensor.shape, tensor.placement, tensor.world_size, dims)

@@ -95,7 +95,9 @@ def trace_data(events: list[dict], tensors: dict[str, dict], world_size: int,
         p = lay.layout(shape, [(0, tuple(_full(box, shape, d))) for _, box in boxes], d)[0]
         size = (shape[d[0]] if len(d) == 2 else 1, shape[d[-1]])
         pindex[n] = len(panels)
-        panels.append(_panel_out(p, meta.get("label", n) + f" {tuple(meta['shape'])}", size, meta.get("itemsize", 1),
+        title = meta.get("label", n) + f" {tuple(meta['shape'])}"
+        same = sum(q["title"].split(" #")[0] == title for q in panels)  # two tensors drawn alike: number them
+        panels.append(_panel_out(p, title + (f" #{same + 1}" if same else ""), size, meta.get("itemsize", 1),
                                  (f"dim {d[0]}" if len(d) == 2 else "", f"dim {d[-1]}")))
         panels[-1]["_layout"] = p
     blocks: list[list] = []

@@ -21,9 +21,9 @@ export async function openBrowser({ viewport = { width: 1280, height: 900 }, ext
   const consoleErrors = [];
   const watch = (p, tag) => {
     p.on('console', msg => {
-      if (msg.type() === 'error') consoleErrors.push(`${tag}console: ${msg.text()} (${msg.location().url}:${msg.location().lineNumber})`);
+      if (msg.type() === 'error') consoleErrors.push(`${tag}console: ${msg.text()} (${msg.location().url}:${msg.location().lineNumber}) at ${new Date().toISOString()}`);
     });
-    p.on('pageerror', err => consoleErrors.push(`${tag}${String(err)}`));
+    p.on('pageerror', err => consoleErrors.push(`${tag}${String(err)} at ${new Date().toISOString()}`));
   };
   const page = context.pages()[0] ?? (await context.newPage());
   watch(page, '');

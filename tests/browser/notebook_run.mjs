@@ -63,7 +63,8 @@ const layout = () => page.evaluate(() => {
             width: Math.round(box.width) });
         }
       }
-      for (const pre of area.querySelectorAll('.jp-RenderedText pre')) {
+      // tables and printed results; error messages (stderr) are sentences and may wrap
+      for (const pre of area.querySelectorAll('.jp-RenderedText:not([data-mime-type="application/vnd.jupyter.stderr"]) pre')) {
         probe.textContent = 'M'.repeat(100);
         probe.style.cssText = 'position:absolute; visibility:hidden; white-space:pre';
         pre.appendChild(probe);
@@ -93,11 +94,20 @@ try {
   });
   if (hooks.during) await hooks.during(ctx);
   await page.waitForFunction(() => window.__mgpuRunAll !== null, null, { timeout: T, polling: 250 });
+  // Run All settles at the first error (even in a cell tagged raises-exception) while the kernel goes on
+  // with the queued cells: a silent request queued after them is answered once they all ran (or were
+  // aborted after an untagged error)
+  await page.evaluate(async (t) => {
+    const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    const done = kernel.requestExecute({ code: '', silent: true, store_history: false, stop_on_error: false }).done;
+    await Promise.race([done, new Promise((_, no) => setTimeout(() => no(new Error('cells still running')), t))]);
+  }, T);
   const run = await page.evaluate(() => window.__mgpuRunAll);
   const seconds = (Date.now() - t0) / 1000;
   // executed means a count; an error output outside cells tagged raises-exception is a failure
   const cells = await page.evaluate(() => window.jupyterapp.shell.currentWidget.content.widgets.map((c, i) => ({
     index: i, type: c.model.type, count: c.model.type === 'code' ? c.model.executionCount : null,
+    ran: c.model.getMetadata('execution') || null,
     raises: (c.model.getMetadata('tags') || []).includes('raises-exception'),
     error: c.model.type === 'code' && Array.from({ length: c.model.outputs.length }, (_, k) => c.model.outputs.get(k))
       .some(o => o.type === 'error')

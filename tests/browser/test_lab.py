@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from lab_server import CHROMIUM, REPO  # noqa: F401  (REPO, CHROMIUM: also imported by the other browser tests)
 from processes import wait_gone
 

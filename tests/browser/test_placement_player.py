@@ -13,9 +13,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
-
 from lab_server import CHROMIUM, REPO
+from nbformat.v4 import new_code_cell, new_notebook
 
 ARTIFACTS = REPO / "test-artifacts" / "browser-placement"
 SCRIPT = Path(__file__).with_name("placement_player.mjs")

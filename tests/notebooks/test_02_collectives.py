@@ -3,10 +3,9 @@
 import re
 
 import pytest
+from labrun import assert_page_is_clean, run_in_lab
 
-from nbrun import by_source, execute_notebook
-
-pytestmark = pytest.mark.notebook
+pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
 
 
 def _outputs(nb, prefix):
@@ -21,9 +20,29 @@ def _mime(outputs, mime):
             and mime in o["data"]]
 
 
-def test_collectives_notebook_runs_and_shows_every_collective():
-    nb = execute_notebook("02_collectives.ipynb")
-    text = by_source(nb)
+
+SHOTS = {
+    '01_all_reduce': '%mgpu_collective all_reduce',
+    '02_reduce': '%mgpu_collective reduce ',
+    '03_broadcast': '%mgpu_collective broadcast',
+    '04_all_gather': '%mgpu_collective all_gather',
+    '05_reduce_scatter': '%mgpu_collective reduce_scatter --op sum --shape',
+    '06_scatter': '%mgpu_collective scatter',
+    '07_gather': '%mgpu_collective gather',
+    '08_all_to_all': '%mgpu_collective all_to_all',
+    '09_send_recv': '%mgpu_collective send_recv',
+    '10_own_tensors': 'A = mg.arange',
+    '11_bench': '%mgpu_bench',
+}
+
+
+@pytest.fixture(scope="module")
+def run(lab):
+    return run_in_lab(lab, '02_collectives.ipynb', SHOTS)
+
+
+def test_collectives_notebook_runs_and_shows_every_collective(run):
+    nb, text = run.nb, run.text
     assert "mgpu: 4 engines ready (4 × CPU virtual device, gloo" in text["%load_ext jupyter_mgpu"]
     titles = {
         "%mgpu_collective all_reduce": "all_reduce (op max)",
@@ -61,3 +80,20 @@ def test_collectives_notebook_runs_and_shows_every_collective():
     assert len(rows) == 4 * 6 and all(r[-1] == "0" for r in rows)  # 4 collectives x 6 sizes, #wrong 0
     assert _mime(bench, "application/vnd.plotly.v1+json") and _mime(bench, "image/svg+xml")
     assert "engines stopped" in text["%mgpu_shutdown"]
+
+
+def test_boxes_hold_their_text_and_split_collectives_are_readable(run):
+    seen = run.steps["collectives"]
+    assert len(seen["boxes"]) >= 6 and all(b["inside"] for b in seen["boxes"]), seen["boxes"]
+    assert all(px >= 9 for px in seen["smallest"]), seen["smallest"]  # no thumbnails
+
+
+def test_colours_stand_for_ranks_and_the_benchmark_names_no_root_minus_one(run):
+    svg = _mime(run.outputs("%mgpu_collective reduce "), "image/svg+xml")[0]
+    assert "url(#mgpu-mix-15)" in svg  # rank 0's sum holds every rank's data: stripes of the 4 colours
+    assert all(c not in svg for c in ("#9467bd", "#8c564b", "#e377c2", "#17becf"))  # colours of ranks 4-9
+    assert " -1 " not in run.text["%mgpu_bench"]
+
+
+def test_page_is_clean(run):
+    assert_page_is_clean(run)

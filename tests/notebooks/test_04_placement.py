@@ -3,7 +3,6 @@
 import re
 
 import pytest
-
 from labrun import assert_page_is_clean, run_in_lab
 
 pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]

@@ -13,7 +13,7 @@ from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.ops import collectives as coll
 from jupyter_mgpu.ops import demo_inputs as demo
 from jupyter_mgpu.widgets import colors
-from jupyter_mgpu.widgets.collective import ValueColors, before_after_svg, frame_svg
+from jupyter_mgpu.widgets.collective import before_after_svg, frame_svg, tracked_schedule
 from jupyter_mgpu.widgets.player import FramePlayer
 
 
@@ -195,10 +195,40 @@ def test_rank_colours_are_stable_and_distinct():
         colors.rank_color(-1)
 
 
-def test_values_take_the_colour_of_rank_value_minus_one():
-    vc = ValueColors([torch.tensor([0.0, 1.0, 3.0])])
-    assert vc.categorical and vc(0) == colors.EMPTY and vc(1) == colors.rank_color(0) and vc(3) == colors.rank_color(2)
-    assert not ValueColors([torch.tensor([0.5, 2.25])]).categorical
+def _fills(svg: str) -> set[str]:
+    return set(re.findall(r"<rect [^>]*fill='([^']+)'", svg))
+
+
+def test_values_take_the_colour_of_the_rank_they_came_from_never_a_rank_for_a_value():
+    n = 4
+    xs = [torch.full((2, 2), float(r + 1)) for r in range(n)]
+    svg = before_after_svg("all_reduce", "sum", None, xs, reference("all_reduce", xs, "sum", 0))
+    # the sum 10 holds every rank's data: stripes of ranks 0-3, defined once; no colour of a rank past 3
+    assert "url(#mgpu-mix-15)" in svg and svg.count("<pattern id='mgpu-mix-15'") == 1
+    assert all(colors.rank_color(r) not in _fills(svg) for r in range(n, 20))
+    # values 0..23 of an arange all_gather: only the 4 ranks' colours and white (0), whatever the values
+    ar = [torch.arange(6.0).reshape(2, 3) + 6 * r for r in range(n)]
+    fills = _fills(before_after_svg("all_gather", None, None, ar, reference("all_gather", ar, "sum", 0)))
+    assert fills - {"none"} <= {colors.rank_color(r) for r in range(n)} | {colors.EMPTY, "#fafafa"}
+
+
+def test_max_keeps_the_origin_of_the_winner_and_both_on_a_tie():
+    xs = [torch.tensor([1.0, 5.0, 2.0]), torch.tensor([3.0, 2.0, 2.0])]
+    final = tracked_schedule("all_reduce", "max", None, xs)[-1].holdings
+    assert final[0].real.tolist() == [3.0, 5.0, 2.0]
+    assert final[0].imag.long().tolist() == [0b10, 0b01, 0b11]
+    summed = tracked_schedule("reduce_scatter", "sum", None, [torch.tensor([0.0, 4.0]), torch.tensor([2.0, 0.0])])
+    assert [h.imag.long().tolist() for h in summed[-1].holdings] == [[0b10], [0b01]]  # zeros add nothing
+
+
+def test_sizes_and_boxes_fit_the_figure():
+    n = 4
+    xs = [demo.demo_tensor(r, (12, 12)) for r in range(n)]
+    svg = before_after_svg("reduce_scatter", "sum", None, xs, reference("reduce_scatter", xs, "sum", 0))
+    width = float(re.search(r"width='([\d.]+)'", svg).group(1))
+    assert width <= 900
+    cells = [float(w) for w in re.findall(r"<rect x='[\d.]+' y='[\d.]+' width='([\d.]+)' height='\1' fill='[^n]", svg)]
+    assert min(cells) >= 9  # a 3x12 chunk is drawn at a readable size, not a thumbnail
 
 
 def test_before_after_svg_has_a_row_per_rank_and_says_who_receives_nothing():
@@ -208,19 +238,18 @@ def test_before_after_svg_has_a_row_per_rank_and_says_who_receives_nothing():
     svg = before_after_svg("reduce", "max", 1, xs, after, "gloo", 0.001)
     assert svg.startswith("<svg") and svg.endswith("</svg>")
     assert all(f"rank {r}" in svg for r in range(n))
-    assert svg.count("receives nothing (root is rank 1)") == 2
+    assert svg.count(">receives nothing<") == 2 and svg.count(">(root is rank 1)<") == 2  # on two lines: it fits
     assert "reduce (op max), root rank 1" in svg
     # rank 2's colour is drawn (its value 3 survives the max), rank 1's value 2 does too
     assert colors.rank_color(2) in svg and colors.rank_color(1) in svg
     lists = before_after_svg("all_gather", None, None, xs, reference("all_gather", xs, "sum", 0))
-    assert lists.count("from rank 2") == n
+    assert lists.count(">from rank 2<") == n + 1  # a label above each slot, and the key
 
 
 def test_frame_svg_draws_the_transfers_as_arrows():
     xs = [torch.full((4,), float(r + 1)) for r in range(4)]
-    frames = sched.schedule("all_reduce", xs, "sum")
-    vc = ValueColors(xs)
-    svg = frame_svg("all_reduce", "sum", None, frames[1], 1, len(frames), vc, 4)
+    frames = tracked_schedule("all_reduce", "sum", None, xs)
+    svg = frame_svg("all_reduce", "sum", None, frames[1], 1, len(frames), 4)
     assert "logical schedule" in svg and len(re.findall(r"<path d='M [0-9.]+ [0-9.]+ C", svg)) == 4
     assert "rank 3 → rank 0: chunk" in svg
 
@@ -260,8 +289,9 @@ def test_bench_table_plot_and_svg_views():
     ok = _bench_result()
     text = ok.table()
     assert "# all_reduce" in text and "# all_gather" in text and "#wrong" in text and "(GB/s)" in text
-    assert re.search(r"\n\s+1048576\s+262144\s+float32\s+sum\s+-1\s+2000\.0\s+0\.52\s+0\.79\s+0\n", text)
+    assert re.search(r"\n\s+1048576\s+262144\s+float32\s+sum\s+-\s+2000\.0\s+0\.52\s+0\.79\s+0\n", text)
     assert text.endswith("# Out of bounds values : 0 OK") and ok.wrong == 0
+    assert " -1 " not in text and "<td>-1</td>" not in ok._repr_html_()  # no root: "-", not nccl-tests' -1
     fig = ok.figure()
     assert [t.name for t in fig.data] == ["all_reduce", "all_gather"] and fig.layout.xaxis.type == "log"
     assert list(fig.data[0].y) == [r["busbw"] for r in ok.rows[:2]]
