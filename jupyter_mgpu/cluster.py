@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import rundir as rd
+from .deferred_interrupt import deferred_interrupt
 from .devices import DeviceInfo
 from .engine.launcher import ENGINE_FILE
 from .errors import EngineDiedError, MgpuError
@@ -102,19 +103,26 @@ class Cluster:
             "cwd": os.getcwd(),
             "sys_path": list(dict.fromkeys([os.getcwd(), *paths])),
         }
-        controller = _spawn(path, [
-            "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime), "--usethreads",
-            f"--ping={CONTROLLER_PING_MS}", "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}",
-            "--log-level=WARN"])
-        rd.write_json(path / "launch.json", config)
-        if supervisor is None:
-            supervisor = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path)])
-        cluster = cls(spec, cluster_id, path, controller, supervisor)
-        cluster._write_state("starting")
+        cluster = None
         try:
+            with deferred_interrupt():  # both processes start and are known, or neither
+                controller = _spawn(path, [
+                    "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime), "--usethreads",
+                    f"--ping={CONTROLLER_PING_MS}", "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}",
+                    "--log-level=WARN"])
+                try:
+                    rd.write_json(path / "launch.json", config)
+                    if supervisor is None:
+                        supervisor = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path)])
+                except BaseException:
+                    _kill_group(controller.pid)
+                    raise
+                cluster = cls(spec, cluster_id, path, controller, supervisor)
+            cluster._write_state("starting")
             cluster._connect()
         except BaseException:
-            cluster.stop()
+            if cluster is not None:
+                cluster.stop()
             raise
         cluster._write_state("running")
         return cluster
@@ -217,7 +225,14 @@ class Cluster:
         )
 
     def stop(self) -> None:
-        """End engines, supervisor and controller (SIGTERM, then SIGKILL), close the client, remove files."""
+        """End engines, supervisor and controller (SIGTERM, then SIGKILL), close the client, remove files.
+
+        The stop button cannot cut this short: a second press takes effect when everything is gone.
+        """
+        with deferred_interrupt():
+            self._stop()
+
+    def _stop(self) -> None:
         import shutil
 
         if self.client is not None:

@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from . import session as sessmod
+from .engine.shipped_function import ship
 from .errors import MgpuError
 from .ops import collective_schedule as sched
 from .ops import collectives as coll
@@ -27,17 +28,27 @@ _run_ids = itertools.count(1)  # names each run in the ranks' traces
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int16", "int8", "uint8")
 
 
-def _check_name_op_src(name: str, op: Any, src: Any, world_size: int) -> tuple[str, str, int]:
+SENDING_ROOT = ("broadcast", "scatter")  # torch names their root src; reduce and gather name it dst
+
+
+def _check_name_op_root(name: str, op: Any, src: Any, dst: Any, world_size: int) -> tuple[str, str, int]:
+    """Canonical name and op, and the root rank, accepting torch's names for it: ``src`` for
+    broadcast/scatter, ``dst`` for reduce/gather (``src`` stays accepted for every collective)."""
     try:
         name = coll.canonical_name(name)
         op = coll.canonical_op(op)
     except ValueError as exc:
         raise MgpuError(str(exc)) from None
-    if isinstance(src, bool) or not isinstance(src, int):
-        raise MgpuError(f"src must be a rank number, got {src!r}")
-    if not 0 <= src < world_size:
-        raise MgpuError(f"src rank {src} is out of range: this session has ranks 0-{world_size - 1}")
-    return name, op, src
+    if dst is not None and name in SENDING_ROOT:
+        raise MgpuError(f"{name} takes its root as src (torch.distributed.{name}(..., src=0)), not dst")
+    if dst is not None and src is not None and dst != src:
+        raise MgpuError(f"give the root of {name} once: src={src!r} and dst={dst!r} differ")
+    key, root = ("dst", dst) if dst is not None else ("src", 0 if src is None else src)
+    if isinstance(root, bool) or not isinstance(root, int):
+        raise MgpuError(f"{key} must be a rank number, got {root!r}")
+    if not 0 <= root < world_size:
+        raise MgpuError(f"{key} rank {root} is out of range: this session has ranks 0-{world_size - 1}")
+    return name, op, root
 
 
 def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str]:
@@ -61,7 +72,7 @@ def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str
                             "this collective")
         return ("shard", inputs.handle_id), f"local shards of {inputs.handle_id}"
     if callable(inputs):
-        return ("fn", coll.can_function(inputs)), f"{getattr(inputs, '__name__', 'function')}(rank)"
+        return ("fn", ship(inputs)), f"{getattr(inputs, '__name__', 'function')}(rank)"
     if isinstance(inputs, (list, tuple)):
         if len(inputs) != s.world_size:
             raise MgpuError(f"a list of inputs needs one tensor per rank ({s.world_size}), got {len(inputs)}")
@@ -90,7 +101,8 @@ class CollectiveResult:
 
     def __repr__(self) -> str:
         op = f", op={self.op}" if self.op else ""
-        src = f", src={self.src}" if self.src is not None else ""
+        key = "src" if self.name in SENDING_ROOT else "dst"
+        src = f", {key}={self.src}" if self.src is not None else ""
         shape = tuple(self.inputs[0].shape) if self.inputs else ()
         return (f"<CollectiveResult {self.name}{op}{src} on {self.world_size} ranks, inputs {shape} "
                 f"{str(self.inputs[0].dtype).replace('torch.', '') if self.inputs else ''}, "
@@ -160,21 +172,22 @@ def holdings_equal(a: Any, b: Any) -> bool:
     return bool(torch.equal(a, b))
 
 
-def collective(name: str, inputs: Any = None, op: str = "sum", src: int = 0, shape: Any = None,
-               dtype: str = "float32", *, session: Any = None,
+def collective(name: str, inputs: Any = None, op: str = "sum", src: int | None = None, shape: Any = None,
+               dtype: str = "float32", *, dst: int | None = None, session: Any = None,
                max_bytes: int = MAX_CAPTURE_BYTES) -> CollectiveResult:
     """Run collective ``name`` on every rank for real and capture each rank's data before and after.
 
     ``inputs``: None (demo shapes of ``shape``, default 11x11, value rank+1, ``dtype``), a function
     ``rank -> tensor`` run on each rank, a :class:`~jupyter_mgpu.tensor.DistTensor` (its local
     shards) or a list of one tensor per rank. ``op`` (sum, product, min, max, avg) is used by
-    reduce, all_reduce and reduce_scatter; ``src`` is the root of broadcast, reduce, scatter, gather.
+    reduce, all_reduce and reduce_scatter. The root (default 0) is named as torch names it: ``src`` for
+    broadcast and scatter, ``dst`` for reduce and gather (``src`` is accepted for those too).
     Every rank's data comes back to the notebook to be drawn, so inputs over ``max_bytes`` per rank
     (64 MiB) are refused; time large sizes with :func:`jupyter_mgpu.bench`.
     """
     s = session or sessmod.current()
     n = s.world_size
-    name, op, src = _check_name_op_src(name, op, src, n)
+    name, op, src = _check_name_op_root(name, op, src, dst, n)
     if name in coll.REDUCING:
         try:
             coll.check_backend_op(s.backend, op)

@@ -83,9 +83,10 @@ class DirectChannel:
                 if attempt:
                     raise ChannelClosed(rank) from None
 
-    def call(self, ranks: list[int], bufs: list[Any], check: Callable[[list[int]], None],
+    def call(self, ranks: list[int], bufs: list[Any], check: Callable[[list[int], dict[int, Any]], None],
              poll: float = 0.05) -> dict[int, Any]:
-        """Send one request to ``ranks`` and wait for every reply; ``check(pending)`` runs between polls.
+        """Send one request to ``ranks`` and wait for every reply; ``check(pending, replies so far)``
+        runs between polls.
 
         ``check`` raises to stop waiting (a dead rank, a timeout); replies to earlier, abandoned
         requests are read and dropped. Raises :class:`ChannelClosed` if a rank's socket closes.
@@ -102,7 +103,7 @@ class DirectChannel:
                     self.forget(r)
                 raise
 
-    def _replies(self, rid: int, ranks: list[int], check: Callable[[list[int]], None],
+    def _replies(self, rid: int, ranks: list[int], check: Callable[[list[int], dict[int, Any]], None],
                  poll: float) -> dict[int, Any]:
         results: dict[int, Any] = {}
         by_fd = {self.socks[r].fileno(): r for r in ranks}
@@ -119,5 +120,5 @@ class DirectChannel:
                 if json.loads(bytes(parts[0])).get("id") == rid:
                     results[r] = direct.load_value(parts[1:])
             if not ready:  # a quiet poll: is anyone dead, is the time up?
-                check([r for r in ranks if r not in results])
+                check([r for r in ranks if r not in results], results)
         return results

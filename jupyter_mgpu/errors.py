@@ -7,6 +7,14 @@ class MgpuError(RuntimeError):
     """A user-facing error of jupyter_mgpu; notebooks show its message without a traceback."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """The stop button ended a call on the ranks; the message says what became of the process group."""
+
+
+# Notebooks and kernel clients (``ename`` of the execute reply) see it as the KeyboardInterrupt it is.
+Interrupted.__name__ = Interrupted.__qualname__ = "KeyboardInterrupt"
+
+
 class RankError(MgpuError):
     """Code failed on one or more ranks; ``ranks`` lists them, ``errors`` maps rank to the remote error."""
 

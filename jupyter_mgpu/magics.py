@@ -12,7 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import session as sessmod
 from .devices import format_bytes
-from .errors import MgpuError
+from .errors import Interrupted, MgpuError
 
 
 def _parse(magic: Any, line: str) -> Any:
@@ -90,8 +90,14 @@ class MgpuMagics(Magics):
             except ValueError:
                 raise UsageError(f"--timeout takes seconds, got {args.timeout!r}") from None
         start = time.perf_counter()
-        s = sessmod.init(n, cpu=args.cpu, devices=args.devices, backend=args.backend,
-                         mem_per_device=args.mem_per_device, timeout=timeout, restart=args.restart)
+        try:
+            s = sessmod.init(n, cpu=args.cpu, devices=args.devices, backend=args.backend,
+                             mem_per_device=args.mem_per_device, timeout=timeout, restart=args.restart)
+        except Interrupted:
+            raise
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted while starting the cluster; nothing of it is left running, "
+                              "run %mgpu_init again") from None
         took = time.perf_counter() - start
         dev = s.devices[0]
         what = "GPU" if dev.kind == "cuda" else "CPU virtual device"
@@ -129,7 +135,10 @@ class MgpuMagics(Magics):
         if s is None:
             print("mgpu: no session is running")
             return
-        s.shutdown()
+        try:
+            s.shutdown()
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted, but the engines were stopped all the same") from None
         print("mgpu: engines stopped")
 
     @magic_arguments()
@@ -159,7 +168,8 @@ class MgpuMagics(Magics):
     @argument("name", help="broadcast, reduce, all_reduce, all_gather, reduce_scatter, scatter, gather, "
               "all_to_all, barrier or send_recv")
     @argument("--op", default="sum", help="reduce op: sum, product, min, max, avg (reduce, all_reduce, reduce_scatter)")
-    @argument("--src", "--root", dest="src", default="0", help="root rank of broadcast, reduce, scatter, gather")
+    @argument("--src", "--root", dest="src", default=None, help="root rank of broadcast, scatter (and of reduce, gather)")
+    @argument("--dst", default=None, help="root rank of reduce, gather (torch's name)")
     @argument("--shape", default=None, help="shape of the demo tensors, e.g. 12x12 (default 11x11)")
     @argument("--dtype", default="float32", help="dtype of the demo tensors")
     @argument("--inputs", default=None, help="a notebook variable: a function rank -> tensor, or a DistTensor")
@@ -170,16 +180,20 @@ class MgpuMagics(Magics):
         from .collective import collective
 
         args = _parse(self.mgpu_collective, line)
-        try:
-            src = int(args.src)
-        except ValueError:
-            raise UsageError(f"--src takes a rank number, got {args.src!r}") from None
+        roots = {}
+        for key in ("src", "dst"):
+            value = getattr(args, key)
+            if value is not None:
+                try:
+                    roots[key] = int(value)
+                except ValueError:
+                    raise UsageError(f"--{key} takes a rank number, got {value!r}") from None
         inputs = None
         if args.inputs is not None:
             if args.inputs not in self.shell.user_ns:
                 raise UsageError(f"--inputs names no notebook variable: {args.inputs!r} is not defined")
             inputs = self.shell.user_ns[args.inputs]
-        result = collective(args.name, inputs, op=args.op, src=src, shape=args.shape, dtype=args.dtype)
+        result = collective(args.name, inputs, op=args.op, shape=args.shape, dtype=args.dtype, **roots)
         result.show(animate=not args.no_animate)
 
     @magic_arguments()
@@ -236,4 +250,4 @@ def _show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb
 
 def register(ipython: Any) -> None:
     ipython.register_magics(MgpuMagics)
-    ipython.set_custom_exc((MgpuError,), _show_mgpu_error)
+    ipython.set_custom_exc((MgpuError, Interrupted), _show_mgpu_error)

@@ -10,76 +10,16 @@ small value per rank (a partial sum, a count) come back as a list, or reduced wi
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, Callable
 
 from . import placement as pl
+from .engine.shipped_function import ShippedFunction, function_name
 from .errors import MgpuError, RankError
 from .ops import map as rank_map
 from .ops import shards
 from .tensor import DistTensor, _new_handle, flush_frees, session_of
 
 REDUCTIONS = (None, "sum", "mean", "concat")
-
-
-def _name(fn: Any) -> str:
-    return getattr(fn, "__name__", None) or type(fn).__name__
-
-
-def _nested(fn: Any) -> bool:
-    qual = getattr(fn, "__qualname__", "") or ""
-    return "<locals>" in qual or "<lambda>" in qual
-
-
-def pickle_function(fn: Callable, by_value: bool = False) -> bytes:
-    """``fn`` as bytes the ranks can load: by reference when importable, by value (cloudpickle) otherwise.
-
-    Notebook functions, lambdas and closures travel by value with the globals they use; with
-    ``by_value`` so does a function of a module the engines cannot import (a ``.py`` file beside the
-    notebook). Raises one sentence saying how to fix a function that cannot be sent.
-    """
-    import sys
-
-    if not callable(fn):
-        raise MgpuError(f"mg.map needs a function to call on each rank's shards, got {type(fn).__name__}")
-    name = _name(fn)
-    module = getattr(fn, "__module__", None) or "__main__"
-    if by_value and module != "__main__" and module in sys.modules:
-        try:
-            import cloudpickle
-
-            cloudpickle.register_pickle_by_value(sys.modules[module])
-            try:
-                return cloudpickle.dumps(fn)
-            finally:
-                cloudpickle.unregister_pickle_by_value(sys.modules[module])
-        except Exception:  # fall through to the ordinary rules and their error message
-            pass
-    by_value = module == "__main__" or _nested(fn)
-    errors = []
-    if not by_value:
-        try:
-            return pickle.dumps(fn)
-        except Exception as exc:  # e.g. a nested function of a module: try by value
-            errors.append(exc)
-    try:
-        import cloudpickle
-    except ImportError:
-        cloudpickle = None
-    if cloudpickle is not None:
-        try:
-            return cloudpickle.dumps(fn)
-        except Exception as exc:
-            errors.append(exc)
-    elif by_value:
-        try:
-            return pickle.dumps(fn)
-        except Exception as exc:
-            errors.append(exc)
-    reason = str(errors[-1]).strip().splitlines()[0] if errors else "cloudpickle is not installed"
-    raise MgpuError(f"{name} cannot be sent to the ranks ({reason}); define it with def at the top level of a "
-                    "notebook cell or a module, and pass what it needs as arguments instead of capturing "
-                    "open files, locks, sessions or DistTensors")
 
 
 def _target(tensors: tuple[DistTensor, ...], placement: Any) -> pl.Shard:
@@ -185,8 +125,10 @@ def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement
         if isinstance(v, DistTensor):
             raise MgpuError(f"keyword {k}= is a DistTensor; pass DistTensors as positional arguments")
     s = session_of(*tensors)
-    name = _name(fn)
-    blob = pickle_function(fn)
+    name = function_name(fn)
+    if not callable(fn):
+        raise MgpuError(f"mg.map needs a function to call on each rank's shards, got {type(fn).__name__}")
+    shipped = ShippedFunction(fn)
     target = _target(tensors, placement)
     sharded = [t for t in tensors if not isinstance(t.placement, pl.Replicate)]
     first = sharded[0] if sharded else tensors[0]
@@ -211,12 +153,7 @@ def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement
         keep = reduce is None
         ids = [t.handle_id for t in inputs]
         try:
-            results = s.run(rank_map.apply, blob, ids, out.handle_id, keep, kwargs, label=f"mg.map {name}")
-            if all(not res["ok"] and res["stage"] == "unpickle" for res in results):
-                # the ranks cannot import fn's module (e.g. a .py file beside the notebook): send it by value
-                retry = pickle_function(fn, by_value=True)
-                if retry != blob:
-                    results = s.run(rank_map.apply, retry, ids, out.handle_id, keep, kwargs, label=f"mg.map {name}")
+            results = s.run(rank_map.apply, shipped, ids, out.handle_id, keep, kwargs, label=f"mg.map {name}")
         except BaseException:
             out._state = "freed"
             s.run(shards.free, [out.handle_id], label="free")

@@ -12,6 +12,9 @@ from .devices import format_bytes
 from .errors import CollectiveTimeoutError, DeviceOutOfMemoryError, RankError
 
 
+REBUILT_NOTE = "the process group was rebuilt; tensors kept, in-flight collectives dropped"
+
+
 def rank_list(ranks: list[int]) -> str:
     ranks = sorted(ranks)
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
@@ -36,7 +39,23 @@ def oom_message(rank: int, info: dict[str, Any], budget: int | None, kind: str) 
     return f"rank {rank} ran out of {what}{limit} while {doing}{_where(info)}"
 
 
-def build_error(
+def _left_waiting(ranks: list[int], released: list[int] | None, timeout: float | None) -> str:
+    """``ranks 0, 2 were left waiting in a collective and released at once`` (or after the timeout)."""
+    msg = f"{rank_list(ranks)} {'was' if len(ranks) == 1 else 'were'} left waiting in a collective"
+    if released:
+        return msg + " and released at once"
+    return msg + (f" and released after the {timeout:.0f} s timeout" if timeout else " and timed out")
+
+
+def build_error(failures: dict[int, dict[str, Any]], *, rebuilt: bool = False, **details: Any) -> RankError:
+    """One :class:`RankError` (or a subclass) describing every failed rank, saying if the group was rebuilt."""
+    err = _build_error(failures, rebuilt=rebuilt, **details)
+    if rebuilt and REBUILT_NOTE not in str(err):
+        err = type(err)(f"{err}; {REBUILT_NOTE}", err.ranks, err.errors)
+    return err
+
+
+def _build_error(
     failures: dict[int, dict[str, Any]],
     *,
     succeeded: list[int] | None = None,
@@ -45,8 +64,8 @@ def build_error(
     sequence_numbers: dict[int, int | None] | None = None,  # collectives entered during the call
     timeout: float | None = None,
     rebuilt: bool = False,
+    released: list[int] | None = None,  # ranks released from a collective a failed rank never entered
 ) -> RankError:
-    """One :class:`RankError` (or a subclass) describing every failed rank."""
     budgets = budgets or {}
     failed = sorted(failures)
     oom = [r for r in failed if failures[r].get("oom")]
@@ -57,8 +76,11 @@ def build_error(
         if len(same) > 1:
             msg = msg.replace(f"rank {r} ran", f"{rank_list(same)} ran", 1).replace(")", " each)", 1)
         others = [x for x in failed if x not in same]
-        if others:
-            msg += f"; {rank_list(others)} failed too"
+        waiting = [x for x in others if failures[x].get("collective_failure")]
+        if waiting:
+            msg += f"; {_left_waiting(waiting, released, timeout)}"
+        if set(others) - set(waiting):
+            msg += f"; {rank_list(sorted(set(others) - set(waiting)))} failed too"
         return DeviceOutOfMemoryError(msg, failed, failures)
     timed = [r for r in failed if failures[r].get("collective_failure")]
     if timed and len(timed) == len(failed):
@@ -75,17 +97,15 @@ def build_error(
         if missing:
             msg += f": {rank_list(missing)} never joined it"
         msg += _where(failures[timed[0]])
-        msg += ("; the process group was rebuilt, so later collectives work" if rebuilt else
+        msg += (f"; {REBUILT_NOTE}" if rebuilt else
                 "; the process group may be unusable now, run %mgpu_init --restart")
         return CollectiveTimeoutError(msg, failed, failures)
     real = [r for r in failed if not failures[r].get("collective_failure")]
     if timed and real:
         # one rank failed on its own; the others were stuck waiting for it in a collective
-        inner = build_error({r: failures[r] for r in real}, succeeded=None, budgets=budgets,
+        inner = _build_error({r: failures[r] for r in real}, succeeded=None, budgets=budgets,
                             device_kind=device_kind)
-        msg = f"{inner}; {rank_list(timed)} {'was' if len(timed) == 1 else 'were'} left waiting in a collective"
-        msg += f" and released after the {timeout:.0f} s timeout" if timeout else " and timed out"
-        return type(inner)(msg, failed, failures)
+        return type(inner)(f"{inner}; {_left_waiting(timed, released, timeout)}", failed, failures)
     if all(failures[r].get("interrupted") for r in failed):
         return RankError(f"interrupted on {rank_list(failed)}", failed, failures)
     groups: dict[tuple[str, str], list[int]] = {}

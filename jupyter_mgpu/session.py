@@ -15,10 +15,13 @@ from typing import Any, Callable, Iterable
 from . import devices as devmod
 from . import rendezvous
 from .cluster import Cluster, ClusterSpec, describe_exit
+from .deferred_interrupt import deferred_interrupt
 from .direct_channel import ChannelClosed, DirectChannel
 from .engine import calls
 from .engine import telemetry as tele
+from .engine.shipped_function import ship
 from .errors import EngineDiedError, MgpuError
+from .group_recovery import GroupRecovery
 from .remote_errors import build_error, rank_list
 from .stream import OutputRelay
 
@@ -91,6 +94,7 @@ class Session:
         self.handles: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
         self.shutdown_callbacks: list[Callable[[], None]] = []  # run first by shutdown(), errors ignored
         self.direct = DirectChannel(cluster.path)  # blocking calls skip the controller (engine/direct.py)
+        self.recovery = GroupRecovery(self)  # no stale collective outlives an interrupt or a failed call
         # seconds the slowest rank spent inside calls, summed over calls: wall time minus this is dispatch
         self.engine_seconds = 0.0
         for hook in list(session_start_hooks):
@@ -154,6 +158,7 @@ class Session:
         if dead:
             r = min(dead)
             raise EngineDiedError(describe_exit(r, dead[r]), ranks=sorted(dead))
+        self.recovery.ensure_clean()
 
     def _submit(self, fn: Callable, args: tuple, ranks: list[int]) -> Any:
         self._check_ready(ranks)
@@ -170,19 +175,20 @@ class Session:
         self._check_ready(ranks)
         bufs = pack_apply_message(calls.call, args, {})
         deadline = None if timeout is None else time.monotonic() + timeout
+        self.recovery.start_call()
 
-        def check(pending: list[int]) -> None:
-            self._check_waiting(ranks, lambda: pending, label, deadline, timeout)
+        def check(pending: list[int], done: dict[int, Any]) -> None:
+            self._check_waiting(ranks, lambda: pending, label, deadline, timeout, done=done)
 
         try:
             results = self.direct.call(ranks, bufs, check)
         except ChannelClosed as closed:
             self._await_exit_record(closed.rank)
-            check(ranks)
+            check(ranks, {})
             raise MgpuError(f"{label}: lost contact with rank {closed.rank} (its direct channel closed)") from None
         except KeyboardInterrupt:
             self.cluster.interrupt(ranks)
-            raise
+            raise self.recovery.after_interrupt(ranks) from None
         broken = next((results[r]["transport"] for r in ranks if results[r].get("transport")), None)
         if broken:
             raise self._transport_message(broken, label)
@@ -206,6 +212,7 @@ class Session:
             raise MgpuError(f"run() needs a function to call on the ranks, got {type(fn).__name__}")
         ranks = parse_targets(targets, self.world_size)
         label = label or getattr(fn, "__name__", "function")
+        fn = ship(fn)  # notebook functions travel by value, with the notebook functions they call
         if block and not stream and self.alive and self._direct_ok(ranks):
             return self._run_direct((fn, args, kwargs, label), ranks, label, timeout)
         ar = self._submit(calls.call, (fn, args, kwargs, label), ranks)
@@ -227,21 +234,23 @@ class Session:
     def _collect(self, ar: Any, ranks: list[int], label: str, timeout: float | None,
                  relay: OutputRelay | None) -> list[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
+        self.recovery.start_call()
         try:
             while not ar.ready():
                 ar.wait(0.05)
                 if relay is not None:
                     relay.poll()
-                self._check_waiting(ranks, lambda: self._pending_ranks(ar, ranks), label, deadline, timeout, relay)
+                self._check_waiting(ranks, lambda: self._pending_ranks(ar, ranks), label, deadline, timeout, relay,
+                                    done=self._finished_results(ar, ranks))
         except KeyboardInterrupt:
-            self.cluster.interrupt(self._pending_ranks(ar, ranks))
+            pending = self._pending_ranks(ar, ranks)
+            self.cluster.interrupt(pending)
             try:
-                ar.wait(5)
-            except Exception:
-                pass
-            if relay is not None:
-                relay.flush()
-            raise
+                interrupted = self.recovery.after_interrupt(pending)
+            finally:
+                if relay is not None:
+                    relay.flush()
+            raise interrupted from None
         if relay is not None:
             ar.wait_for_output(5)  # results can arrive before the last output (shell vs iopub channel)
             relay.flush()
@@ -258,8 +267,17 @@ class Session:
         self.engine_seconds += max((res.get("seconds", 0.0) for res in results), default=0.0)
         failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
         if failures:
-            raise self._error(failures, ranks, {r: res.get("seq_delta") for r, res in zip(ranks, results)})
+            raise self._error(failures, ranks, dict(zip(ranks, results)))
         return [res["value"] for res in results]
+
+    def _finished_results(self, ar: Any, ranks: list[int]) -> dict[int, Any]:
+        """The reports of the ranks whose part of ``ar`` has already come back (one future per rank)."""
+        children = getattr(ar, "_children", None) or []
+        done = {}
+        for rank, future in zip(ranks, children):
+            if future.done() and not future.cancelled() and future.exception() is None:
+                done[rank] = future.result()
+        return done
 
     def _pending_ranks(self, ar: Any, ranks: list[int]) -> list[int]:
         pending = []
@@ -269,9 +287,11 @@ class Session:
         return pending or list(ranks)
 
     def _check_waiting(self, ranks: list[int], pending: Callable[[], list[int]], label: str,
-                       deadline: float | None, timeout: float | None, relay: OutputRelay | None = None) -> None:
+                       deadline: float | None, timeout: float | None, relay: OutputRelay | None = None,
+                       done: dict[int, Any] | None = None) -> None:
         """While waiting on ``ranks`` (either path): raise for a dead rank, a broken cluster or the
-        deadline, interrupting the ranks still at work first."""
+        deadline, interrupting the ranks still at work first; release ranks left waiting in a
+        collective by a rank that already failed (``done``: the reports that came back)."""
         dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
         if dead:
             if relay is not None:
@@ -280,6 +300,8 @@ class Session:
             r = min(dead)
             raise EngineDiedError(describe_exit(r, dead[r], "while running this"), ranks=sorted(dead))
         self._check_infrastructure()
+        if done:
+            self.recovery.watch(done, pending())
         if deadline is not None and time.monotonic() > deadline:
             waiting = pending()
             self.cluster.interrupt(waiting)
@@ -304,35 +326,29 @@ class Session:
                              "return plain data or tensors, and define functions at top level")
         return MgpuError(f"{label} failed in ipyparallel: {text}")
 
-    def _error(self, failures: dict[int, dict], ranks: list[int],
-               seq_deltas: dict[int, int | None] | None = None) -> MgpuError:
+    def _error(self, failures: dict[int, dict], ranks: list[int], results: dict[int, dict]) -> MgpuError:
+        """One error for the failed ranks; first, a clean process group if the ranks may disagree."""
         succeeded = [r for r in ranks if r not in failures]
-        rebuilt = False
-        if any(f.get("collective_failure") for f in failures.values()):
-            rebuilt = self._rebuild_process_group()
+        released = sorted(self.recovery.released)
+        try:
+            rebuilt = self.recovery.after_failure(results)
+        except Exception:  # the next call tries again
+            rebuilt = False
         return build_error(
             failures,
             succeeded=succeeded,
             budgets={r: d.total_memory for r, d in enumerate(self.devices)},
             device_kind=self.device_kind,
-            sequence_numbers=seq_deltas,
+            sequence_numbers={r: res.get("seq_delta") for r, res in results.items()},
             timeout=self.timeout,
             rebuilt=rebuilt,
+            released=released,
         )
 
     def _rebuild_process_group(self) -> bool:
-        """After a failed collective, give every rank a fresh process group (all ranks are idle now)."""
-        from .engine import runtime
-
-        self._pg_generation = getattr(self, "_pg_generation", 0) + 1
+        """Give every rank a fresh process group (all ranks must be idle); False if they did not meet."""
         try:
-            ar = self._view(list(range(self.world_size))).apply_async(
-                runtime.rebuild_process_group, self._pg_generation)
-            ar.wait(self.timeout + 5)
-            if not ar.ready():
-                return False
-            ar.get()
-            return True
+            return self.recovery.rebuild()
         except Exception:
             return False
 
@@ -379,21 +395,22 @@ class Session:
         global _current
         if not self.alive:
             return
-        self.alive = False
-        for callback in list(self.shutdown_callbacks):
-            try:
-                callback()
-            except Exception:
-                pass
-        for handle in list(self.handles.values()):
-            try:
-                handle._invalidate()
-            except Exception:
-                pass
-        self.direct.close()
-        self.cluster.stop()
-        if _current is self:
-            _current = None
+        with deferred_interrupt():  # the stop button must not leave half the cluster running
+            self.alive = False
+            for callback in list(self.shutdown_callbacks):
+                try:
+                    callback()
+                except Exception:
+                    pass
+            for handle in list(self.handles.values()):
+                try:
+                    handle._invalidate()
+                except Exception:
+                    pass
+            self.direct.close()
+            self.cluster.stop()
+            if _current is self:
+                _current = None
 
     def __enter__(self) -> "Session":
         return self

@@ -52,30 +52,50 @@ def failure(exc: BaseException, tb: Any) -> dict[str, Any]:
     return info
 
 
+class _CallScope:
+    """Marks this rank busy with ``label`` for the guard and telemetry, and counts its collectives."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.st = runtime.STATE
+        self.seq0: int | None = None
+
+    def __enter__(self) -> "_CallScope":
+        st = self.st
+        if st is not None:
+            self.previous = st.current_op
+            st.current_op = self.label
+            self.seq0 = runtime.sequence_number()
+            if not st.call_depth:
+                st.call_seq0 = self.seq0
+            st.call_depth += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        st = self.st
+        if st is not None:
+            st.current_op = self.previous
+            st.call_depth -= 1
+            if not st.call_depth:
+                st.call_seq0 = None
+
+    def report(self, result: dict[str, Any]) -> dict[str, Any]:
+        """Add how many collectives this rank entered during the call (names ranks that skipped one)."""
+        seq1 = runtime.sequence_number() if self.seq0 is not None else None
+        result["seq_delta"] = None if self.seq0 is None or seq1 is None else seq1 - self.seq0
+        return result
+
+
 def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> dict[str, Any]:
     """Call ``fn(*args, **kwargs)`` on this rank; returns {"ok": True, "value": ...} or a failure."""
-    st = runtime.STATE
-    previous = st.current_op if st else None
-    if st is not None:
-        st.current_op = label or getattr(fn, "__name__", "function")
-    seq0 = runtime.sequence_number() if st is not None else None
-    start = time.perf_counter()
-    try:
-        result = {"ok": True, "value": fn(*args, **kwargs)}
-    except BaseException as exc:  # noqa: BLE001 - reported, not swallowed
-        result = failure(exc, exc.__traceback__)
-    finally:
-        if st is not None:
-            st.current_op = previous
-    result["seconds"] = time.perf_counter() - start  # time spent in the call itself, for dispatch overheads
-    return _with_seq_delta(result, seq0)
-
-
-def _with_seq_delta(result: dict[str, Any], seq0: int | None) -> dict[str, Any]:
-    """Add how many collectives this rank entered during the call (names ranks that skipped one)."""
-    seq1 = runtime.sequence_number() if seq0 is not None else None
-    result["seq_delta"] = None if seq0 is None or seq1 is None else seq1 - seq0
-    return result
+    with _CallScope(label or getattr(fn, "__name__", "function")) as scope:
+        start = time.perf_counter()
+        try:
+            result = {"ok": True, "value": fn(*args, **kwargs)}
+        except BaseException as exc:  # noqa: BLE001 - reported, not swallowed
+            result = failure(exc, exc.__traceback__)
+        result["seconds"] = time.perf_counter() - start  # time spent in the call itself, for dispatch overheads
+        return scope.report(result)
 
 
 def run_cell(code: str, user_ns: dict | None = None) -> dict[str, Any]:
@@ -98,16 +118,8 @@ def run_cell(code: str, user_ns: dict | None = None) -> dict[str, Any]:
     source = shell.transform_cell(code) if shell is not None else code
     lines = source.splitlines(keepends=True)
     linecache.cache[filename] = (len(source), None, lines, filename)
-    st = runtime.STATE
-    previous = st.current_op if st else None
-    if st is not None:
-        st.current_op = "%%mgpu cell"
-    seq0 = runtime.sequence_number() if st is not None else None
-    try:
-        return _with_seq_delta(_exec_cell(source, filename, user_ns), seq0)
-    finally:
-        if st is not None:
-            st.current_op = previous
+    with _CallScope("%%mgpu cell") as scope:
+        return scope.report(_exec_cell(source, filename, user_ns))
 
 
 def _exec_cell(source: str, filename: str, user_ns: dict) -> dict[str, Any]:

@@ -32,6 +32,8 @@ class EngineState:
     current_op: str | None = None
     busy: bool = False
     pg_generation: int = 0  # bumped each time the process group is rebuilt; keys caches of subgroups
+    call_depth: int = 0  # calls from the kernel now running (a call may run another)
+    call_seq0: int | None = None  # collectives started before the outermost running call
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
@@ -91,6 +93,10 @@ def setup(config: dict, rank: int) -> EngineState:
         st.device = torch.device("cpu")
         st.data_limit = budget.apply(st.budget_bytes)
     STATE = st
+    from . import collective_guard
+
+    collective_guard.install()
+    collective_guard.start(config["rundir"], st)
     rendezvous.init_process_group(config["rundir"], rank, world, config["backend"], st.timeout)
     return st
 

@@ -28,7 +28,7 @@ Engine-side: imports torch, the runtime and the pure checks only.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 from .collective_checks import REDUCING, SPLITTING
 
@@ -98,37 +98,6 @@ def before_entries(name: str, x: Any, rank: int, src: int, world_size: int) -> A
     return x
 
 
-def can_function(fn: Callable) -> Any:
-    """``fn`` made picklable for the ranks, notebook functions and lambdas included (ipyparallel canning)."""
-    from ipyparallel.serialize.canning import can
-
-    return can(fn)
-
-
-def _uncan_function(canned: Any) -> Callable:
-    """The function back on a rank; globals of notebook functions come from the engine's namespace."""
-    from ipyparallel.serialize.canning import CannedFunction, uncan
-
-    if not isinstance(canned, CannedFunction):
-        return canned
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        user_ns = shell.user_ns if shell is not None else None
-    except Exception:
-        user_ns = None
-    if user_ns is None:
-        import sys
-
-        user_ns = sys.modules["__main__"].__dict__
-    try:
-        return uncan(canned, user_ns)
-    except ImportError:  # defined in a module the ranks cannot import: resolve its globals here
-        canned.module = "__main__"
-        return uncan(canned, user_ns)
-
-
 # -- rank side ---------------------------------------------------------------------------------------
 def _build(spec: tuple, rank: int, device: Any) -> Any:
     import torch
@@ -140,7 +109,7 @@ def _build(spec: tuple, rank: int, device: Any) -> Any:
         _, shape, dtype = spec
         return demo_inputs.demo_tensor(rank, shape, getattr(torch, dtype), device)
     if kind == "fn":
-        return _uncan_function(spec[1])(rank)
+        return spec[1](rank)  # a ShippedFunction: the notebook function, loaded here
     if kind == "value":  # one tensor per rank, sent from the controller
         return spec[1][rank]
     if kind == "shard":  # a DistTensor's local shard from the engine's shard store (not copied)

@@ -1,30 +1,18 @@
 """Rank side of ``mg.map``: call the user's function on this rank's aligned shards.
 
-The function arrives pickled (cloudpickle for notebook functions, so the globals they use travel
-with them); it is unpickled here, called on the local shards, and its result is either stored as
+The function arrives as a ``ShippedFunction`` (by value for notebook functions, so what they use
+travels with them, see ``engine/shipped_function.py``); it is loaded here, called on the local shards, and its result is either stored as
 this rank's shard of a new DistTensor or returned as a small Python value. A failure is returned
 as data (which rank, which rows, the user's line) so the controller can say it in one sentence.
 """
 
 from __future__ import annotations
 
-import pickle
 import traceback
 from typing import Any
 
 from ..engine import runtime, store
-
-_FUNCTIONS: dict[bytes, Any] = {}
-
-
-def _function(blob: bytes) -> Any:
-    fn = _FUNCTIONS.get(blob)
-    if fn is None:
-        fn = pickle.loads(blob)
-        if len(_FUNCTIONS) > 32:
-            _FUNCTIONS.clear()
-        _FUNCTIONS[blob] = fn
-    return fn
+from ..engine.shipped_function import ShippedFunction
 
 
 def _user_line(tb: Any) -> str:
@@ -46,7 +34,7 @@ def describe(value: Any) -> dict[str, Any]:
     return {"kind": "value"}
 
 
-def apply(blob: bytes, in_ids: list[str | None], out_id: str, keep: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+def apply(shipped: ShippedFunction, in_ids: list[str | None], out_id: str, keep: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Run the function on this rank's shards.
 
     ``in_ids`` are shard handles (in argument order). The result tensor is stored under ``out_id``
@@ -57,7 +45,7 @@ def apply(blob: bytes, in_ids: list[str | None], out_id: str, keep: bool, kwargs
     import torch
 
     try:
-        fn = _function(blob)
+        fn = shipped.load()
     except Exception as exc:  # the function's module is missing here, or its pickle is broken
         return {"ok": False, "stage": "unpickle", "ename": type(exc).__name__, "message": str(exc), "line": ""}
     args = [store.get(h) for h in in_ids]

@@ -90,6 +90,26 @@ def test_user_function_and_notebook_lambda(s2):
     assert [[t.item() for t in entry] for entry in r.after] == [[10.0, 11.0]] * 2
 
 
+def test_roots_take_torch_s_names(s2, capsys):
+    """reduce/gather take their root as dst, broadcast/scatter as src, as torch.distributed does."""
+    image = lambda rank: torch.full((2, 2), float(rank + 1))  # noqa: E731
+    for name, kwargs in (("reduce", {"dst": 1}), ("gather", {"dst": 1}), ("broadcast", {"src": 1}),
+                         ("scatter", {"src": 1}), ("reduce", {"src": 1})):
+        r = mg.collective(name, image, **kwargs)
+        assert r.src == 1, name
+        key = "src" if name in ("broadcast", "scatter") else "dst"
+        assert f", {key}=1 " in repr(r)
+    assert torch.equal(mg.collective("reduce", image, dst=1).after[1], torch.full((2, 2), 3.0))
+    from ipshell import shell
+
+    ip = shell()
+    ip.user_ns["image"] = image
+    result = ip.run_cell("%mgpu_collective reduce --dst 1 --inputs image --no-animate")
+    assert result.success, result.error_in_exec
+    result = ip.run_cell("%mgpu_collective gather --src 1 --inputs image --no-animate")
+    assert result.success, result.error_in_exec
+
+
 def test_dist_tensor_shards_are_the_inputs(s4):
     A = mg.arange(8, 3, dtype="float32")
     r = mg.collective("all_gather", A)
@@ -104,6 +124,9 @@ def test_bad_input_is_one_sentence_and_the_session_stays_usable(s4):
         (dict(name="allsum"), "unknown collective 'allsum'"),
         (dict(name="all_reduce", op="xor"), "unknown reduce op 'xor'"),
         (dict(name="broadcast", src=4), "src rank 4 is out of range: this session has ranks 0-3"),
+        (dict(name="reduce", dst=-1), "dst rank -1 is out of range: this session has ranks 0-3"),
+        (dict(name="broadcast", dst=1), r"broadcast takes its root as src \(torch.distributed.broadcast\(..., src=0\)\)"),
+        (dict(name="gather", src=1, dst=2), "give the root of gather once: src=1 and dst=2 differ"),
         (dict(name="reduce_scatter"), "reduce_scatter splits dim 0 into 4 equal chunks.*such as shape 12x11"),
         (dict(name="scatter", inputs=lambda rank: torch.ones(6)), "scatter splits dim 0 .* has 6 rows.*such as 8"),
         (dict(name="all_reduce", inputs=lambda rank: torch.ones(2, dtype=torch.int64 if rank == 2 else torch.float32)),

@@ -2,57 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
 import time
 
 import pytest
-from jupyter_client.manager import KernelManager
+from kernel_client import Kernel
 
 from processes import wait_gone
 
 pytestmark = pytest.mark.kernel
-
-PIDS = (  # every process of the cluster, the controller's forked helpers included
-    "import json, psutil, jupyter_mgpu as _mg; _c = _mg.current().cluster; "
-    "_p = [_c.controller.pid, _c.supervisor.pid, *_c.engine_pids.values()]; "
-    "_p += [q.pid for r in _p[:2] for q in psutil.Process(r).children(recursive=True)]; "
-    "print('PIDS' + json.dumps(sorted(set(_p))))"
-)
-
-
-class Kernel:
-    """A real ipykernel running this venv's Python, driven over ZMQ."""
-
-    def __init__(self):
-        self.km = KernelManager(kernel_name="python3")
-        self.km.kernel_spec.argv[0] = sys.executable
-        self.km.start_kernel(env={**os.environ, "JUPYTER_MGPU_FORCE_CPU": "1"})
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-
-    def execute(self, code: str, timeout: float = 120) -> tuple[dict, str]:
-        """Run ``code``; returns the reply content and everything printed."""
-        out = []
-        reply = self.kc.execute_interactive(
-            code, timeout=timeout, output_hook=lambda m: out.append(m["content"].get("text", "") or
-                                                                   "".join(m["content"].get("traceback", []))))
-        return reply["content"], "".join(out)
-
-    def start_cluster(self, n: int = 2) -> list[int]:
-        reply, out = self.execute(f"%load_ext jupyter_mgpu\n%mgpu_init {n} --timeout 5 --no-dashboard")
-        assert reply["status"] == "ok", out
-        reply, out = self.execute(PIDS)
-        line = next(x for x in out.splitlines() if x.startswith("PIDS"))
-        return json.loads(line[4:])
-
-    def close(self):
-        self.kc.stop_channels()
-        if self.km.is_alive():
-            self.km.shutdown_kernel(now=True)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import torch
 
 import jupyter_mgpu as mg
 from jupyter_mgpu import mapping
+from jupyter_mgpu.engine.shipped_function import pickle_function
 from jupyter_mgpu.errors import MgpuError
 
 
@@ -57,10 +58,11 @@ def test_dataframe_rows_of_different_shapes_are_named():
 
 def test_an_unpicklable_function_says_how_to_fix_it():
     lock = threading.Lock()
-    with pytest.raises(MgpuError, match=r"<lambda> cannot be sent to the ranks \(cannot pickle '_thread.lock'.*define it with def"):
-        mapping.pickle_function(lambda x: (x, lock))
+    with pytest.raises(MgpuError, match=r"<lambda> cannot be sent to the ranks \(it references lock \(a lock\), "
+                                         r"which cannot be pickled\); define it with def"):
+        pickle_function(lambda x: (x, lock))
     with pytest.raises(MgpuError, match="needs a function"):
-        mapping.pickle_function(42)
+        pickle_function(42)
 
 
 def test_notebook_functions_travel_by_value_with_their_globals():
@@ -68,10 +70,10 @@ def test_notebook_functions_travel_by_value_with_their_globals():
 
     ns = {"__name__": "__main__"}
     exec("SCALE = 3\ndef triple(x):\n    return x * SCALE\n", ns)
-    blob = mapping.pickle_function(ns["triple"])
+    blob = pickle_function(ns["triple"])
     fn = pickle.loads(blob)
     assert fn(2) == 6 and fn.__globals__ is not ns
-    assert pickle.loads(mapping.pickle_function(torch.nn.functional.cosine_similarity)) is \
+    assert pickle.loads(pickle_function(torch.nn.functional.cosine_similarity)) is \
         torch.nn.functional.cosine_similarity
 
 

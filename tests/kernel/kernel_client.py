@@ -1,0 +1,74 @@
+"""A real ipykernel (jupyter_client) that the kernel tests drive: start, run cells, interrupt, stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from jupyter_client.manager import KernelManager
+
+PIDS = (  # every process of the cluster, the controller's forked helpers included
+    "import json, psutil, jupyter_mgpu as _mg; _c = _mg.current().cluster; "
+    "_p = [_c.controller.pid, _c.supervisor.pid, *_c.engine_pids.values()]; "
+    "_p += [q.pid for r in _p[:2] for q in psutil.Process(r).children(recursive=True)]; "
+    "print('PIDS' + json.dumps(sorted(set(_p))))"
+)
+
+
+class Kernel:
+    """A real ipykernel running this venv's Python, driven over ZMQ."""
+
+    def __init__(self):
+        self.km = KernelManager(kernel_name="python3")
+        self.km.kernel_spec.argv[0] = sys.executable
+        self.km.start_kernel(env={**os.environ, "JUPYTER_MGPU_FORCE_CPU": "1"})
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    def execute(self, code: str, timeout: float = 120) -> tuple[dict, str]:
+        """Run ``code``; returns the reply content and everything printed."""
+        out = []
+        reply = self.kc.execute_interactive(
+            code, timeout=timeout, output_hook=lambda m: out.append(m["content"].get("text", "") or
+                                                                   "".join(m["content"].get("traceback", []))))
+        return reply["content"], "".join(out)
+
+    def run_and_interrupt(self, code: str, after: float, presses: int = 1, gap: float = 0.1,
+                          timeout: float = 60) -> tuple[dict, str, float]:
+        """Run ``code``, press stop ``presses`` times from ``after`` seconds on; returns the reply
+        content, everything printed, and the seconds from the first press to the reply."""
+        msg_id = self.kc.execute(code)
+        time.sleep(after)
+        pressed = time.monotonic()
+        for i in range(presses):
+            if i:
+                time.sleep(gap)
+            self.km.interrupt_kernel()
+        out = []
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            content = msg["content"]
+            out.append(content.get("text", "") or "\n".join(content.get("traceback", [])))
+            if msg["msg_type"] == "status" and content["execution_state"] == "idle":
+                break
+        while True:
+            reply = self.kc.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"], "".join(out), time.monotonic() - pressed
+
+    def start_cluster(self, n: int = 2, options: str = "--timeout 5") -> list[int]:
+        reply, out = self.execute(f"%load_ext jupyter_mgpu\n%mgpu_init {n} {options} --no-dashboard")
+        assert reply["status"] == "ok", out
+        reply, out = self.execute(PIDS)
+        line = next(x for x in out.splitlines() if x.startswith("PIDS"))
+        return json.loads(line[4:])
+
+    def close(self):
+        self.kc.stop_channels()
+        if self.km.is_alive():
+            self.km.shutdown_kernel(now=True)
