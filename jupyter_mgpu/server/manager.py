@@ -24,6 +24,7 @@ import psutil
 
 from .. import rundir as rd
 from ..engine.telemetry import read_samples
+from . import gpu_memory
 
 CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 STOP_GRACE = 3.0
@@ -190,52 +191,7 @@ class ClusterManager:
 
     # -- devices -------------------------------------------------------------------------------
     def _nvml_devices(self) -> list[dict[str, Any]] | None:
-        if not self._use_nvml:
-            return None
-        try:
-            import pynvml  # nvidia-ml-py
-        except ImportError:
-            return None
-        try:
-            pynvml.nvmlInit()
-        except Exception:  # no driver / no GPU: not an error for a CPU node
-            return None
-        try:
-            out = []
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            tokens = [t.strip() for t in visible.split(",")] if visible else None
-            count = pynvml.nvmlDeviceGetCount()
-            indices = tokens if tokens is not None else [str(i) for i in range(count)]
-            for cuda_index, token in enumerate(indices):
-                if not token or token.startswith("-"):
-                    break
-                handle = (pynvml.nvmlDeviceGetHandleByIndex(int(token)) if token.isdigit()
-                          else pynvml.nvmlDeviceGetHandleByUUID(token))
-                name = pynvml.nvmlDeviceGetName(handle)
-                mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-                try:
-                    util = int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-                except Exception:
-                    util = None
-                out.append({
-                    "id": f"cuda:{cuda_index}",
-                    "kind": "cuda",
-                    "index": cuda_index,
-                    "name": name.decode() if isinstance(name, bytes) else str(name),
-                    "used_bytes": int(mem.used),
-                    "total_bytes": int(mem.total),
-                    "utilization": util,
-                    "cluster_id": None,
-                    "rank": None,
-                })
-            return out
-        except Exception:
-            return None
-        finally:
-            try:
-                pynvml.nvmlShutdown()
-            except Exception:
-                pass
+        return gpu_memory.nvml_devices() if self._use_nvml else None
 
     def devices(self, clusters: dict[str, Any] | None = None) -> dict[str, Any]:
         """``{"time", "host", "source", "devices": [...]}``: NVML GPUs, else running clusters' CPU devices."""
@@ -261,6 +217,8 @@ class ClusterManager:
                     "utilization": None,
                     "cluster_id": c["cluster_id"],
                     "rank": r["rank"],
+                    "own_bytes": None,  # a CPU virtual device is its rank's alone
+                    "other_users_bytes": None,
                 })
         return {"time": time.time(), "host": socket.gethostname(), "source": "clusters", "devices": out}
 
