@@ -6,6 +6,7 @@ import { Widget } from '@lumino/widgets';
 
 import { formatUsedTotal, fraction, Units } from './format';
 import { ClusterInfo, DeviceEntry, RankInfo, SnapshotMessage } from './payloads';
+import { showOtherUsers } from './other_users';
 import { History, scalePoints, toPolyline } from './sparkline';
 
 const SPARK_W = 220;
@@ -171,6 +172,7 @@ export class MgpuPanel extends Widget {
       setBar(fill, d.used_bytes, d.total_bytes);
       row.appendChild(outer);
       row.appendChild(el('span', 'jp-mgpu-figures', formatUsedTotal(d.used_bytes, d.total_bytes, this._units)));
+      showOtherUsers(row, outer, fill, d); // a shared GPU: other users' part of the bar, and its figure
       this._devices.appendChild(row);
     }
   }

@@ -61,6 +61,9 @@ export interface DeviceEntry {
   utilization: number | null;
   cluster_id: string | null;
   rank: number | null;
+  /** NVML GPUs: bytes held by this user's processes / by other users' (never who); null when unknown. */
+  own_bytes: number | null;
+  other_users_bytes: number | null;
 }
 
 /** `GET /mgpu/api/devices`. */
@@ -213,7 +216,9 @@ export function parseDevice(value: unknown): DeviceEntry {
     total_bytes: num(o, 'total_bytes', what),
     utilization: numOrNull(o, 'utilization', what),
     cluster_id: strOrNull(o, 'cluster_id', what),
-    rank: numOrNull(o, 'rank', what)
+    rank: numOrNull(o, 'rank', what),
+    own_bytes: numOrNull(o, 'own_bytes', what),
+    other_users_bytes: numOrNull(o, 'other_users_bytes', what)
   };
 }
 

@@ -64,9 +64,17 @@ describe('parseDevices', () => {
       total_bytes: 2,
       utilization: 50,
       cluster_id: null,
-      rank: null
+      rank: null,
+      own_bytes: 1,
+      other_users_bytes: 0
     };
     expect(parseDevices({ time: 1, host: 'h', source: 'nvml', devices: [dev] }).devices[0]).toEqual(dev);
+    // a server from before the split sends neither share: unknown, not an error
+    const older: Record<string, unknown> = { ...dev };
+    delete older.own_bytes;
+    delete older.other_users_bytes;
+    expect(parseDevices({ time: 1, host: 'h', source: 'nvml', devices: [older] }).devices[0]).toEqual({
+      ...dev, own_bytes: null, other_users_bytes: null });
     expect(() => parseDevices({ time: 1, host: 'h', source: 'magic', devices: [] })).toThrow(/source/);
   });
 });
