@@ -168,4 +168,24 @@ def discover(
         return out
     indices = devices if devices is not None else list(range(n if n is not None else DEFAULT_CPU_DEVICES))
     budget = mem_per_device if mem_per_device is not None else default_cpu_budget(len(indices))
+    check_cpu_budget(budget, len(indices))
     return [DeviceInfo("cpu", i, f"CPU virtual device {i}", budget) for i in indices]
+
+
+def check_cpu_budget(budget: int, n: int) -> None:
+    """Refuse a budget too small for a rank to start; warn when all ranks' budgets pass the free RAM."""
+    import warnings
+
+    import psutil
+
+    from .engine.budget import MIN_BUDGET
+
+    if budget < MIN_BUDGET:
+        raise MgpuError(f"--mem-per-device {format_bytes(budget)} is below the {format_bytes(MIN_BUDGET)} a rank "
+                        "needs to start (its own collectives and checks); give at least that much")
+    available = psutil.virtual_memory().available
+    if budget * n > available:
+        warnings.warn(f"{n} devices × {format_bytes(budget)} is more than the {format_bytes(available)} of memory "
+                      "available now: the machine may run out of memory before a rank reaches its budget",
+                      stacklevel=4)
+

@@ -197,6 +197,19 @@ def box_numel(box: tuple[Range, ...]) -> int:
     return math.prod(b - a for a, b in box)
 
 
+def box_is_contiguous(box: tuple[Range, ...], origin: tuple[Range, ...]) -> bool:
+    """Whether global ``box`` is one contiguous run inside a row-major local tensor covering ``origin``:
+    leading dims of extent 1, then at most one partial dim, then whole dims."""
+    extents = [b - a for a, b in box]
+    full = [b - a for a, b in origin]
+    if 0 in extents:
+        return True
+    i = 0
+    while i < len(extents) and extents[i] == 1:
+        i += 1
+    return all(e == f for e, f in zip(extents[i + 1:], full[i + 1:]))
+
+
 def moves(shape: Iterable[int], src: Placement, dst: Placement, world_size: int) -> list[list[tuple[Range, ...] | None]]:
     """``moves[s][d]``: the box rank ``s`` sends to rank ``d`` to turn ``src`` into ``dst`` (None: nothing).
 

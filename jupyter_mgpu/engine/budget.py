@@ -1,9 +1,16 @@
-"""The memory budget of a CPU virtual device, enforced by the OS (RLIMIT_DATA), and OOM wording.
+"""The memory budget of a CPU virtual device, and out-of-memory wording.
 
-The limit covers the process's data segment and private writable mappings (where torch's CPU
-allocator puts tensors). It is set to what the engine already uses plus the budget, so the budget is
-what user code may allocate on top of the runtime; an allocation past it fails inside torch's own
-allocator with a real out-of-memory error.
+The budget caps the bytes of live CPU tensors on a rank, as a GPU of that size would: a shim in front
+of torch's CPU allocator (``native/budget_allocator.cpp``, built by ``allocator_budget.py``) counts
+every tensor storage and refuses, with torch's own out-of-memory error, an allocation that would take
+the total past the budget. The engine's own memory (Python, libraries, gloo's buffers, threads) is
+not the device's and does not count, however it grows; shard blocks the engine maps itself are
+charged to the same count. So a "1 GiB" device holds 1 GiB of tensors, and the free memory the
+planner sees is exactly what can still be allocated.
+
+The OS limit (RLIMIT_DATA) stays as a backstop for the whole process. Where the shim cannot be built
+(no C++ compiler) it is the budget itself, as before: the engine's data size at start plus the budget
+plus headroom for the runtime, which makes the budget approximate (``mode()`` says which is in force).
 """
 
 from __future__ import annotations
@@ -11,8 +18,15 @@ from __future__ import annotations
 import re
 import resource
 
-# thread stacks, gloo buffers and allocator slack created after the limit is set
+from . import allocator_budget
+
+# rlimit mode: thread stacks, gloo buffers and allocator slack created after the limit is set
 RUNTIME_HEADROOM = 256 * 1024**2
+# allocator mode: the OS backstop leaves the engine this much beyond twice the budget for itself
+HOST_HEADROOM = 1024**3
+MIN_BUDGET = 16 * 1024**2  # below this a rank cannot run its own checks and collectives
+_mode: str | None = None
+_fallback_reason: str | None = None
 
 
 def current_data_bytes() -> int:
@@ -25,10 +39,68 @@ def current_data_bytes() -> int:
 
 
 def apply(budget_bytes: int) -> int:
-    """Limit this process to ``budget_bytes`` of new data; returns the limit set."""
-    limit = current_data_bytes() + budget_bytes + RUNTIME_HEADROOM
+    """Cap this process's tensors at ``budget_bytes``; returns the OS limit set as the backstop."""
+    global _mode, _fallback_reason
+    try:
+        allocator_budget.install(budget_bytes)
+        _mode = "allocator"
+        limit = current_data_bytes() + 2 * budget_bytes + HOST_HEADROOM
+    except allocator_budget.BuildError as exc:
+        _mode, _fallback_reason = "rlimit", str(exc)
+        limit = current_data_bytes() + budget_bytes + RUNTIME_HEADROOM
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     return limit
+
+
+def mode() -> str | None:
+    """``allocator`` (exact tensor bytes), ``rlimit`` (the OS limit, approximate) or None (no budget)."""
+    return _mode
+
+
+def fallback_reason() -> str | None:
+    return _fallback_reason
+
+
+def allocated() -> int | None:
+    """Bytes of live tensors and shard blocks counted against the budget (None where not counted)."""
+    return allocator_budget.allocated() if _mode == "allocator" else None
+
+
+def room(budget_bytes: int) -> int | None:
+    """Bytes a new tensor may still take on this rank (None: no budget is enforced)."""
+    if _mode == "allocator":
+        return max(0, budget_bytes - allocator_budget.allocated())
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard == resource.RLIM_INFINITY:
+        return None
+    soft = hard if soft == resource.RLIM_INFINITY else soft
+    return max(0, soft - current_data_bytes() - RUNTIME_HEADROOM // 2)
+
+
+def charge(nbytes: int, shared: bool) -> bool:
+    """Count ``nbytes`` the engine maps itself (a shard block); False if that passes the budget."""
+    if _mode == "allocator":
+        return allocator_budget.adjust(nbytes)
+    if shared:  # outside RLIMIT_DATA: the soft limit gives up room for it (private blocks count by themselves)
+        _limit_by(-nbytes)
+    return True
+
+
+def uncharge(nbytes: int, shared: bool) -> None:
+    """Give back what :func:`charge` counted."""
+    if _mode == "allocator":
+        allocator_budget.adjust(-nbytes)
+    elif shared:
+        _limit_by(nbytes)
+
+
+def _limit_by(delta: int) -> None:
+    """Move RLIMIT_DATA's soft limit by ``delta`` bytes (negative: less room for private memory)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard == resource.RLIM_INFINITY:
+        return
+    soft = hard if soft == resource.RLIM_INFINITY else soft
+    resource.setrlimit(resource.RLIMIT_DATA, (max(0, min(hard, soft + delta)), hard))
 
 
 _OOM_PATTERNS = (

@@ -98,8 +98,12 @@ def _warm_up() -> None:
     import torch
     import torch.distributed  # noqa: F401
 
-    from . import calls, runtime, telemetry  # noqa: F401
+    from . import allocator_budget, calls, runtime, telemetry  # noqa: F401
 
+    try:  # once here, so the engines forked from this process find the budget shim built
+        allocator_budget.build()
+    except allocator_budget.BuildError:
+        pass  # each engine falls back to the OS limit and says why
     assert not torch.cuda.is_initialized()
 
 

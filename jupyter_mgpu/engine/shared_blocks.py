@@ -10,9 +10,9 @@ into pages that are already there: fresh pages cost several times a copy on thes
 Where the kernel may copy into the rank's memory by address (``remote_copy.py``), blocks are private
 memory in transparent huge pages instead of memfds: fresh huge pages fault in several times faster.
 
-Blocks count against the device budget: shared mappings are outside RLIMIT_DATA, so the soft limit
-is lowered by every shared block this rank holds, cached ones included, and raised again when one
-goes; private blocks count by themselves.
+Blocks count against the device budget, cached ones included, like tensors (``budget.charge``):
+where the budget is kept at torch's allocator they are added to its count; under the OS limit,
+shared mappings (outside RLIMIT_DATA) lower its soft limit and private blocks count by themselves.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import resource
 import threading
 import weakref
 from typing import Any
 
-from . import runtime
+from . import budget, runtime
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
@@ -71,32 +70,12 @@ class Block:
         if self.fd >= 0:
             os.close(self.fd)
 
-    @property
-    def budget_bytes(self) -> int:
-        """Bytes outside RLIMIT_DATA (shared mappings), which the soft limit must give up for this block."""
-        return self.size if self.shared else 0
-
-
-def _limit_by(delta: int) -> None:
-    """Move RLIMIT_DATA's soft limit by ``delta`` bytes (negative: less room for private memory)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    if hard == resource.RLIM_INFINITY:
-        return
-    soft = hard if soft == resource.RLIM_INFINITY else soft
-    resource.setrlimit(resource.RLIMIT_DATA, (max(0, min(hard, soft + delta)), hard))
-
 
 def _room() -> int | None:
-    """Bytes of the budget this rank may still give a block (None: no budget).
+    """Bytes of the budget this rank may still give a block (None: no budget)."""
+    from . import budget
 
-    The runtime's headroom (gloo buffers, thread stacks) stays out of reach of blocks.
-    """
-    from .budget import RUNTIME_HEADROOM, current_data_bytes
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    if hard == resource.RLIM_INFINITY:
-        return None
-    return soft - current_data_bytes() - RUNTIME_HEADROOM
+    return budget.room(runtime.state().budget_bytes)
 
 
 def _round(nbytes: int) -> int:
@@ -124,8 +103,12 @@ def reserve(nbytes: int, shared: bool = True) -> dict[str, Any]:
                 raise MemoryError(f"DefaultCPUAllocator: not enough memory: you tried to allocate {size} bytes "
                                   f"(rank {st.rank}, {'shared ' if shared else ''}shard block)")
             block = Block(size, shared)
+            if not budget.charge(block.size, block.shared):  # another thread took the room meanwhile
+                block.close()
+                st = runtime.state()
+                raise MemoryError(f"DefaultCPUAllocator: not enough memory: you tried to allocate {size} bytes "
+                                  f"(rank {st.rank}, {'shared ' if shared else ''}shard block)")
             _blocks[block.id] = block
-            _limit_by(-block.budget_bytes)
         _pending.add(block.id)
         evicted, _evicted[:] = list(_evicted), []
     return {"id": block.id, "pid": os.getpid(), "fd": block.fd, "addr": block.addr, "size": block.size,
@@ -155,7 +138,7 @@ def _evict(keep: int | None = None) -> int:
             break
         del _blocks[b.id]
         b.close()
-        _limit_by(b.budget_bytes)
+        budget.uncharge(b.size, b.shared)
         cached -= b.size
         released += b.size
         _evicted.append(b.id)

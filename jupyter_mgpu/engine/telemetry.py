@@ -68,6 +68,9 @@ def reset_peak() -> None:
         import torch
 
         torch.cuda.reset_peak_memory_stats()
+    from . import allocator_budget
+
+    allocator_budget.reset_peak()
 
 
 def _main_thread_state(state: Any) -> str:
@@ -105,6 +108,13 @@ def sample(state: Any) -> dict[str, Any]:
         from . import cuda_device
 
         out.update(cuda_device.memory())
+    else:
+        from . import allocator_budget, budget
+
+        if budget.mode() == "allocator":  # the budget's own count: live tensor bytes, as on a GPU
+            used = allocator_budget.allocated()
+            out.update(allocated_bytes=used, peak_allocated_bytes=allocator_budget.peak(),
+                       free_bytes=max(0, state.budget_bytes - used))
     return out
 
 

@@ -267,6 +267,11 @@ def _peak_probe() -> Callable[[], int]:
 
         base = torch.cuda.memory_allocated(st.device)
         return lambda: int(torch.cuda.max_memory_allocated(st.device) - base)
+    from ..engine import allocator_budget, budget
+
+    if budget.mode() == "allocator":  # the budget's own count: tensor bytes, exact
+        base = allocator_budget.allocated()
+        return lambda: int(allocator_budget.peak() - base)
     base = telemetry._proc_status().get("VmRSS", 0)
     return lambda: int(telemetry._proc_status().get("VmHWM", 0) - base)
 
@@ -276,8 +281,8 @@ def run(strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placem
     """Run ``strategy`` on this rank: store C as ``c_id``; returns measured peak, time, bytes, steps.
 
     ``peak_bytes`` = bytes of the input shards this rank held before the op + the growth of its
-    peak memory during the op (CPU: VmHWM after ``clear_refs`` minus RSS before; GPU: allocator
-    peak minus allocated before).
+    peak memory during the op (the allocator's peak minus what was allocated before: torch's on GPU,
+    the budget's count on CPU virtual devices; VmHWM minus RSS where that count is not kept).
     """
     import torch
     import torch.distributed as dist

@@ -108,12 +108,26 @@ def _local(shape: tuple[int, ...], placement: pl.Placement, p: int) -> list[int]
     return [s.numel for s in pl.shard_table(shape, placement, p)]
 
 
-def _largest_box(shape: tuple[int, ...], src: pl.Placement, dst: pl.Placement, p: int) -> list[int]:
-    """Per rank, the largest piece it sends or receives while redistributing (its transient buffers)."""
+def _exchange_buffers(shape: tuple[int, ...], src: pl.Placement, dst: pl.Placement, p: int) -> list[int]:
+    """Per rank, the most elements of temporary buffers alive at once while redistributing: at each step
+    a copy of the piece it sends and a buffer for the piece it receives, each only where that piece is
+    not one contiguous run of its local tensor (``shards.exchange`` sends and receives in place otherwise)."""
     mv = pl.moves(shape, src, dst, p)
-    return [max([pl.box_numel(mv[r][d]) for d in range(p) if d != r and mv[r][d] is not None]
-                + [pl.box_numel(mv[s][r]) for s in range(p) if s != r and mv[s][r] is not None] + [0])
-            for r in range(p)]
+    s_tab, d_tab = pl.shard_table(shape, src, p), pl.shard_table(shape, dst, p)
+    out = []
+    for r in range(p):
+        peak = 0
+        for d in range(1, p):
+            to, frm = (r + d) % p, (r - d) % p
+            step = 0
+            send, recv = mv[r][to], mv[frm][r]
+            if send is not None and not pl.box_is_contiguous(send, s_tab[r].ranges):
+                step += pl.box_numel(send)
+            if recv is not None and not pl.box_is_contiguous(recv, d_tab[r].ranges):
+                step += pl.box_numel(recv)
+            peak = max(peak, step)
+        out.append(peak)
+    return out
 
 
 def _received(shape: tuple[int, ...], src: pl.Placement, dst: pl.Placement, p: int) -> list[int]:
@@ -199,13 +213,14 @@ def _strategy(name: str, m: int, k: int, n: int, p: int, itemsize: int, current:
                 if not kr[gi][0] <= a < kr[gi][1]:
                     own_moved[r] += (b - a) * nl
         steps, overlap, params = len(panels), True, {"grid": g, "panel": width, "panels": len(panels)}
-    # redistribution makes a new shard (+ a receive buffer at most the size of the shard)
-    # a redistribution makes the new shard, plus one send copy and one receive buffer at a time
-    box_a = _largest_box((m, k), cur_a, a_pl, p) if redist_a else [0] * p
-    box_b = _largest_box((k, n), cur_b, b_pl, p) if redist_b else [0] * p
-    extra = [((a_need[r] + 2 * box_a[r] if redist_a else 0) + (b_need[r] + 2 * box_b[r] if redist_b else 0)
-              + c_loc[r] + buffers[r]) * itemsize
-             for r in range(p)]
+    # phases in the order ops/matmul.run runs them; their transient buffers are freed before the next:
+    # A redistributed (new shard + send/receive buffers), then B, then C and the strategy's buffers
+    box_a = _exchange_buffers((m, k), cur_a, a_pl, p) if redist_a else [0] * p
+    box_b = _exchange_buffers((k, n), cur_b, b_pl, p) if redist_b else [0] * p
+    new_a = a_need if redist_a else [0] * p
+    new_b = b_need if redist_b else [0] * p
+    extra = [max(new_a[r] + box_a[r], new_a[r] + new_b[r] + box_b[r], new_a[r] + new_b[r] + c_loc[r] + buffers[r])
+             * itemsize for r in range(p)]
     peak = [(a_held[r] + b_held[r]) * itemsize + extra[r] for r in range(p)]
     moved = [(moved_a[r] + moved_b[r] + own_moved[r]) * itemsize for r in range(p)]
     rate, bw, lat = SPEED.get(kind, SPEED["cpu"])

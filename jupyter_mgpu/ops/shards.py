@@ -278,6 +278,7 @@ def exchange(local: Any, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: p
             del buf, target
         if work is not None:
             work.wait()
+            del piece  # freed before the next step's copy: one send copy at a time (the planner counts one)
     return out, received
 
 
@@ -320,17 +321,13 @@ def memory_status() -> dict[str, int]:
 
         free_b, total = torch.cuda.mem_get_info(st.device)
         return {"free": int(free_b), "total": int(total), "budget": st.budget_bytes}
-    import resource
-
     from ..engine import budget
 
     shared_blocks.empty_cache()  # cached shard blocks hold budget a plain allocation cannot reclaim
-    used = budget.current_data_bytes()
-    soft = resource.getrlimit(resource.RLIMIT_DATA)[0]  # lowered by the shard blocks this rank holds
-    limit = soft if st.data_limit and soft != resource.RLIM_INFINITY else (used + st.budget_bytes)
-    # leave the runtime's own headroom out: it is for gloo buffers and allocator slack
-    free_b = max(0, limit - used - budget.RUNTIME_HEADROOM // 2)
+    room = budget.room(st.budget_bytes)
+    free_b = st.budget_bytes if room is None else room
     return {"free": int(free_b), "total": int(st.budget_bytes), "budget": st.budget_bytes,
+            "allocated": budget.allocated(), "budget_mode": budget.mode(),
             "resident": int(telemetry._proc_status().get("VmRSS", 0))}
 
 

@@ -111,7 +111,7 @@ def test_status_rows(s4):
     rows = s4.status()
     assert [r["rank"] for r in rows] == [0, 1, 2, 3]
     assert all(r["device"] == f"cpu:{r['rank']}" and r["backend"] == "gloo" for r in rows)
-    assert all(r["state"] == "idle" and r["memory_used"] > 50 * 2**20 for r in rows)
+    assert all(r["state"] == "idle" and r["memory_used"] is not None and r["memory_total"] for r in rows)
     assert [r["pid"] for r in rows] == [s4.cluster.engine_pids[i] for i in range(4)]
 
 
