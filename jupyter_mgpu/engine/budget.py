@@ -15,6 +15,7 @@ plus headroom for the runtime, which makes the budget approximate (``mode()`` sa
 
 from __future__ import annotations
 
+import os
 import re
 import resource
 
@@ -42,6 +43,8 @@ def apply(budget_bytes: int) -> int:
     """Cap this process's tensors at ``budget_bytes``; returns the OS limit set as the backstop."""
     global _mode, _fallback_reason
     try:
+        if os.environ.get("JUPYTER_MGPU_BUDGET_SHIM", "1") == "0":
+            raise allocator_budget.BuildError("JUPYTER_MGPU_BUDGET_SHIM=0 asks for the OS limit")
         allocator_budget.install(budget_bytes)
         _mode = "allocator"
         limit = current_data_bytes() + 2 * budget_bytes + HOST_HEADROOM

@@ -113,3 +113,36 @@ def test_budget_bad_input():
         _build_spec(2, cpu=True, mem_per_device="1MiB")
     with pytest.warns(UserWarning, match=r"^2 devices × 900(\.0)? TiB is more than the .* of memory available now"):
         _build_spec(2, cpu=True, mem_per_device="900TiB")
+
+
+def test_the_boundary_one_device_and_the_hand_split_fail_mg_matmul_fits(own_session):
+    """The well-known question at its boundary: A, B, C (3N²) do not fit one device; the hand split
+    (halves of A, B copied, torch.cat on one rank) fails on the rank that concatenates; mg.matmul fits."""
+    n = 3072
+    with own_session(2, mem_per_device="96MiB", timeout=30) as s:
+        with pytest.raises(DeviceOutOfMemoryError, match=r"^rank 0 ran out of device memory \(budget 96.0 MiB\) "
+                                                         r"while allocating 36.0 MiB at line 3 of the cell: c = a @ b"):
+            s.run_cell(f"a = torch.randn({n}, {n})\nb = torch.randn({n}, {n})\nc = a @ b", targets=0)
+        s.run_cell("a = b = None", targets=0)
+        hand_split = (f"A_half = torch.randn({n // 2}, {n})\nB = torch.randn({n}, {n})\nC_half = A_half @ B\n"
+                      "if rank == 0:\n    other = torch.empty_like(C_half)\n    dist.recv(other, 1)\n"
+                      "    C = torch.cat([C_half, other])\nelse:\n    dist.send(C_half, 0)")
+        with pytest.raises(DeviceOutOfMemoryError, match=r"^rank 0 ran out of device memory .* while allocating "
+                                                         r"36.0 MiB at line 7 of the cell: +C = torch.cat") as info:
+            s.run_cell(hand_split)
+        assert info.value.ranks == [0]
+        s.run_cell("A_half = B = C_half = other = None")
+        A = mg.randn(n, n, placement=mg.Shard(0), seed=0)
+        B = mg.randn(n, n, placement=mg.Shard(0), seed=1)
+        C = mg.matmul(A, B)
+        assert max(C.report.peak_bytes) < 96 * MiB
+        assert torch.allclose(C.gather(), A.gather() @ B.gather(), rtol=1e-4, atol=1e-2)
+
+
+def test_without_the_shim_the_os_limit_is_the_budget(own_session, monkeypatch):
+    monkeypatch.setenv("JUPYTER_MGPU_BUDGET_SHIM", "0")
+    with own_session(2, mem_per_device="256MiB") as s:
+        assert {st["budget_mode"] for st in s.run(shards.memory_status)} == {"rlimit"}
+        with pytest.raises(DeviceOutOfMemoryError, match=r"budget 256.0 MiB"):
+            s.run_cell("t = torch.ones(768, 1 << 20, dtype=torch.uint8)")
+        assert s.run_cell("t = torch.ones(64, 1 << 20, dtype=torch.uint8); t.numel()") == [str(64 << 20)] * 2
