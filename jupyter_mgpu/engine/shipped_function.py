@@ -93,6 +93,19 @@ def pickle_function(fn: Callable, by_value: bool = False) -> bytes:
         raise _refuse(fn, exc) from None
 
 
+def _user_module(name: str) -> bool:
+    """A module of the user's own (a ``.py`` beside the notebook), which the ranks may fail to import;
+    installed packages and the standard library are importable wherever this kernel's Python is."""
+    import sysconfig
+
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    if module is None or not path or name.startswith(LIBRARY_PREFIXES):
+        return False
+    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    return not any(path.startswith(p) for p in installed) and "site-packages" not in path
+
+
 def _engine_namespace() -> dict:
     """The rank's user namespace: what ``%%mgpu`` cells defined there."""
     try:
@@ -115,7 +128,7 @@ class ShippedFunction:
         self.blob = pickle_function(fn)
         self.by_value = self.module == "__main__" or _nested(fn)
         self.fallback: bytes | None = None
-        if not self.by_value and self.module in sys.modules and not self.module.startswith(LIBRARY_PREFIXES):
+        if not self.by_value and _user_module(self.module):
             try:
                 self.fallback = pickle_function(fn, by_value=True)
             except Exception:  # noqa: BLE001 - only the by-reference copy then
