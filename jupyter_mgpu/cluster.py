@@ -235,6 +235,10 @@ class Cluster:
     def _stop(self) -> None:
         import shutil
 
+        try:
+            self._write_state("stopping")  # the sidebar shows the ranks stopping, not dead
+        except OSError:
+            pass
         if self.client is not None:
             try:
                 self.client.close(linger=0)

@@ -11,6 +11,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .engine.memory_figures import format_bytes  # noqa: F401  (one size format for every view)
 from .errors import MgpuError
 
 DEFAULT_CPU_DEVICES = 2
@@ -55,15 +56,6 @@ def parse_size(text: str | int | float) -> int:
     if not 1 <= value < 2**63:
         raise MgpuError(f"memory size must be at least 1 byte, got {text!r}")
     return value
-
-
-def format_bytes(n: float) -> str:
-    """Human-readable binary size: ``2.0 GiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def cuda_device_count() -> int:
@@ -188,4 +180,3 @@ def check_cpu_budget(budget: int, n: int) -> None:
         warnings.warn(f"{n} devices × {format_bytes(budget)} is more than the {format_bytes(available)} of memory "
                       "available now: the machine may run out of memory before a rank reaches its budget",
                       stacklevel=4)
-

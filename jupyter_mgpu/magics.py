@@ -13,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from . import session as sessmod
 from .devices import format_bytes
 from .errors import Interrupted, MgpuError
+from .stream import grouped_by_rank
 
 
 def _parse(magic: Any, line: str) -> Any:
@@ -124,7 +125,9 @@ class MgpuMagics(Magics):
         """Show rank, engine id, pid, device, backend, memory and state of every rank."""
         if line.strip():
             raise UsageError(f"%mgpu_status takes no arguments, got {line.strip()!r}")
-        return StatusTable(sessmod.current().status())
+        s = sessmod.current()
+        _wait_for_fresh_samples(s)  # a rank that finished the last cell a moment ago is idle, not "busy"
+        return StatusTable(s.status())
 
     @line_magic
     def mgpu_shutdown(self, line: str = "") -> None:
@@ -158,7 +161,8 @@ class MgpuMagics(Magics):
         if not args.block:
             return s.run_cell(cell, targets=args.targets, block=False, stream=args.stream)
         ranks = sessmod.parse_targets(args.targets, s.world_size)
-        values = s.run_cell(cell, targets=ranks, block=True, stream=True)
+        with grouped_by_rank():  # live lines as they come; at the end, the cell's output grouped by rank
+            values = s.run_cell(cell, targets=ranks, block=True, stream=True)
         for rank, value in zip(ranks, values):
             if value is not None:
                 print(f"Out[rank {rank}]: {value}")
@@ -240,6 +244,15 @@ class MgpuMagics(Magics):
 
         args = _parse(self.mgpu_matmul, line)
         return run_matmul_magic(args, self.shell.user_ns)
+
+def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:
+    """Wait until every rank has published a telemetry sample taken after now (at most ``timeout`` s)."""
+    since, deadline = time.time(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all((r.get("time") or 0) > since for r in s.memory()):
+            return
+        time.sleep(0.02)
+
 
 def _show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_offset: Any = None) -> Any:
     """Show jupyter_mgpu errors as one line, without the controller-side traceback."""

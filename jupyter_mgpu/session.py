@@ -18,6 +18,7 @@ from .cluster import Cluster, ClusterSpec, describe_exit
 from .deferred_interrupt import deferred_interrupt
 from .direct_channel import ChannelClosed, DirectChannel
 from .engine import calls
+from .engine import memory_figures
 from .engine import telemetry as tele
 from .engine.shipped_function import ship
 from .errors import EngineDiedError, MgpuError
@@ -371,10 +372,8 @@ class Session:
         rows = []
         for sample, dev in zip(self.memory(), self.devices):
             r = sample["rank"]
-            if dev.kind == "cuda":
-                used, total = sample.get("allocated_bytes"), sample.get("total_bytes") or dev.total_memory
-            else:
-                used, total = sample.get("resident_bytes"), dev.total_memory
+            f = memory_figures.figures(sample)  # the limit every view shows (runtime + budget on CPU)
+            used, total = f["used"], f["limit"] or dev.total_memory
             rows.append({
                 "rank": r,
                 "engine_id": self.cluster.rank_to_engine.get(r),

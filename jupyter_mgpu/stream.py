@@ -1,9 +1,30 @@
-"""Relay engines' output to the notebook as it arrives, each line prefixed with its rank."""
+"""Relay engines' output to the notebook as it arrives, each line prefixed with its rank.
+
+Lines show live, in the order they arrive (rank 3 may well print first). A relay made inside
+:func:`grouped_by_rank` (the ``%%mgpu`` magic, whose cell output is all the ranks' output) ends by
+showing the cell's output again grouped by rank — rank 0's lines, then rank 1's, … — when the ranks'
+lines arrived interleaved or out of order.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
-from typing import Any
+from typing import Any, Iterator
+
+_GROUP = contextvars.ContextVar("mgpu_group_by_rank", default=False)
+
+
+@contextlib.contextmanager
+def grouped_by_rank() -> Iterator[None]:
+    """Relays made inside end by regrouping the output they showed by rank (clearing the cell's output:
+    use it only where the relay's output is all the cell shows)."""
+    token = _GROUP.set(True)
+    try:
+        yield
+    finally:
+        _GROUP.reset(token)
 
 
 class OutputRelay:
@@ -13,10 +34,12 @@ class OutputRelay:
         self.ar = ar
         self.ranks = ranks
         self.prefix = prefix
+        self.group = _GROUP.get()
         self._sent = {(r, s): 0 for r in ranks for s in ("stdout", "stderr")}
         self._shown_outputs = {r: 0 for r in ranks}
+        self._shown: list[tuple[int, str, Any]] = []  # (rank, "stdout" | "stderr" | "display", what), as shown
 
-    def _emit(self, rank: int, name: str, text: str) -> None:
+    def _write(self, rank: int, name: str, text: str) -> None:
         out = sys.stdout if name == "stdout" else sys.stderr
         if self.prefix:
             text = "".join(f"[rank {rank}] {line}\n" for line in text.split("\n"))
@@ -24,6 +47,10 @@ class OutputRelay:
             text += "\n"
         out.write(text)
         out.flush()
+
+    def _emit(self, rank: int, name: str, text: str) -> None:
+        self._shown.append((rank, name, text))
+        self._write(rank, name, text)
 
     def poll(self, final: bool = False) -> None:
         metadata = self.ar._metadata
@@ -42,10 +69,11 @@ class OutputRelay:
                 self._emit(rank, name, chunk[:-1] if chunk.endswith("\n") else chunk)
             outputs = md.get("outputs") or []
             for out in outputs[self._shown_outputs[rank]:]:
-                self._display(rank, out)
+                self._shown.append((rank, "display", out))
+                self._display(out)
             self._shown_outputs[rank] = len(outputs)
 
-    def _display(self, rank: int, output: Any) -> None:
+    def _display(self, output: Any) -> None:
         try:
             from IPython.display import display
 
@@ -55,5 +83,24 @@ class OutputRelay:
         except Exception:
             pass
 
+    def in_rank_order(self) -> bool:
+        """Whether what was shown is already grouped by rank, in rank order."""
+        ranks = [r for r, _, _ in self._shown]
+        return ranks == sorted(ranks)
+
     def flush(self) -> None:
+        """Show what is left; then, when grouping, show the whole output again grouped by rank if needed."""
         self.poll(final=True)
+        if self.group and not self.in_rank_order():
+            self._regroup()
+
+    def _regroup(self) -> None:
+        from IPython.display import clear_output
+
+        clear_output(wait=True)  # cleared when the first regrouped line arrives: no flicker
+        for rank, name, what in sorted(self._shown, key=lambda item: item[0]):  # stable: each rank's own order
+            if name == "display":
+                self._display(what)
+            else:
+                self._write(rank, name, what)
+        self._shown.sort(key=lambda item: item[0])

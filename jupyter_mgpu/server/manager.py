@@ -23,11 +23,13 @@ from typing import Any, Callable
 import psutil
 
 from .. import rundir as rd
+from ..engine.memory_figures import figures, used_of_limit
 from ..engine.telemetry import read_samples
 from . import gpu_memory
 
 CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 STOP_GRACE = 3.0
+RESTART_WINDOW = 30.0  # a kernel's new cluster starting within this many seconds of its last one: restarting
 
 
 class ClusterNotFound(LookupError):
@@ -64,7 +66,8 @@ def _process_of_cluster(pid: Any, path: Path) -> psutil.Process | None:
 
 
 def _rank_entry(rank: int, pid: Any, sample: dict[str, Any] | None, alive: bool, now: float) -> dict[str, Any]:
-    """One rank of a cluster payload: memory used/total in bytes, state, age of the telemetry sample."""
+    """One rank of a cluster payload: memory used/limit in bytes (the convention of every view, see
+    ``engine/memory_figures``) and as text, state, age of the telemetry sample."""
     entry: dict[str, Any] = {
         "rank": rank,
         "pid": int(pid) if pid is not None else None,
@@ -76,27 +79,22 @@ def _rank_entry(rank: int, pid: Any, sample: dict[str, Any] | None, alive: bool,
         "used_bytes": 0,
         "peak_bytes": 0,
         "total_bytes": 0,
+        "figures": "",
         "sample_age_s": None,
     }
     if sample is None:
         return entry
-    kind = sample.get("kind")
-    if kind == "cuda":
-        used = int(sample.get("allocated_bytes", 0))
-        peak = int(sample.get("peak_allocated_bytes", used))
-        total = int(sample.get("budget_bytes") or sample.get("total_bytes") or 0)
-    else:
-        used = int(sample.get("resident_bytes", 0))
-        peak = int(sample.get("peak_resident_bytes", used))
-        total = int(sample.get("budget_bytes") or 0)
+    f = figures(sample)
+    used = int(f["used"] or 0)
     entry.update(
         device=sample.get("device"),
-        kind=kind,
+        kind=sample.get("kind"),
         state=(sample.get("state") or "unknown") if alive else "dead",
         op=sample.get("op"),
         used_bytes=used,
-        peak_bytes=peak,
-        total_bytes=total,
+        peak_bytes=int(f["peak"] or used),
+        total_bytes=int(f["limit"] or 0),
+        figures=used_of_limit(sample),
         sample_age_s=round(max(0.0, now - float(sample.get("time", now))), 3),
     )
     return entry
@@ -112,6 +110,7 @@ class ClusterManager:
     def __init__(self, dirs: Callable[[], list[Path]] | None = None, use_nvml: bool = True):
         self._dirs = dirs or rd.cluster_dirs
         self._use_nvml = use_nvml and not os.environ.get("JUPYTER_MGPU_FORCE_CPU")
+        self._seen: dict[Any, dict[str, float]] = {}  # kernel pid -> {cluster id: when last seen}
 
     # -- discovery -----------------------------------------------------------------------------
     def _live_dirs(self) -> list[Path]:
@@ -158,6 +157,13 @@ class ClusterManager:
             status = "stopped"
         elif status == "running" and not all(r["alive"] for r in ranks):
             status = "degraded"
+        elif status == "starting" and self._replaces(state, now):
+            status = "restarting"
+        if status not in ("starting", "restarting"):
+            self._note(state, now)
+        for r in ranks:  # a rank that is not up yet, or no more, is not "dead" while its cluster starts or stops
+            if not r["alive"] and status in ("starting", "restarting", "stopping", "stopped"):
+                r["state"] = status
         return {
             "cluster_id": state.get("cluster_id", path.name),
             "status": status,
@@ -174,6 +180,19 @@ class ClusterManager:
             "used_bytes": sum(r["used_bytes"] for r in ranks),
             "total_bytes": sum(r["total_bytes"] for r in ranks),
         }
+
+    def _replaces(self, state: dict[str, Any], now: float) -> bool:
+        """Whether this starting cluster's kernel had another cluster moments ago (``%mgpu_init --restart``)."""
+        kernel, cid = state.get("kernel_pid"), state.get("cluster_id")
+        seen = self._seen.setdefault(kernel, {})
+        for old in [k for k, t in seen.items() if now - t > RESTART_WINDOW]:
+            del seen[old]
+        restarting = any(other != cid for other in seen)
+        seen[cid] = now
+        return restarting
+
+    def _note(self, state: dict[str, Any], now: float) -> None:
+        self._seen.setdefault(state.get("kernel_pid"), {})[state.get("cluster_id")] = now
 
     def clusters(self) -> dict[str, Any]:
         """``{"time", "clusters": [...]}`` for every running cluster of this user."""

@@ -32,9 +32,11 @@ def _tiles_of(panel: dict, rows: tuple[int, int], cols: tuple[int, int]) -> list
 
 
 def _panel_out(p: dict, title: str, size: tuple[int, int], itemsize: int, dim_names: tuple[str, str]) -> dict:
+    tiles = [[t["rows"][0], t["rows"][1], t["cols"][0], t["cols"][1]] for t in p["tiles"]]
     return {"title": title, "size": list(size), "rows": p["rows"], "cols": p["cols"], "itemsize": itemsize,
-            "dims": list(dim_names),
-            "tiles": [[t["rows"][0], t["rows"][1], t["cols"][0], t["cols"][1]] for t in p["tiles"]]}
+            "dims": list(dim_names), "tiles": tiles,
+            # sizes are formatted here, in the one format of every view (the browser only shows them)
+            "tile_bytes": [format_bytes((r1 - r0) * (c1 - c0) * itemsize) for r0, r1, c0, c1 in tiles]}
 
 
 def view_data(shape: Sequence[int], placement: pl.Placement, world_size: int, itemsize: int, title: str,
@@ -67,7 +69,7 @@ def view_data(shape: Sequence[int], placement: pl.Placement, world_size: int, it
             blocks.append([pi, rows[0], rows[1], cols[0], cols[1], _tiles_of(p, rows, cols)])
             adds.append([s.rank, len(blocks) - 1])
     mem = [s.numel * itemsize for s in table]
-    frame = {"add": adds, "rm": [], "arrows": [], "compute": [], "mem": mem,
+    frame = {"add": adds, "rm": [], "arrows": [], "compute": [], "mem": mem, "mem_text": [format_bytes(m) for m in mem],
              "caption": f"{title}: {placement.label} over {world_size} ranks"}
     return {"world_size": world_size, "colors": [rank_color(r) for r in range(world_size)], "panels": out_panels,
             "blocks": blocks, "frames": [frame], "tips": tips, "max_mem": max(mem + [1])}
@@ -131,7 +133,8 @@ def trace_data(events: list[dict], tensors: dict[str, dict], world_size: int,
             elif e["action"] == "compute":
                 compute.extend([e["rank"], b] for b in bs)
         out_frames.append({"add": sorted(vis - prev), "rm": sorted(prev - vis), "arrows": arrows,
-                           "compute": compute, "mem": m, "caption": tr.caption(fr, tensors)})
+                           "compute": compute, "mem": m, "mem_text": [format_bytes(x) for x in m],
+                           "caption": tr.caption(fr, tensors)})
         prev = vis
     for p in panels:
         del p["_layout"]
@@ -167,4 +170,5 @@ def _attach_telemetry(frames: list[list[dict]], out: list[dict], samples: list[d
             before = [b for ts, b in series if ts <= t]
             row.append(before[-1] if before else (series[0][1] if series else -1))
         o["tele"] = row
+        o["tele_text"] = [format_bytes(b) if b >= 0 else "" for b in row]
     return max([b for o in out for b in o.get("tele", []) if b > 0] + [1])

@@ -1,40 +1,28 @@
 /**
- * Pure formatting of memory figures and the status-bar text ("mgpu 4× cpu · 3.1 / 8.0 GiB").
+ * Pure formatting of memory figures and the status-bar text ("mgpu 4× cpu · 1.5 GiB / 20.8 GiB").
+ *
+ * One convention with every other view (jupyter_mgpu/engine/memory_figures.py `format_bytes`, used by
+ * the dashboard, `%mgpu_status` and the server): binary units, one decimal, bytes without decimals,
+ * "used / limit" with each size in its own unit. tests/frontend checks both against one fixture.
  */
 import { DeviceEntry, SnapshotMessage } from './payloads';
 
-/** `binary` shows KiB/MiB/GiB (powers of 1024), `decimal` shows kB/MB/GB (powers of 1000). */
-export type Units = 'binary' | 'decimal';
-
-const BINARY = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
-const DECIMAL = ['B', 'kB', 'MB', 'GB', 'TB', 'PB'];
-
-/** The unit index and divisor that show `bytes` as a number below 1000 (1024). */
-export function pickUnit(bytes: number, units: Units = 'binary'): [string, number] {
-  const base = units === 'binary' ? 1024 : 1000;
-  const names = units === 'binary' ? BINARY : DECIMAL;
-  let i = 0;
-  let div = 1;
-  while (i < names.length - 1 && Math.abs(bytes) >= div * base) {
-    div *= base;
-    i++;
-  }
-  return [names[i], div];
-}
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
 
 /** `formatBytes(3.1 * 2**30)` → `3.1 GiB`; bytes are shown without decimals. */
-export function formatBytes(bytes: number, units: Units = 'binary'): string {
-  const [name, div] = pickUnit(bytes, units);
-  return div === 1 ? `${Math.round(bytes)} ${name}` : `${(bytes / div).toFixed(1)} ${name}`;
+export function formatBytes(bytes: number): string {
+  let v = bytes;
+  let i = 0;
+  while (i < UNITS.length - 1 && Math.abs(v) >= 1024) {
+    v /= 1024;
+    i++;
+  }
+  return i === 0 ? `${v.toFixed(0)} ${UNITS[0]}` : `${v.toFixed(1)} ${UNITS[i]}`;
 }
 
-/** `used / total` in the unit of the total: `3.1 / 8.0 GiB`. */
-export function formatUsedTotal(used: number, total: number, units: Units = 'binary'): string {
-  const [name, div] = pickUnit(Math.max(total, used), units);
-  if (div === 1) {
-    return `${Math.round(used)} / ${Math.round(total)} ${name}`;
-  }
-  return `${(used / div).toFixed(1)} / ${(total / div).toFixed(1)} ${name}`;
+/** `used / total`, each in its own unit: `389.4 MiB / 5.2 GiB`. */
+export function formatUsedTotal(used: number, total: number): string {
+  return `${formatBytes(used)} / ${formatBytes(total)}`;
 }
 
 /** Fraction used in [0, 1] (0 when the total is unknown). */
@@ -50,8 +38,8 @@ export function statusDevices(snapshot: SnapshotMessage): DeviceEntry[] {
   return snapshot.devices.devices;
 }
 
-/** `mgpu 4× cpu · 3.1 / 8.0 GiB`; `mgpu –` with no device; `(paused)` appended when paused. */
-export function statusText(snapshot: SnapshotMessage | null, units: Units = 'binary'): string {
+/** `mgpu 4× cpu · 1.5 GiB / 20.8 GiB`; `mgpu –` with no device; `(paused)` appended when paused. */
+export function statusText(snapshot: SnapshotMessage | null): string {
   if (snapshot === null) {
     return 'mgpu …';
   }
@@ -63,7 +51,7 @@ export function statusText(snapshot: SnapshotMessage | null, units: Units = 'bin
   const kinds = Array.from(new Set(devices.map(d => d.kind)));
   const used = devices.reduce((s, d) => s + d.used_bytes, 0);
   const total = devices.reduce((s, d) => s + d.total_bytes, 0);
-  return `mgpu ${devices.length}× ${kinds.join('+')} · ${formatUsedTotal(used, total, units)}${suffix}`;
+  return `mgpu ${devices.length}× ${kinds.join('+')} · ${formatUsedTotal(used, total)}${suffix}`;
 }
 
 /** The `%mgpu_init` line the sidebar inserts: one engine per visible GPU, else `fallback` CPU devices. */

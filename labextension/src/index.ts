@@ -9,7 +9,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { stopCluster } from './api';
-import { initCommand, Units } from './format';
+import { initCommand } from './format';
 import { MgpuPanel } from './panel';
 import { ClusterInfo } from './payloads';
 import { MgpuStatus } from './statusbar';
@@ -148,9 +148,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const apply = (s: ISettingRegistry.ISettings) => {
       interval = Number(s.get('refreshRate').composite) || 1;
       paused = s.get('paused').composite === true;
-      const units = (s.get('units').composite as Units) || 'binary';
-      panel.units = units;
-      status.units = units;
       stream.configure(interval, paused);
       showPaused();
     };

@@ -4,7 +4,7 @@
  */
 import { Widget } from '@lumino/widgets';
 
-import { formatUsedTotal, fraction, Units } from './format';
+import { formatBytes, formatUsedTotal, fraction } from './format';
 import { ClusterInfo, DeviceEntry, RankInfo, SnapshotMessage } from './payloads';
 import { showOtherUsers } from './other_users';
 import { History, scalePoints, toPolyline } from './sparkline';
@@ -59,6 +59,7 @@ interface ClusterView {
   title: HTMLDivElement;
   meta: HTMLDivElement;
   spark: SVGSVGElement;
+  sparkAxis: HTMLDivElement;
   ranks: HTMLDivElement;
   rankViews: Map<number, RankView>;
   stop: HTMLButtonElement;
@@ -66,6 +67,15 @@ interface ClusterView {
 }
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/** `rank 0 · cpu:0 · pid 123 · idle`; a rank not up yet (or no more) says only what is happening. */
+export function rankLabel(r: RankInfo): string {
+  if (r.pid === null || r.device === null) {
+    return `rank ${r.rank} · ${r.state}`;
+  }
+  const op = r.op ? ` · ${r.op}` : '';
+  return `rank ${r.rank} · ${r.device} · pid ${r.pid} · ${r.state}${op}`;
+}
 
 export class MgpuPanel extends Widget {
   constructor(actions: IPanelActions) {
@@ -100,17 +110,6 @@ export class MgpuPanel extends Widget {
     this.node.appendChild(this._clusters);
   }
 
-  get units(): Units {
-    return this._units;
-  }
-
-  set units(value: Units) {
-    this._units = value;
-    if (this._last) {
-      this.render(this._last);
-    }
-  }
-
   /** Reflect a local pause/resume at once (a paused server sends nothing to render). */
   setPaused(paused: boolean, interval: number): void {
     this._live.classList.remove('jp-mgpu-error');
@@ -126,7 +125,6 @@ export class MgpuPanel extends Widget {
 
   /** Render one snapshot: devices, clusters (keyed by id), bars and sparklines. */
   render(snap: SnapshotMessage): void {
-    this._last = snap;
     this._live.classList.remove('jp-mgpu-error');
     this._live.textContent = snap.paused ? 'paused' : `live · every ${snap.interval} s`;
     this._pause.textContent = snap.paused ? 'Resume' : 'Pause';
@@ -171,7 +169,7 @@ export class MgpuPanel extends Widget {
       const [outer, fill] = bar();
       setBar(fill, d.used_bytes, d.total_bytes);
       row.appendChild(outer);
-      row.appendChild(el('span', 'jp-mgpu-figures', formatUsedTotal(d.used_bytes, d.total_bytes, this._units)));
+      row.appendChild(el('span', 'jp-mgpu-figures', formatUsedTotal(d.used_bytes, d.total_bytes)));
       showOtherUsers(row, outer, fill, d); // a shared GPU: other users' part of the bar, and its figure
       this._devices.appendChild(row);
     }
@@ -189,11 +187,12 @@ export class MgpuPanel extends Widget {
     const sparkTitle = document.createElementNS(SVG_NS, 'title');
     sparkTitle.textContent = 'memory per rank, last 60 s';
     spark.appendChild(sparkTitle);
+    const sparkAxis = el('div', 'jp-mgpu-spark-axis');
     const ranks = el('div', 'jp-mgpu-ranks');
     const stop = el('button', 'jp-mgpu-button jp-mgpu-stop', 'Stop cluster');
-    const view: ClusterView = { card, title, meta, spark, ranks, rankViews: new Map(), stop, info: c };
+    const view: ClusterView = { card, title, meta, spark, sparkAxis, ranks, rankViews: new Map(), stop, info: c };
     stop.onclick = () => this._actions.stopCluster(view.info);
-    card.append(title, meta, spark, ranks, stop);
+    card.append(title, meta, spark, sparkAxis, ranks, stop);
     this._clusters.appendChild(card);
     this._views.set(c.cluster_id, view);
     return view;
@@ -207,10 +206,13 @@ export class MgpuPanel extends Widget {
     view.title.textContent = `${c.cluster_id} · ${c.status}`;
     const notebook = c.notebook ? c.notebook.split('/').pop() : 'unknown notebook';
     view.meta.title = c.notebook ?? '';
-    view.meta.textContent =
-      `${notebook} · ${c.world_size}× ${c.kind} · ${c.backend ?? ''} · ` +
-      `${formatUsedTotal(c.used_bytes, c.total_bytes, this._units)}`;
-    view.stop.disabled = c.status === 'stopped';
+    // pieces that never break inside (no "glo/o"): the line wraps between them only
+    const pieces = [notebook ?? '', `${c.world_size}× ${c.kind}`, c.backend ?? ''].filter(p => p);
+    if (c.total_bytes > 0) {
+      pieces.push(formatUsedTotal(c.used_bytes, c.total_bytes));
+    }
+    view.meta.replaceChildren(...pieces.map(p => el('span', 'jp-mgpu-piece', p)));
+    view.stop.disabled = c.status === 'stopped' || c.status === 'stopping';
 
     for (const r of c.ranks) {
       const rv = view.rankViews.get(r.rank) ?? this._makeRankView(view, r);
@@ -243,21 +245,26 @@ export class MgpuPanel extends Widget {
     rv.row.dataset.totalBytes = String(r.total_bytes);
     rv.row.dataset.pid = r.pid === null ? '' : String(r.pid);
     rv.row.dataset.state = r.state;
-    const op = r.op ? ` · ${r.op}` : '';
-    rv.label.textContent = `rank ${r.rank} · ${r.device ?? '?'} · pid ${r.pid ?? '?'} · ${r.state}${op}`;
+    rv.label.textContent = rankLabel(r);
     setBar(rv.fill, r.used_bytes, r.total_bytes);
-    rv.figures.textContent = formatUsedTotal(r.used_bytes, r.total_bytes, this._units);
+    rv.figures.textContent = r.figures;
   }
 
   private _renderSpark(view: ClusterView, c: ClusterInfo, now: number): void {
     // scale to the largest value seen in the window (not the budget) so that changes are visible
-    const seen = c.ranks.flatMap(r => this._history.get(`${c.cluster_id}/${r.rank}`).map(s => s.v));
+    const series = c.ranks.map(r => this._history.get(`${c.cluster_id}/${r.rank}`));
+    const seen = series.flatMap(s => s.map(x => x.v));
     const max = Math.max(1, ...seen) * 1.1;
+    // the time axis spans the history there is (whole 10 s, up to 60 s): a young cluster is not a
+    // line squeezed into the right edge
+    const oldest = Math.min(now, ...series.flatMap(s => s.map(x => x.t)));
+    const span = Math.min(60, Math.max(10, Math.ceil((now - oldest) / 10) * 10));
+    view.sparkAxis.textContent = `0 to ${formatBytes(max)} · last ${span} s`;
     for (const old of Array.from(view.spark.querySelectorAll('polyline'))) {
       old.remove();
     }
     for (const r of c.ranks) {
-      const points = scalePoints(this._history.get(`${c.cluster_id}/${r.rank}`), now, max, SPARK_W, SPARK_H);
+      const points = scalePoints(this._history.get(`${c.cluster_id}/${r.rank}`), now, max, SPARK_W, SPARK_H, span);
       const line = document.createElementNS(SVG_NS, 'polyline');
       line.setAttribute('class', `jp-mgpu-spark-line jp-mgpu-rank-stroke-${r.rank % RANK_COLORS}`);
       line.setAttribute('points', toPolyline(points));
@@ -267,8 +274,6 @@ export class MgpuPanel extends Widget {
   }
 
   private _actions: IPanelActions;
-  private _units: Units = 'binary';
-  private _last: SnapshotMessage | null = null;
   private _live: HTMLSpanElement;
   private _pause: HTMLButtonElement;
   private _devices: HTMLDivElement;

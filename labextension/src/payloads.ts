@@ -15,6 +15,8 @@ export interface RankInfo {
   used_bytes: number;
   peak_bytes: number;
   total_bytes: number;
+  /** `389.4 MiB / 5.2 GiB`, formatted by the server (`used_of_limit`); empty before the first sample. */
+  figures: string;
   sample_age_s: number | null;
 }
 
@@ -163,6 +165,7 @@ export function parseRank(value: unknown): RankInfo {
     used_bytes: num(o, 'used_bytes', what),
     peak_bytes: num(o, 'peak_bytes', what),
     total_bytes: num(o, 'total_bytes', what),
+    figures: strOrNull(o, 'figures', what) ?? '',
     sample_age_s: numOrNull(o, 'sample_age_s', what)
   };
 }

@@ -1,9 +1,9 @@
 /**
- * The status-bar item "mgpu 4× cpu · 3.1 / 8.0 GiB"; clicking it opens the sidebar.
+ * The status-bar item "mgpu 4× cpu · 1.5 GiB / 20.8 GiB"; clicking it opens the sidebar.
  */
 import { Widget } from '@lumino/widgets';
 
-import { statusText, Units } from './format';
+import { statusText } from './format';
 import { SnapshotMessage } from './payloads';
 
 export class MgpuStatus extends Widget {
@@ -15,12 +15,10 @@ export class MgpuStatus extends Widget {
     this.node.onclick = onClick;
   }
 
-  units: Units = 'binary';
-
   /** Paused locally: shown at once, whatever the last snapshot said. */
   paused = false;
 
   render(snap: SnapshotMessage | null): void {
-    this.node.textContent = statusText(snap ? { ...snap, paused: this.paused } : null, this.units);
+    this.node.textContent = statusText(snap ? { ...snap, paused: this.paused } : null);
   }
 }

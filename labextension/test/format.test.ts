@@ -1,4 +1,5 @@
 import { formatBytes, formatUsedTotal, fraction, initCommand, statusText } from '../src/format';
+import sizeCases from './size_format.json';
 import { parseStreamMessage, SnapshotMessage } from '../src/payloads';
 
 const GiB = 2 ** 30;
@@ -32,24 +33,18 @@ function snapshot(devices: Array<[string, number, number]>, paused = false, sour
 }
 
 describe('formatBytes', () => {
-  it('uses binary units by default', () => {
-    expect(formatBytes(0)).toBe('0 B');
-    expect(formatBytes(1023)).toBe('1023 B');
-    expect(formatBytes(1024)).toBe('1.0 KiB');
-    expect(formatBytes(3.1 * GiB)).toBe('3.1 GiB');
-    expect(formatBytes(256 * 2 ** 20)).toBe('256.0 MiB');
-  });
-  it('uses decimal units on request', () => {
-    expect(formatBytes(1500, 'decimal')).toBe('1.5 kB');
-    expect(formatBytes(8e9, 'decimal')).toBe('8.0 GB');
+  it('prints every size as the Python views do (one shared table of cases)', () => {
+    for (const [bytes, text] of sizeCases.cases as Array<[number, string]>) {
+      expect(formatBytes(bytes)).toBe(text);
+    }
   });
 });
 
 describe('formatUsedTotal', () => {
-  it('shows both in the unit of the total', () => {
-    expect(formatUsedTotal(3.1 * GiB, 8 * GiB)).toBe('3.1 / 8.0 GiB');
-    expect(formatUsedTotal(200 * 2 ** 20, 8 * GiB)).toBe('0.2 / 8.0 GiB');
-    expect(formatUsedTotal(5, 10)).toBe('5 / 10 B');
+  it('shows each size in its own unit', () => {
+    expect(formatUsedTotal(3.1 * GiB, 8 * GiB)).toBe('3.1 GiB / 8.0 GiB');
+    expect(formatUsedTotal(200 * 2 ** 20, 8 * GiB)).toBe('200.0 MiB / 8.0 GiB');
+    expect(formatUsedTotal(5, 10)).toBe('5 B / 10 B');
   });
 });
 
@@ -70,11 +65,11 @@ describe('statusText', () => {
       ['cpu', 0.75 * GiB, 2 * GiB],
       ['cpu', 0.75 * GiB, 2 * GiB]
     ]);
-    expect(statusText(snap)).toBe('mgpu 4× cpu · 3.1 / 8.0 GiB');
+    expect(statusText(snap)).toBe('mgpu 4× cpu · 3.1 GiB / 8.0 GiB');
   });
-  it('summarises GPUs, decimal units, paused and empty states', () => {
-    const snap = snapshot([['cuda', 40e9, 80e9], ['cuda', 0, 80e9]], false, 'nvml');
-    expect(statusText(snap, 'decimal')).toBe('mgpu 2× cuda · 40.0 / 160.0 GB');
+  it('summarises GPUs, paused and empty states', () => {
+    const snap = snapshot([['cuda', 40 * GiB, 80 * GiB], ['cuda', 0, 80 * GiB]], false, 'nvml');
+    expect(statusText(snap)).toBe('mgpu 2× cuda · 40.0 GiB / 160.0 GiB');
     expect(statusText(snapshot([], true))).toBe('mgpu – (paused)');
     expect(statusText(snapshot([]))).toBe('mgpu –');
     expect(statusText(null)).toBe('mgpu …');

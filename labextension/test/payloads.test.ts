@@ -11,6 +11,7 @@ const rank = (r: number) => ({
   used_bytes: 1000 + r,
   peak_bytes: 2000,
   total_bytes: 4000,
+  figures: `${1000 + r} B / 3.9 KiB`,
   sample_age_s: 0.05
 });
 

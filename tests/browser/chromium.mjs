@@ -41,9 +41,12 @@ export async function runCell(page, index, wait = true) {
   }, [index, wait]);
 }
 
-// Open cfg.notebook in JupyterLab and wait until its kernel is idle and its cells are shown.
+// Open cfg.notebook in JupyterLab and wait until its kernel is idle and its cells are shown. Each run gets
+// a workspace of its own: the shared server's default workspace would reopen the notebooks of earlier
+// tests, whose saved widget outputs have no model any more (an error in the console).
 export async function openNotebook(page, timeout) {
-  await page.goto(`${cfg.url}lab/tree/${cfg.notebook}?token=${cfg.token}`, { timeout });
+  const workspace = `t${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+  await page.goto(`${cfg.url}lab/workspaces/${workspace}/tree/${cfg.notebook}?token=${cfg.token}`, { timeout });
   await page.waitForFunction(() => {
     const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
     return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);

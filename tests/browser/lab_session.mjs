@@ -81,7 +81,8 @@ page.on('pageerror', err => consoleErrors.push(String(err)));
 
 try {
   // 1. open the quickstart notebook; wait for JupyterLab, the kernel and our status-bar item
-  await page.goto(`${cfg.url}lab/tree/${cfg.notebook}?token=${cfg.token}`, { timeout: STEP_TIMEOUT });
+  await page.goto(`${cfg.url}lab/workspaces/sidebar-story/tree/${cfg.notebook}?token=${cfg.token}`,
+    { timeout: STEP_TIMEOUT });  // a workspace of its own: nothing of other tests' notebooks reopens
   await waitFor(page, () => {
     const app = window.jupyterapp;
     const w = app && app.shell.currentWidget;

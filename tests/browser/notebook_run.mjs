@@ -4,8 +4,8 @@
 // outputs) and shuts its kernel down. Called by tests/notebooks/labrun.py with one JSON argument
 // {url, token, notebook, artifacts, chromium, profile, shots: [{name, cell}], hooks, timeoutMs};
 // `cell` is a prefix of a code cell's source. An optional hooks module may export
-// `during(ctx)` (runs while the cells execute) and `after(ctx)` (after they finished, before the
-// screenshots); both report their observations with ctx.report(step, data).
+// `during(ctx)` (runs while the cells execute, until window.__mgpuDone is true) and `after(ctx)`
+// (after they finished, before the screenshots); both report their observations with ctx.report(step, data).
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { cfg, report, openBrowser, openNotebook } from './chromium.mjs';
@@ -88,11 +88,12 @@ try {
   const t0 = Date.now();
   await page.evaluate(() => {
     window.__mgpuRunAll = null;
+    window.__mgpuDone = false;
     window.jupyterapp.commands.execute('notebook:run-all-cells')
       .then(ok => { window.__mgpuRunAll = { ok: ok !== false }; })
       .catch(e => { window.__mgpuRunAll = { ok: false, error: String(e) }; });
   });
-  if (hooks.during) await hooks.during(ctx);
+  const during = hooks.during ? hooks.during(ctx) : null;  // watches the page until window.__mgpuDone
   await page.waitForFunction(() => window.__mgpuRunAll !== null, null, { timeout: T, polling: 250 });
   // Run All settles at the first error (even in a cell tagged raises-exception) while the kernel goes on
   // with the queued cells: a silent request queued after them is answered once they all ran (or were
@@ -104,6 +105,8 @@ try {
   }, T);
   const run = await page.evaluate(() => window.__mgpuRunAll);
   const seconds = (Date.now() - t0) / 1000;
+  await page.evaluate(() => { window.__mgpuDone = true; });
+  if (during) await during;
   // executed means a count; an error output outside cells tagged raises-exception is a failure
   const cells = await page.evaluate(() => window.jupyterapp.shell.currentWidget.content.widgets.map((c, i) => ({
     index: i, type: c.model.type, count: c.model.type === 'code' ? c.model.executionCount : null,

@@ -70,7 +70,8 @@ def test_insert_button_and_mgpu_init_show_two_devices_in_dashboard_and_sidebar(s
     [cluster] = s["sidebar"]
     assert cluster["worldSize"] == 2 and cluster["status"] == "running"
     assert [r["rank"] for r in cluster["ranks"]] == [0, 1]
-    assert all(r["pid"] > 0 and r["used"] > 0 and r["total"] > 0 for r in cluster["ranks"])
+    # used may be 0 B where the budget counts tensor bytes (nothing allocated yet); the limit is known
+    assert all(r["pid"] > 0 and r["used"] >= 0 and r["total"] > 0 for r in cluster["ranks"])
     assert s["status"].startswith("mgpu 2× cpu · ") and s["status"].endswith("iB")
 
 

@@ -1,14 +1,27 @@
 import pytest
+from labrun import assert_page_is_clean, run_in_lab
 
-from nbrun import by_source, execute_notebook
-
-pytestmark = pytest.mark.notebook
+pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
 
 
-def test_quickstart_notebook_runs_and_shows_what_it_says():
-    nb = execute_notebook("01_quickstart.ipynb")
-    text = by_source(nb)
-    assert "mgpu: 4 engines ready (4 × CPU virtual device, gloo" in text["%mgpu_init 4"]
+
+SHOTS = {
+    '01_first_cell': '%%mgpu\nx = torch.full',
+    '02_status': '%mgpu_status',
+    '03_error': '%%mgpu\nvalues',
+    '04_restart': '%mgpu_init 4 --restart',
+    '05_oom': '%%mgpu\nif rank == 1',
+}
+
+
+@pytest.fixture(scope="module")
+def run(lab):
+    return run_in_lab(lab, '01_quickstart.ipynb', SHOTS)
+
+
+def test_quickstart_notebook_runs_and_shows_what_it_says(run):
+    text = run.text
+    assert "mgpu: 4 engines ready (4 × CPU virtual device, gloo" in text["%mgpu_init 4 --mem-per-device 512MiB"]
     out = text["%%mgpu\nx = torch.full"]
     for r in range(4):
         assert f"[rank {r}] {r} 4 cpu tensor([6., 6.])" in out
@@ -20,3 +33,27 @@ def test_quickstart_notebook_runs_and_shows_what_it_says():
     assert "Out[rank 0]: tensor([4.])" in text["%%mgpu\ny = torch.ones(1)"]
     assert "rank 1 ran out of device memory (budget 512.0 MiB) while allocating 1.0 GiB" in text["%%mgpu\nif rank == 1"]
     assert "engines stopped" in text["%mgpu_shutdown"]
+
+
+def test_rank_output_ends_in_rank_order_and_status_shows_idle_ranks_idle(run):
+    lines = [ln for ln in run.text["%%mgpu\nx = torch.full"].splitlines() if ln.startswith("[rank ")]
+    assert [ln.split("]")[0] for ln in lines] == [f"[rank {r}" for r in range(4)], lines
+    status = run.text["%mgpu_status"]
+    assert "busy" not in status and status.count("idle") == 4, status
+
+
+def test_the_sidebar_says_restarting_never_dead_and_agrees_with_the_dashboard(run):
+    seen = run.steps["sidebar"]["seen"]
+    cards = [c for snap in seen for c in snap]
+    ranks = [r for c in cards for r in c["ranks"]]
+    assert len(seen) > 20 and ranks
+    assert any(c["status"] == "restarting" for c in cards), {c["status"] for c in cards}
+    assert all(r["state"] != "dead" and "?" not in r["label"] and r["figures"] != "0 B / 0 B" for r in ranks), \
+        [r for r in ranks if r["state"] == "dead" or "?" in r["label"]][:3]
+    assert all(not c["broken"] for c in cards), [c["broken"] for c in cards if c["broken"]][:3]
+    same = run.steps["sidebar"]["same"]
+    assert same and same["sidebar"].split(" / ")[1] == same["dashboard"].split(" / ")[1].split(" · ")[0], same
+
+
+def test_page_is_clean(run):
+    assert_page_is_clean(run)

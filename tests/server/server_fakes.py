@@ -28,7 +28,8 @@ class FakeClusters:
 
     def make(self, cluster_id: str, world_size: int = 2, *, kernel_pid: int | None = None,
              kernel_create_time: float | None = None, mode: int = 0o700, processes: bool = True,
-             used: int = 300 << 20, budget: int = 1 << 30, status: str = "running") -> Path:
+             used: int = 300 << 20, budget: int = 1 << 30, status: str = "running", ranks_up: bool = True) -> Path:
+        """``ranks_up=False``: no engine has started yet (no engine pids, no telemetry), as while starting."""
         path = self.root / cluster_id
         path.mkdir(mode=0o700)
         (path / "exits").mkdir()
@@ -39,7 +40,7 @@ class FakeClusters:
         sup = self.sleeper("-m", "jupyter_mgpu.engine.launcher", str(path)) if processes else None
         ctl = self.sleeper(f"--profile-dir={path / 'profile'}") if processes else None
         engines = {str(r): self.sleeper("-m", "jupyter_mgpu.engine.launcher", str(path)).pid
-                   for r in range(world_size)} if processes else {}
+                   for r in range(world_size)} if processes and ranks_up else {}
         state = {
             "cluster_id": cluster_id, "status": status, "kernel_pid": pid,
             "kernel_create_time": kernel_create_time, "notebook": "demo.ipynb",
@@ -50,7 +51,7 @@ class FakeClusters:
             "engine_pids": engines, "started_at": time.time(),
         }
         (path / "cluster.json").write_text(json.dumps(state))
-        for r in range(world_size):
+        for r in range(world_size if ranks_up else 0):
             sample = {"time": time.time(), "rank": r, "pid": int(engines.get(str(r), 0)), "device": f"cpu:{r}",
                       "kind": "cpu", "state": "idle", "op": None, "resident_bytes": used + r,
                       "peak_resident_bytes": used + r, "budget_bytes": budget}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -125,6 +126,47 @@ def test_dead_ranks_are_reported(fake_clusters):
     assert c["status"] == "degraded"
     devices = ClusterManager(use_nvml=False).devices()["devices"]
     assert [d["rank"] for d in devices] == [0]  # the dead rank's device is not listed as in use
+
+
+def test_a_restart_shows_stopped_then_restarting_never_dead_ranks(fake_clusters):
+    m = ClusterManager(use_nvml=False)
+    old = fake_clusters.make("111-aaaa0020", world_size=2, used=300 << 20, budget=1 << 30)
+    c = m.clusters()["clusters"][0]
+    assert c["status"] == "running" and [r["figures"] for r in c["ranks"]] == ["300.0 MiB / 1.0 GiB"] * 2
+    for proc in fake_clusters.procs:  # %mgpu_init --restart ends the old cluster's processes ...
+        proc.kill()
+        proc.wait()
+    c = m.clusters()["clusters"][0]
+    assert c["status"] == "stopped" and [r["state"] for r in c["ranks"]] == ["stopped", "stopped"]
+    shutil.rmtree(old)  # ... removes its directory, and starts the new one
+    fake_clusters.make("111-aaaa0021", world_size=2, status="starting", ranks_up=False)
+    c = m.clusters()["clusters"][0]
+    assert c["status"] == "restarting", c
+    assert [(r["state"], r["pid"], r["figures"]) for r in c["ranks"]] == [("restarting", None, "")] * 2
+    # a cluster being shut down (%mgpu_shutdown) marks itself stopping: its ranks end as "stopping"
+    stopping = fake_clusters.make("111-aaaa0023", world_size=2, status="stopping")
+    for proc in fake_clusters.procs[-2:]:
+        proc.kill()
+        proc.wait()
+    c = next(c for c in m.clusters()["clusters"] if c["cluster_id"] == stopping.name)
+    assert c["status"] == "stopping" and [r["state"] for r in c["ranks"]] == ["stopping", "stopping"]
+    shutil.rmtree(stopping)
+    # a first start (no earlier cluster of this kernel) is just starting
+    other = ClusterManager(use_nvml=False).clusters()["clusters"][0]
+    assert other["status"] == "starting" and [r["state"] for r in other["ranks"]] == ["starting"] * 2
+
+
+def test_the_limit_is_runtime_plus_budget_as_in_the_dashboard(fake_clusters):
+    from jupyter_mgpu.widgets.memory import device_row
+
+    path = fake_clusters.make("111-aaaa0022", world_size=1, used=400 << 20, budget=512 << 20)
+    sample_file = path / "telemetry" / "rank0.json"
+    sample = json.loads(sample_file.read_text())
+    sample["baseline_resident_bytes"] = 200 << 20
+    sample_file.write_text(json.dumps(sample))
+    rank = ClusterManager(use_nvml=False).clusters()["clusters"][0]["ranks"][0]
+    assert rank["total_bytes"] == 712 << 20 == device_row(sample)["limit"]
+    assert rank["figures"] == "400.0 MiB / 712.0 MiB" and device_row(sample)["text"].startswith(rank["figures"])
 
 
 class _FakeNVML:

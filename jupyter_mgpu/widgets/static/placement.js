@@ -5,12 +5,7 @@
 
 const SVGNS = "http://www.w3.org/2000/svg";
 const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-const fmtBytes = (b) => {
-  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; }
-  return (i ? b.toFixed(1) : String(Math.round(b))) + " " + u[i];
-};
+// every size comes formatted from Python (tile_bytes, mem_text, tele_text): one format for every view
 
 // Geometry of every panel: a box of at most 220 px, aspect kept within 1:6.
 function geometry(data) {
@@ -51,7 +46,7 @@ export function drawFrame(data, held, frame, geo) {
       for (let r = 0; r < P; r++) if (owners[pi][ti] & (1 << r)) ranks.push(r);
       const tip = (data.tips && data.tips[pi]) ? data.tips[pi][ti] :
         `${ranks.length ? "held by rank " + ranks.join(", ") : "held by no rank"}\nrows ${t[0]}:${t[1]}, cols ${t[2]}:${t[3]}` +
-        `\nshape (${t[1] - t[0]}, ${t[3] - t[2]}), ${fmtBytes((t[1] - t[0]) * (t[3] - t[2]) * p.itemsize)}`;
+        `\nshape (${t[1] - t[0]}, ${t[3] - t[2]}), ${p.tile_bytes ? p.tile_bytes[ti] : ""}`;
       parts.push(`<g class="mgpu-tile" data-owners="${ranks.join(" ")}"><title>${esc(tip)}</title>`);
       if (!ranks.length) {
         parts.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="#fff" stroke="#ccc" stroke-width="0.5"/>`);
@@ -83,12 +78,13 @@ export function drawFrame(data, held, frame, geo) {
   for (let r = 0; r < P; r++) {
     const x = rx(r), m = (frame.mem || [])[r] || 0, frac = Math.min(1, m / (data.max_mem || 1));
     const tele = frame.tele ? frame.tele[r] : -1, tfrac = Math.min(1, Math.max(0, tele) / (data.max_tele || 1));
-    const ttext = tele >= 0 ? `; measured (telemetry) ${fmtBytes(tele)}` : "";
-    parts.push(`<g class="mgpu-rank" data-rank="${r}" data-mem="${m}" data-tele="${tele}"><title>rank ${r}: ${fmtBytes(m)} of traced blocks${ttext}</title>` +
+    const mtext = (frame.mem_text || [])[r] || "";
+    const ttext = tele >= 0 ? `; measured (telemetry) ${(frame.tele_text || [])[r] || ""}` : "";
+    parts.push(`<g class="mgpu-rank" data-rank="${r}" data-mem="${m}" data-tele="${tele}"><title>rank ${r}: ${mtext} of traced blocks${ttext}</title>` +
       `<rect x="${x}" y="${y0}" width="${bw}" height="40" fill="#fff" stroke="${data.colors[r]}" stroke-width="2"/>` +
       `<rect class="mgpu-mem-bar" x="${x + 2}" y="${y0 + 40 - 38 * frac}" width="8" height="${38 * frac}" fill="${data.colors[r]}"/>` +
       `<text x="${x + bw / 2 + 4}" y="${y0 + 16}" font-size="11" text-anchor="middle">rank ${r}</text>` +
-      `<text x="${x + bw / 2 + 4}" y="${y0 + 32}" font-size="10" text-anchor="middle">${fmtBytes(m)}</text></g>`);
+      `<text x="${x + bw / 2 + 4}" y="${y0 + 32}" font-size="10" text-anchor="middle">${esc(mtext)}</text></g>`);
     if (tele >= 0) parts.push(`<rect class="mgpu-tele-bar" x="${x + 12}" y="${y0 + 40 - 38 * tfrac}" width="4" ` +
       `height="${38 * tfrac}" fill="#888"/>`);
   }
