@@ -19,6 +19,7 @@ import anywidget
 import traitlets
 
 from .. import session as sessmod
+from ..engine.memory_figures import figures, format_bytes
 from ..errors import MgpuError
 from .colors import rank_color
 
@@ -35,7 +36,7 @@ HIGH_FRACTION, FULL_FRACTION = 0.6, 0.85
 
 def _visible(row: dict[str, Any]) -> dict[str, Any]:
     """What of a device row can change the picture: byte counts to the MiB, not the sample time."""
-    out = {k: v for k, v in row.items() if k not in ("time", "fraction")}
+    out = {k: v for k, v in row.items() if k not in ("time", "fraction", "text", "tips")}
     for k in ("used", "reserved", "peak"):
         if isinstance(out.get(k), int):
             out[k] >>= 20
@@ -65,23 +66,19 @@ def fill_color(fraction: float | None, state: str) -> str:
 
 
 def device_row(sample: dict[str, Any]) -> dict[str, Any]:
-    """What one bar shows, from one telemetry sample: used, reserved, peak, limit, fraction, colours."""
+    """What one bar shows, from one telemetry sample: used, reserved, peak, limit (``engine/memory_figures``:
+    the convention of every view), fraction, colours, and the texts (formatted here, never in the browser)."""
     rank = int(sample["rank"])
     state = sample.get("state") or "unknown"
-    if sample.get("kind") == "cuda" or "allocated_bytes" in sample:
-        used, reserved = sample.get("allocated_bytes"), sample.get("reserved_bytes")
-        peak, total = sample.get("peak_allocated_bytes"), sample.get("total_bytes")
-        budget = sample.get("budget_bytes")
-        limit = budget if budget and total and budget < total else total
-        labels = {"used": "allocated", "reserved": "reserved", "peak": "peak allocated",
-                  "limit": "budget" if limit != total else "total"}
-        baseline = 0
-    else:  # CPU virtual device: resident memory against the engine's own runtime + its budget
-        used, reserved, peak = sample.get("resident_bytes"), None, sample.get("peak_resident_bytes")
-        baseline = sample.get("baseline_resident_bytes") or 0
-        limit = (baseline + sample["budget_bytes"]) if sample.get("budget_bytes") else None
-        labels = {"used": "resident", "reserved": "", "peak": "peak resident", "limit": "runtime + budget"}
+    f = figures(sample)
+    used, reserved, peak, limit, labels = f["used"], f["reserved"], f["peak"], f["limit"], f["labels"]
     fraction = (used / limit) if used is not None and limit else None
+    size = lambda n: "?" if n is None else format_bytes(n)  # noqa: E731
+    text = size(used) + (f" / {size(limit)}" if limit else "") + (f" · peak {size(peak)}" if peak else "") + \
+        (f" · reserved {size(reserved)}" if reserved is not None else "")
+    tips = {"used": f"{labels['used']} {size(used)}", "reserved": f"{labels['reserved']} {size(reserved)}",
+            "peak": f"{labels['peak']} {size(peak)}", "limit": f"{labels['limit']} {size(limit)}",
+            "baseline": f"engine runtime {size(f['baseline'])}"}
     return {
         "rank": rank,
         "device": sample.get("device") or f"rank {rank}",
@@ -94,11 +91,26 @@ def device_row(sample: dict[str, Any]) -> dict[str, Any]:
         "reserved": reserved,
         "peak": peak,
         "limit": limit,
-        "baseline": baseline,
+        "baseline": f["baseline"],
         "fraction": fraction,
         "fill": fill_color(fraction, state),
         "labels": labels,
+        "text": text,
+        "tips": tips,
     }
+
+
+def timeline_axis(timeline: list[list[list[float]]], devices: list[dict[str, Any]], window: float) -> dict[str, Any]:
+    """The timelines' shared axes: a byte range that fits what they show (labelled), and the seconds they span
+    (the time since the first point, up to ``window``, so a young dashboard is not squeezed to the right)."""
+    seen = [v for pts in timeline for _, v in pts if v is not None] + [d["used"] for d in devices if d["used"]]
+    hi, lo = (max(seen), min(seen)) if seen else (1.0, 0.0)
+    pad = 0.1 * (hi - lo) + 0.05 * hi
+    lo, hi = max(0.0, lo - pad), hi + pad
+    oldest = -min([pts[0][0] for pts in timeline if pts] + [0.0])
+    span = min(window, max(10.0, 10.0 * -(-oldest // 10)))  # whole tens of seconds, at least 10
+    return {"lo": lo, "hi": hi, "lo_text": format_bytes(lo), "hi_text": format_bytes(hi), "span": span,
+            "span_text": f"−{span:.0f} s"}
 
 
 class MemoryDashboard(anywidget.AnyWidget):
@@ -109,6 +121,7 @@ class MemoryDashboard(anywidget.AnyWidget):
 
     devices = traitlets.List().tag(sync=True)  # one dict per rank (see device_row)
     timeline = traitlets.List().tag(sync=True)  # per rank: [[seconds before now, used bytes], ...]
+    axis = traitlets.Dict().tag(sync=True)  # the timelines' shared axes (see timeline_axis)
     window = traitlets.Float(WINDOW_SECONDS).tag(sync=True)
     paused = traitlets.Bool(False).tag(sync=True)
     refresh_rate = traitlets.Float(DEFAULT_RATE).tag(sync=True)
@@ -217,6 +230,7 @@ class MemoryDashboard(anywidget.AnyWidget):
             self.devices = devices
             if timeline is not None:
                 self.timeline = timeline
+                self.axis = timeline_axis(timeline, devices, self.window)
             self.updates += 1
             self.updated_at = now
         return True

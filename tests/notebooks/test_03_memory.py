@@ -3,17 +3,28 @@
 import re
 
 import pytest
+from labrun import assert_page_is_clean, run_in_lab
 
-from nbrun import by_source, execute_notebook
-
-pytestmark = pytest.mark.notebook
+pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
-def test_memory_notebook_runs_and_shows_live_memory():
-    nb = execute_notebook("03_memory.ipynb")
-    text = by_source(nb)
+
+SHOTS = {
+    '01_dashboard': '%mgpu_init',
+    '02_allocated': '%%mgpu\nx = torch.ones',
+    '03_second_view': 'board = mg.dashboard()',
+}
+
+
+@pytest.fixture(scope="module")
+def run(lab):
+    return run_in_lab(lab, '03_memory.ipynb', SHOTS)
+
+
+def test_memory_notebook_runs_and_shows_live_memory(run):
+    nb, text = run.nb, run.text
     init = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%mgpu_init"))
     assert "mgpu: 4 engines ready" in text["%mgpu_init"]
     assert any(WIDGET in o.get("data", {}) for o in init.outputs), "%mgpu_init showed no dashboard"
@@ -34,3 +45,7 @@ def test_memory_notebook_runs_and_shows_live_memory():
     assert any(WIDGET in o.get("data", {}) for o in board.outputs)
     assert "4 devices, 2.0 updates a second, states: ['idle', 'idle', 'idle', 'idle']" in text["board.refresh_rate = 2"]
     assert "engines stopped" in text["%mgpu_shutdown"]
+
+
+def test_page_is_clean(run):
+    assert_page_is_clean(run)

@@ -147,3 +147,26 @@ def test_dataframe_view_needs_pandas():
             frame(rows)
     else:
         assert list(frame(rows)["rank"]) == [0]
+
+
+def test_rows_carry_their_texts_in_the_one_size_format_and_the_timelines_a_labelled_axis():
+    from jupyter_mgpu.engine.memory_figures import format_bytes, used_of_limit
+
+    cpu = {"rank": 0, "time": 1.0, "state": "idle", "resident_bytes": 300 * 2**20, "peak_resident_bytes": 310 * 2**20,
+           "baseline_resident_bytes": 200 * 2**20, "budget_bytes": 512 * 2**20}
+    row = wm.device_row(cpu)
+    assert row["limit"] == 712 * 2**20 and row["text"] == "300.0 MiB / 712.0 MiB · peak 310.0 MiB"
+    assert row["text"].startswith(used_of_limit(cpu)) and row["tips"]["limit"] == "runtime + budget 712.0 MiB"
+    axis = wm.timeline_axis([[[-12.5, 250 * 2**20], [0.0, 300 * 2**20]]], [row], 60.0)
+    assert axis["lo"] < 250 * 2**20 < 300 * 2**20 < axis["hi"] and axis["hi_text"] == format_bytes(axis["hi"])
+    assert axis["span"] == 20.0 and axis["span_text"] == "−20 s"  # 12.5 s of history: not squeezed into 60 s
+    assert wm.timeline_axis([[[-300.0, 1.0]]], [row], 60.0)["span"] == 60.0
+
+
+def test_a_cpu_budget_that_counts_tensor_bytes_is_drawn_as_allocated_of_budget():
+    sample = {"rank": 1, "time": 1.0, "state": "idle", "kind": "cpu", "resident_bytes": 300 * 2**20,
+              "allocated_bytes": 64 * 2**20, "peak_allocated_bytes": 96 * 2**20, "budget_bytes": 512 * 2**20,
+              "baseline_resident_bytes": 200 * 2**20}
+    row = wm.device_row(sample)
+    assert (row["used"], row["limit"]) == (64 * 2**20, 512 * 2**20)
+    assert row["text"] == "64.0 MiB / 512.0 MiB · peak 96.0 MiB" and row["labels"]["limit"] == "budget"

@@ -1,21 +1,10 @@
 // Memory dashboard view (anywidget ES module): one row per device — state badge, memory bar with
-// reserved/peak/limit marks coloured by fraction used, and a 60 s timeline. All state comes from the
-// Python model (devices, timeline, paused, refresh_rate, status); this file only draws it.
+// reserved/peak/limit marks coloured by fraction used, and a timeline of the last minute with labelled
+// axes. All state comes from the Python model (devices, timeline, axis, paused, refresh_rate, status),
+// every size already formatted there (one format for every view); this file only draws it.
 
 const SVG = "http://www.w3.org/2000/svg";
 const RATES = [0.5, 1, 2, 5, 10, 20];
-
-function fmtBytes(n) {
-  if (n === null || n === undefined) return "?";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  let v = n;
-  while (Math.abs(v) >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i += 1;
-  }
-  return `${v.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
-}
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -34,64 +23,72 @@ function drawBar(d, scale) {
   if (d.baseline) {
     const base = el("div", "mgpu-mem-baseline");
     base.style.width = `${pct(Math.min(d.baseline, d.used || 0), scale)}%`;
-    base.title = `engine runtime ${fmtBytes(d.baseline)}`;
+    base.title = d.tips.baseline;
     bar.appendChild(base);
   }
   if (d.reserved !== null && d.reserved !== undefined) {
     const res = el("div", "mgpu-mem-reserved");
     res.style.width = `${pct(d.reserved, scale)}%`;
     res.style.background = d.fill;
-    res.title = `${d.labels.reserved} ${fmtBytes(d.reserved)}`;
+    res.title = d.tips.reserved;
     bar.appendChild(res);
   }
   const used = el("div", "mgpu-mem-used");
   used.style.width = `${pct(d.used, scale)}%`;
   used.style.background = d.fill;
-  used.title = `${d.labels.used} ${fmtBytes(d.used)}`;
+  used.title = d.tips.used;
   bar.appendChild(used);
   if (d.peak) {
     const peak = el("div", "mgpu-mem-peak");
     peak.style.left = `${pct(d.peak, scale)}%`;
-    peak.title = `${d.labels.peak} ${fmtBytes(d.peak)}`;
+    peak.title = d.tips.peak;
     bar.appendChild(peak);
   }
   if (d.limit) {
     const limit = el("div", "mgpu-mem-limit");
     limit.style.left = `${pct(d.limit, scale)}%`;
-    limit.title = `${d.labels.limit} ${fmtBytes(d.limit)}`;
+    limit.title = d.tips.limit;
     bar.appendChild(limit);
   }
   return bar;
 }
 
-function drawTimeline(points, d, [lo, scale], window) {
-  const w = 180;
-  const h = 28;
-  const svg = document.createElementNS(SVG, "svg");
-  svg.setAttribute("class", "mgpu-mem-timeline");
-  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
-  svg.setAttribute("preserveAspectRatio", "none");
-  const x = (ago) => w * (1 + ago / window);
-  const y = (v) => h - (h - 2) * Math.max(0, Math.min(1, ((v || 0) - lo) / (scale - lo || 1))) - 1;
-  if (d.limit && d.limit <= scale && d.limit >= lo) {
-    const line = document.createElementNS(SVG, "line");
-    line.setAttribute("x1", 0);
-    line.setAttribute("x2", w);
-    line.setAttribute("y1", y(d.limit));
-    line.setAttribute("y2", y(d.limit));
-    line.setAttribute("class", "mgpu-mem-timeline-limit");
-    svg.appendChild(line);
+// geometry of a timeline, in px (drawn at this size: labels are never stretched)
+const TW = 260, TH = 34, AXIS_W = 58, TIME_H = 13;
+
+function svgEl(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// One device's timeline: the byte axis (shared by every row, labelled at its ends) at the left, the
+// line over the last `axis.span` seconds; the last row also labels the time axis.
+function drawTimeline(points, d, axis, last) {
+  const h = TH + (last ? TIME_H : 0);
+  const svg = svgEl("svg", { class: "mgpu-mem-timeline", width: TW, height: h, viewBox: `0 0 ${TW} ${h}` });
+  const x0 = AXIS_W, x1 = TW - 2, y0 = 2, y1 = TH - 2;
+  const span = axis.span || 60, lo = axis.lo || 0, hi = axis.hi || 1;
+  const x = (ago) => x0 + (x1 - x0) * Math.max(0, 1 + ago / span);
+  const y = (v) => y1 - (y1 - y0) * Math.max(0, Math.min(1, ((v || 0) - lo) / (hi - lo || 1)));
+  svg.appendChild(svgEl("rect", { class: "mgpu-mem-plot", x: x0, y: y0, width: x1 - x0, height: y1 - y0 }));
+  svg.appendChild(svgEl("text", { class: "mgpu-mem-axis-text", x: x0 - 4, y: y0 + 8, "text-anchor": "end" }, axis.hi_text || ""));
+  svg.appendChild(svgEl("text", { class: "mgpu-mem-axis-text", x: x0 - 4, y: y1, "text-anchor": "end" }, axis.lo_text || ""));
+  if (d.limit && d.limit <= hi && d.limit >= lo) {
+    svg.appendChild(svgEl("line", { class: "mgpu-mem-timeline-limit", x1: x0, x2: x1, y1: y(d.limit), y2: y(d.limit) }));
   }
   if (points && points.length) {
-    const path = document.createElementNS(SVG, "polyline");
-    path.setAttribute("points", points.map(([ago, v]) => `${x(ago).toFixed(1)},${y(v).toFixed(1)}`).join(" "));
-    path.setAttribute("stroke", d.color);
-    path.setAttribute("class", "mgpu-mem-timeline-line");
-    svg.appendChild(path);
+    const pts = points.filter(([ago]) => ago >= -span).map(([ago, v]) => `${x(ago).toFixed(1)},${y(v).toFixed(1)}`);
+    svg.appendChild(svgEl("polyline", { class: "mgpu-mem-timeline-line", stroke: d.color, points: pts.join(" ") }));
   }
-  const title = document.createElementNS(SVG, "title");
-  title.textContent = `rank ${d.rank}: ${d.labels.used} over the last ${window} s (${fmtBytes(lo)} to ${fmtBytes(scale)})`;
-  svg.appendChild(title);
+  if (last) {
+    const ty = TH + TIME_H - 3;
+    svg.appendChild(svgEl("text", { class: "mgpu-mem-axis-text", x: x0, y: ty, "text-anchor": "start" }, axis.span_text || ""));
+    svg.appendChild(svgEl("text", { class: "mgpu-mem-axis-text", x: (x0 + x1) / 2, y: ty, "text-anchor": "middle" }, "time"));
+    svg.appendChild(svgEl("text", { class: "mgpu-mem-axis-text", x: x1, y: ty, "text-anchor": "end" }, "now"));
+  }
+  svg.appendChild(svgEl("title", {}, `rank ${d.rank}: ${d.labels.used}, last ${span} s (axis ${axis.lo_text} to ${axis.hi_text})`));
   return svg;
 }
 
@@ -137,14 +134,10 @@ function render({ model, el: root }) {
   function drawRows() {
     const devices = model.get("devices") || [];
     const timeline = model.get("timeline") || [];
-    const window = model.get("window") || 60;
     // bars share one scale up to the largest limit (as in Dask); timelines share one scale that fits
     // what they show, so a 64 MiB step stays visible next to a 16 GiB limit
     const scale = Math.max(1, ...devices.map((d) => Math.max(d.limit || 0, d.reserved || 0, d.peak || 0, d.used || 0)));
-    const seen = timeline.flatMap((pts) => (pts || []).map(([, v]) => v || 0));
-    const thigh = Math.max(1, ...seen, ...devices.map((d) => d.used || 0));
-    const tlow = seen.length ? Math.min(...seen) : 0;
-    const tscale = [Math.max(0, tlow - 0.1 * (thigh - tlow) - 0.05 * thigh), thigh + 0.1 * (thigh - tlow) + 0.05 * thigh];
+    const axis = model.get("axis") || {};
     rows.replaceChildren();
     devices.forEach((d, i) => {
       const row = el("div", `mgpu-mem-row mgpu-state-${d.state}`);
@@ -155,11 +148,8 @@ function render({ model, el: root }) {
       label.append(dot, el("span", "", `rank ${d.rank} · ${d.device}`));
       const badge = el("span", `mgpu-mem-badge mgpu-badge-${d.state}`, d.state);
       if (d.op && d.state === "busy") badge.title = d.op;
-      const text = el("div", "mgpu-mem-text",
-        `${fmtBytes(d.used)}${d.limit ? ` / ${fmtBytes(d.limit)}` : ""}` +
-        (d.peak ? ` · peak ${fmtBytes(d.peak)}` : "") +
-        (d.reserved !== null && d.reserved !== undefined ? ` · reserved ${fmtBytes(d.reserved)}` : ""));
-      row.append(label, badge, drawBar(d, scale), text, drawTimeline(timeline[i], d, tscale, window));
+      const text = el("div", "mgpu-mem-text", d.text);
+      row.append(label, badge, drawBar(d, scale), text, drawTimeline(timeline[i], d, axis, i === devices.length - 1));
       rows.appendChild(row);
     });
   }
@@ -193,6 +183,7 @@ function render({ model, el: root }) {
   model.on("change:title", onControls);
   model.on("change:devices", onRows);
   model.on("change:timeline", onRows);
+  model.on("change:axis", onRows);
   drawControls();
   drawRows();
   return () => {
@@ -203,6 +194,7 @@ function render({ model, el: root }) {
     model.off("change:title", onControls);
     model.off("change:devices", onRows);
     model.off("change:timeline", onRows);
+    model.off("change:axis", onRows);
   };
 }
 
