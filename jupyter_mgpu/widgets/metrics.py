@@ -76,10 +76,16 @@ class MetricsPlot(ipywidgets.VBox):
                     self._add(name)
             for name in names:
                 self._draw(self.figures[name], records, name)
-            if records:
-                last = max(r["step"] for r in records)
-                self.status.value = f"{len(records)} records, last step {last}"
+            self.status.value = self._status(records)
             return records
+
+    def _status(self, records: MetricRecords) -> str:
+        """The line above the figures: what they show now (never a count of records they no longer draw)."""
+        if records:
+            text = f"{len(records)} records, last step {max(r['step'] for r in records)}"
+        else:
+            text = "<i>no records: waiting for mgpu.log(...) on the ranks</i>"
+        return text + ("; stopped following the ranks" if self._stop.is_set() else "")
 
     def _draw(self, fig: Any, records: MetricRecords, name: str) -> None:
         per_rank: dict[int, tuple[list, list]] = {r: ([], []) for r in range(self.session.world_size)}
@@ -106,10 +112,15 @@ class MetricsPlot(ipywidgets.VBox):
                 pass
 
     def stop(self) -> None:
-        """Stop following the ranks (the figures keep what they show); runs at session shutdown."""
+        """Stop following the ranks, after drawing everything they logged so far (the figures keep it);
+        runs at session shutdown."""
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
+        try:
+            self.refresh()  # the last records (a finished cell's all are in the files already)
+        except Exception:  # files already gone or a closed comm: keep what is drawn
+            pass
         try:
             self.session.shutdown_callbacks.remove(self.stop)
         except ValueError:

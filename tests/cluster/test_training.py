@@ -125,6 +125,24 @@ def test_metrics_and_the_live_plot_update_while_the_cell_runs(s2):
     mg.clear_metrics(s2)
 
 
+def test_the_plot_header_follows_clear_metrics_and_stop_draws_the_last_records(s2):
+    mg.clear_metrics(s2)
+    plot = mg.metrics_plot(interval=60)  # its thread never ticks here: only refresh() and stop() draw
+    try:
+        s2.run_cell("for i in range(5): mgpu.log(loss=float(i))", stream=False)
+        plot.refresh()
+        assert plot.status.value == "10 records, last step 5"
+        mg.clear_metrics(s2)
+        plot.refresh()
+        assert plot.status.value.startswith("<i>no records")  # not the count of records it no longer draws
+        s2.run_cell("for i in range(3): mgpu.log(loss=float(i))", stream=False)
+    finally:
+        plot.stop()  # draws what was logged since the last refresh, then stops
+    assert plot.status.value == "6 records, last step 3; stopped following the ranks"
+    assert list(plot.figures["loss"].data[0].x) == [1, 2, 3]
+    mg.clear_metrics(s2)
+
+
 def test_the_live_plot_stops_with_its_session(own_session):
     with own_session(1):
         plot = mg.metrics_plot()

@@ -1,15 +1,27 @@
 import re
 
 import pytest
+from labrun import assert_page_is_clean, run_in_lab
 
-from nbrun import by_source, execute_notebook
-
-pytestmark = pytest.mark.notebook
+pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
 
 
-def test_training_notebook_reaches_its_stated_accuracy():
-    nb = execute_notebook("06_data_parallel_training.ipynb")
-    text = by_source(nb)
+
+SHOTS = {
+    '01_live_views': 'import jupyter_mgpu as mg',
+    '02_hand_written': '%%mgpu\ntorch.manual_seed(100 + rank)',
+    '03_ddp': '%%mgpu\nfrom torch.nn.parallel',
+    '04_logged': 'm = mg.metrics()',
+}
+
+
+@pytest.fixture(scope="module")
+def run(lab):
+    return run_in_lab(lab, '06_data_parallel_training.ipynb', SHOTS)
+
+
+def test_training_notebook_reaches_its_stated_accuracy(run):
+    nb, text = run.nb, run.text
     assert "1500 training and 297 test images of 64 pixels" in text["%%mgpu\nimport torch.nn.functional"]
     hand = text["%%mgpu\ntorch.manual_seed(100 + rank)"]
     assert "[rank 0] step 0: global loss 2.3" in hand
@@ -26,8 +38,23 @@ def test_training_notebook_reaches_its_stated_accuracy():
     logged = text["m = mg.metrics()"]
     assert "384 records from ranks [0, 1, 2, 3]" in logged  # 96 DDP steps x 4 ranks
     assert "reached" in text["%%mgpu --targets 0"] and "NOT" not in text["%%mgpu --targets 0"]
-    assert "engines stopped" in text["plot.stop()"]
+    assert "engines stopped" in text["ddp_plot.stop()"]
     # the live views were displayed as widgets
     views = [o for c in nb.cells if c.source.startswith("import jupyter_mgpu") for o in c.outputs
              if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert len(views) == 2
+
+
+def test_each_run_keeps_its_whole_curve_and_the_headers_say_what_is_drawn(run):
+    plots = run.steps["plots"]["plots"]
+    assert len(plots) == 2, plots
+    hand, ddp = plots
+    # the hand-written run (150 steps on 4 ranks) stays drawn to its end, under Run All too
+    assert hand["header"] == "600 records, last step 150; stopped following the ranks", hand
+    assert hand["points"][:4] == [150] * 4
+    assert ddp["header"] == "384 records, last step 96; stopped following the ranks", ddp
+    assert ddp["points"][:4] == [96] * 4
+
+
+def test_page_is_clean(run):
+    assert_page_is_clean(run)
