@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-
 from lab_server import ARTIFACTS, CHROMIUM, REPO
 from nbrun import by_source
 
