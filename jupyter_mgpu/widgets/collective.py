@@ -100,9 +100,9 @@ def _tensor(c: _Canvas, t: Any, x: float, y: float, cell: float, fill: OriginFil
             f = fill(v, m)
             c.rect(x + j * cell, y + i * cell, cell, cell, f, "#dddddd" if cell >= 6 else "none", 0.5,
                    title=cell_title(v, m) if hover else "")
-            if numbers:
+            if numbers:  # zeros (the demo's background) faint, so the values that matter stand out
                 c.text(x + (j + 0.5) * cell, y + (i + 0.68) * cell, _fmt(v), size=max(8, int(cell * 0.5)),
-                       anchor="middle", fill=fill.ink(f))
+                       anchor="middle", fill="#c8c8c8" if v == 0 else fill.ink(f))
     if outline is not None and not sampled:
         lo, hi = outline
         for k in range(lo, hi):

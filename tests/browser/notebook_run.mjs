@@ -41,13 +41,18 @@ async function shotCell(index, name) {
 }
 
 // Every output element that reaches past its cell's output area (so part of it is cut off or needs
-// sideways scrolling), and every line of text output that the cell's width makes wrap.
+// sideways scrolling), every line of text output that the cell's width makes wrap, and every code cell
+// whose source is wider than its editor.
 const layout = () => page.evaluate(() => {
-  const out = { overflow: [], wrapped: [] };
+  const out = { overflow: [], wrapped: [], wide_code: [] };
   const probe = document.createElement('span');
   window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, i) => {
     if (cell.model.type !== 'code') return;
     const source = cell.model.sharedModel.getSource().split('\n')[0];
+    const editor = cell.node.querySelector('.cm-scroller');  // code the reader must scroll sideways to see
+    if (editor && editor.scrollWidth > editor.clientWidth + 2) {
+      out.wide_code.push({ cell: i, source, past: editor.scrollWidth - editor.clientWidth });
+    }
     for (const area of cell.node.querySelectorAll('.jp-OutputArea-output')) {
       const box = area.getBoundingClientRect();
       if (box.width === 0) continue;

@@ -74,7 +74,7 @@ def run_in_lab(lab: dict[str, Any], name: str, shots: dict[str, str], timeout_s:
 
 def assert_page_is_clean(run: LabRun) -> None:
     """Every cell ran (errors only where tagged raises-exception), no console error, nothing past a cell's
-    edge, no wrapped text line, and every screenshot saved."""
+    edge (outputs or code), no wrapped text line, and every screenshot saved."""
     ran = run.steps["ran"]
     code = [c for c in ran["cells"] if c["type"] == "code"]
     assert all(c["count"] for c in code), f"cells not executed: {[c['index'] for c in code if not c['count']]}"
@@ -84,4 +84,5 @@ def assert_page_is_clean(run: LabRun) -> None:
     assert errors == [], f"console errors: {errors}"
     assert layout["overflow"] == [], f"outputs wider than their cell: {layout['overflow'][:8]}"
     assert layout["wrapped"] == [], f"text lines that wrap: {layout['wrapped'][:4]}"
+    assert layout["wide_code"] == [], f"code wider than its cell: {layout['wide_code'][:6]}"
     assert all(Path(p).stat().st_size > 2000 for p in run.steps["shots"]["shots"])
