@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 MAX_PATH_BYTES = 107  # sizeof(sun_path) - 1 for the terminating NUL
 

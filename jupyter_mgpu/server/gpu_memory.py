@@ -13,7 +13,8 @@ CUDA numbers them, which is what ``%mgpu_init`` starts one engine per.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import psutil
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -29,6 +29,23 @@ from user_python import UserPython, build_user_python
 PROXY_VERSION = "4.6.3"
 PASSWORD_LENGTH = 16
 LAB_QUIET = {"fetchNews": "false", "checkForUpdates": False}  # no news or update checks behind the hub
+
+
+# what an admin writes to give users their own environment, e.g. their GPUs (docs/jupyterhub.md)
+PER_USER_HOOK = """
+PER_USER = {per_user!r}
+
+
+def per_user_environment(spawner):
+    env = dict(spawner.environment)
+    for key, value in PER_USER.get(spawner.user.name, {{}}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    spawner.environment = env
+
+"""
 
 
 def free_port() -> int:
@@ -74,6 +91,7 @@ class HubUser:
     home: Path
     uid: int
     token: str = ""
+    env: dict[str, str | None] = field(default_factory=dict)  # this user's spawner environment (None: unset)
 
     @property
     def mgpu_dir(self) -> Path:
@@ -91,7 +109,7 @@ def _notebook(cells: list[str]) -> str:
 
 
 class HubRun:
-    """One JupyterHub behind configurable-http-proxy on loopback, with two users ``a`` and ``b``."""
+    """One JupyterHub behind configurable-http-proxy on loopback, with the users added before ``start()``."""
 
     def __init__(self) -> None:
         # short: the homes are in it, and a home deeper than ~34 characters makes the cluster's Unix socket
@@ -111,9 +129,10 @@ class HubRun:
         self.log_path = self.private / "jupyterhub.log"
         self._log = None
         self.python: UserPython | None = None
+        self.fake_gpus: Path | None = None  # set by whoever installs fake GPUs for a user (tests/hub/fake_gpus.py)
 
     # -- setting up -----------------------------------------------------------------------------
-    def add_user(self, key: str, cells: list[str]) -> HubUser:
+    def add_user(self, key: str, cells: list[str], env: dict[str, str | None] | None = None) -> HubUser:
         name = f"mgpu-{key}-{secrets.token_hex(3)}"
         home = self.homes / name
         home.mkdir(mode=0o700)
@@ -123,7 +142,7 @@ class HubRun:
             uid = pwd.getpwnam(name).pw_uid
         else:
             uid = os.getuid()
-        self.users[key] = user = HubUser(name, home, uid)
+        self.users[key] = user = HubUser(name, home, uid, env=dict(env or {}))
         settings = home / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
         settings.mkdir(parents=True)
         (settings / "notification.jupyterlab-settings").write_text(json.dumps(LAB_QUIET))
@@ -137,7 +156,8 @@ class HubRun:
         assert self.python is not None
         env = {**self.python.env, "JUPYTER_MGPU_FORCE_CPU": "1"}
         spawner = "localprocess" if self.system_users else "simple"
-        return "\n".join([
+        per_user = {u.name: u.env for u in self.users.values() if u.env}
+        return PER_USER_HOOK.format(per_user=per_user) + "\n".join([
             f"c.JupyterHub.bind_url = {self.url + '/'!r}",
             "c.JupyterHub.hub_ip = '127.0.0.1'",
             f"c.JupyterHub.hub_port = {free_port()}",
@@ -152,7 +172,7 @@ class HubRun:
             "c.JupyterHub.shutdown_on_logout = True",
             "c.JupyterHub.authenticator_class = 'shared-password'",
             f"c.SharedPasswordAuthenticator.user_password = {self.password!r}",
-            f"c.Authenticator.allowed_users = {set(u.name for u in self.users.values())!r}",
+            f"c.Authenticator.allowed_users = { {u.name for u in self.users.values()}!r}",
             f"c.JupyterHub.spawner_class = {spawner!r}",
             f"c.SimpleLocalProcessSpawner.home_dir_template = {str(self.homes) + '/{username}'!r}",
             f"c.Spawner.cmd = [{str(self.python.python)!r}, '-m', 'jupyterhub.singleuser']",
@@ -160,6 +180,7 @@ class HubRun:
             "c.Spawner.default_url = '/lab'",
             f"c.Spawner.environment = {env!r}",
             "c.Spawner.env_keep = ['LANG', 'LC_ALL']",
+            "c.Spawner.pre_spawn_hook = per_user_environment",
             "c.Spawner.start_timeout = 180",
             "c.Spawner.http_timeout = 180",
             "c.LocalProcessSpawner.interrupt_timeout = 15",
@@ -231,7 +252,8 @@ class HubRun:
 
     def stop_server(self, user: HubUser, timeout: float = 90) -> None:
         """Stop the user's server as the hub does at logout, and wait until the hub says it is gone."""
-        if self.server(user) is not None:
+        model = self.server(user)
+        if model is not None and model.get("pending") != "stop":
             self.api("DELETE", f"users/{user.name}/server")
         deadline = time.monotonic() + timeout
         while self.server(user) is not None:
@@ -245,9 +267,7 @@ class HubRun:
             try:
                 if p.status() == psutil.STATUS_ZOMBIE:
                     continue
-                if self.system_users and p.info["uids"].real == user.uid:
-                    out.append(p)
-                elif not self.system_users and (p.info.get("environ") or {}).get("HOME") == str(user.home):
+                if self.system_users and p.info["uids"].real == user.uid or not self.system_users and (p.info.get("environ") or {}).get("HOME") == str(user.home):
                     out.append(p)
             except psutil.Error:
                 continue
@@ -259,6 +279,13 @@ class HubRun:
         leaked: list[str] = []
         try:
             if self.proc is not None and self.proc.poll() is None:
+                for user in self.users.values():  # all stop at once
+                    try:
+                        model = self.server(user)
+                        if model is not None and model.get("pending") != "stop":
+                            self.api("DELETE", f"users/{user.name}/server")
+                    except Exception as exc:
+                        leaked.append(f"{user.name}'s server did not stop: {exc}")
                 for user in self.users.values():
                     try:
                         self.stop_server(user, timeout=60)

@@ -56,9 +56,10 @@ async def _execute(server_url: str, token: str, kernel_id: str, code: str, timeo
     }))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    text, errors = [], []
+    text, errors, status = [], [], None
+    idle = False  # iopub's idle for our request: every output has come (the shell reply may come first)
     try:
-        while True:
+        while status is None or not idle:
             raw = await asyncio.wait_for(conn.read_message(), max(0.1, deadline - loop.time()))
             if raw is None:
                 raise AssertionError("the kernel's websocket closed before the execution finished")
@@ -72,10 +73,13 @@ async def _execute(server_url: str, token: str, kernel_id: str, code: str, timeo
                 text.append(content["data"].get("text/plain", ""))
             elif kind == "error":
                 errors.append(f"{content['ename']}: {content['evalue']}")
+            elif kind == "status" and content.get("execution_state") == "idle":
+                idle = True
             elif kind == "execute_reply" and msg.get("channel") == "shell":
-                return Execution(content["status"], "".join(text), errors)
+                status = content["status"]
     finally:
         conn.close()
+    return Execution(status, "".join(text), errors)
 
 
 def execute(server_url: str, token: str, kernel_id: str, code: str, timeout: float = 120) -> Execution:
