@@ -234,3 +234,15 @@ def test_stale_cluster_of_a_user_who_logged_out_is_not_shown_and_nothing_is_left
                            headers={"Authorization": f"token {a.token}"}, timeout=30)
     assert gone.status_code == 404
     assert as_json(get(hub, b, b, "mgpu/api/clusters"))["clusters"] == []
+    # a logs in again and starts a cluster: the stale directory is removed, never reused
+    url = hub.user_url(a)
+    kernel, info = start_kernel(url, a.token), None
+    try:
+        run = execute(url, a.token, kernel, "%load_ext jupyter_mgpu\n%mgpu_init 2 --no-dashboard", timeout=240)
+        assert run.status == "ok" and "2 engines ready" in run.text, run
+        assert not os.path.exists(a_cluster["path"])
+        info = json.loads(execute(url, a.token, kernel, CLUSTER_INFO).text)
+        assert info["id"] != a_cluster["id"]
+    finally:
+        stop_kernel(url, a.token, kernel)
+    assert wait_gone(info["pids"] + [info["kernel"]], timeout=20) == []
