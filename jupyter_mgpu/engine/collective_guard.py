@@ -24,6 +24,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from . import unix_socket
+
 SOCKET_NAME = "guard.{rank}.sock"
 REQUEST_TIMEOUT = 2.0
 _group_sockets: set[int] = set()  # inodes of sockets opened while making process groups
@@ -128,7 +130,7 @@ class Listener(threading.Thread):
         self.path = socket_path(rundir, state.rank)
         self.path.unlink(missing_ok=True)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(self.path))
+        unix_socket.bind(self.sock, self.path)  # any length: a hub user's home can be deep
         os.chmod(self.path, 0o600)
         self.sock.listen(8)
 
@@ -171,7 +173,7 @@ def ask(rundir: str | Path, rank: int, command: str, timeout: float = REQUEST_TI
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
-            s.connect(str(socket_path(rundir, rank)))
+            unix_socket.connect(s, socket_path(rundir, rank))
             s.sendall(command.encode())
             s.shutdown(socket.SHUT_WR)
             data = b""
