@@ -11,6 +11,9 @@ SHOTS = {
     '03_error': '%%mgpu\nvalues',
     '04_restart': '%mgpu_init 4 --restart',
     '05_oom': '%%mgpu\nif rank == 1',
+    '06_one_device': '%%mgpu --targets 0',
+    '07_hand_split': '%%mgpu\na = b = None',
+    '08_mg_matmul': 'A = mg.randn(3072',
 }
 
 
@@ -32,6 +35,13 @@ def test_quickstart_notebook_runs_and_shows_what_it_says(run):
     assert "rank 3 never joined it" in text["%%mgpu\nif rank != 3"]
     assert "Out[rank 0]: tensor([4.])" in text["%%mgpu\ny = torch.ones(1)"]
     assert "rank 1 ran out of device memory (budget 512.0 MiB) while allocating 1.0 GiB" in text["%%mgpu\nif rank == 1"]
+    # the boundary: one device and the hand split fail with the budget error, mg.matmul fits and is right
+    assert ("rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 3 of the cell: "
+            "c = a @ b") in text["%%mgpu --targets 0"]
+    assert ("rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 8 of the cell: "
+            "C = torch.cat") in text["%%mgpu\na = b = None"]
+    assert "matmul report: ring" in text["A = mg.randn(3072"]
+    assert float(text["c = C.gather()"].split("max error vs torch.mm:")[1]) < 1e-2
     assert "engines stopped" in text["%mgpu_shutdown"]
 
 
