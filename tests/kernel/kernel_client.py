@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from typing import Callable
 
 from jupyter_client.manager import KernelManager
 
@@ -37,10 +38,14 @@ class Kernel:
         return reply["content"], "".join(out)
 
     def run_and_interrupt(self, code: str, after: float, presses: int = 1, gap: float = 0.1,
-                          timeout: float = 60) -> tuple[dict, str, float]:
-        """Run ``code``, press stop ``presses`` times from ``after`` seconds on; returns the reply
-        content, everything printed, and the seconds from the first press to the reply."""
+                          timeout: float = 60, until: Callable[[], bool] | None = None) -> tuple[dict, str, float]:
+        """Run ``code``, press stop ``presses`` times from ``after`` seconds on (counted from when
+        ``until()`` first holds, if given); returns the reply content, everything printed, and the
+        seconds from the first press to the reply."""
         msg_id = self.kc.execute(code)
+        end = time.monotonic() + timeout
+        while until is not None and not until() and time.monotonic() < end:
+            time.sleep(0.005)
         time.sleep(after)
         pressed = time.monotonic()
         for i in range(presses):

@@ -156,23 +156,34 @@ def test_interrupting_init_and_shutdown_leaves_nothing_running():
         kernel_pid = k.km.provisioner.process.pid
         reply, out = k.execute("%load_ext jupyter_mgpu")
         assert reply["status"] == "ok", out
-        reply, out, took = k.run_and_interrupt("%mgpu_init 2 --timeout 30 --no-dashboard", after=1.0)
-        if reply["status"] == "error":  # the press came while it started: nothing of it may be left
-            assert reply["ename"] == "KeyboardInterrupt", out
-            assert "interrupted while starting the cluster; nothing of it is left running" in out
-            end = time.monotonic() + 10
-            while time.monotonic() < end and any("engine.controller" in c for c in _descendants(kernel_pid)):
-                time.sleep(0.1)
-            left = _descendants(kernel_pid)
-            assert not any("engine.controller" in c for c in left), left
-            assert len(left) <= 1, left  # at most the idle spare supervisor that %load_ext keeps ready
-            reply, out = k.execute("%mgpu_init 2 --timeout 30 --no-dashboard")
-            assert reply["status"] == "ok", out
+
+        def controller_started() -> bool:
+            return any("engine.controller" in c for c in _descendants(kernel_pid))
+
+        # the press lands while the cluster starts: its controller runs, its engines are on their way
+        reply, out, took = k.run_and_interrupt("%mgpu_init 2 --timeout 30 --no-dashboard", after=0.2,
+                                               until=controller_started)
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", out
+        assert "interrupted while starting the cluster; nothing of it is left running" in out
+        end = time.monotonic() + 10
+        while time.monotonic() < end and controller_started():
+            time.sleep(0.1)
+        left = _descendants(kernel_pid)
+        assert not any("engine.controller" in c for c in left), left
+        assert len(left) <= 1, left  # at most the idle spare supervisor that %load_ext keeps ready
+        reply, out = k.execute("%mgpu_init 2 --timeout 30 --no-dashboard")
+        assert reply["status"] == "ok", out
         reply, out = k.execute(
             "import json, jupyter_mgpu as _mg; _c = _mg.current().cluster\n"
             "print('PIDS' + json.dumps([_c.controller.pid, _c.supervisor.pid, *_c.engine_pids.values()]))")
         pids = [int(p) for p in out.split("PIDS")[1].strip().strip("[]").split(",")]
-        reply, out, took = k.run_and_interrupt("%mgpu_shutdown", after=0.05, presses=3, gap=0.05)
+
+        def stopping() -> bool:  # the engines are being stopped: presses now land inside the shutdown
+            import psutil
+
+            return not all(psutil.pid_exists(p) for p in pids)
+
+        reply, out, took = k.run_and_interrupt("%mgpu_shutdown", after=0.0, presses=3, gap=0.05, until=stopping)
         assert reply["status"] == "ok" or "the engines were stopped all the same" in out, out
         assert wait_gone(pids, 10) == []
         reply, out = k.execute("%mgpu_status")
