@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -52,6 +53,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+USER_NAME = re.compile(r"^mgpu-[a-z]-[0-9a-f]{6}$")  # what add_user names users; the root is /tmp/mh…
+
+
+def remove_leftover_users() -> list[str]:
+    """Delete users an earlier run made and could not delete (it was killed): our names, homes gone, idle."""
+    removed = []
+    busy = {p.info["uids"].real for p in psutil.process_iter(["uids"]) if p.info["uids"]}
+    for entry in pwd.getpwall():
+        if (USER_NAME.match(entry.pw_name) and entry.pw_dir.startswith("/tmp/mh")
+                and not os.path.exists(entry.pw_dir) and entry.pw_uid not in busy):
+            subprocess.run(["userdel", entry.pw_name], capture_output=True, timeout=30, check=False)
+            removed.append(entry.pw_name)
+    return removed
 
 
 def can_make_users() -> bool:
@@ -112,14 +128,18 @@ class HubRun:
     """One JupyterHub behind configurable-http-proxy on loopback, with the users added before ``start()``."""
 
     def __init__(self) -> None:
-        # short: the homes are in it, and a home deeper than ~34 characters makes the cluster's Unix socket
-        # paths longer than AF_UNIX holds for code that does not go through engine/unix_socket.py
         self.root = Path(tempfile.mkdtemp(prefix="mh", dir="/tmp"))
         os.chmod(self.root, 0o755)  # users reach their homes and the Python mirror through it
         self.private = self.root / "hub"
         self.private.mkdir(mode=0o700)
-        self.homes = self.root
+        # deep on purpose, as homes on clusters often are: the cluster's Unix sockets under it are longer
+        # than AF_UNIX addresses hold (engine/unix_socket.py reaches them)
+        self.homes = self.root / "home" / "research-computing"
+        self.homes.mkdir(mode=0o755, parents=True)
+        os.chmod(self.homes.parent, 0o755)
         self.system_users = can_make_users()
+        if self.system_users:
+            remove_leftover_users()
         self.users: dict[str, HubUser] = {}
         self.proc: subprocess.Popen | None = None
         self.password = secrets.token_urlsafe(PASSWORD_LENGTH)

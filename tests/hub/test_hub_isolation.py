@@ -110,6 +110,8 @@ def test_the_cluster_runs_as_a_in_a_private_directory_of_a(hub, a_cluster):
             assert psutil.Process(pid).uids().real == a.uid, pid
     path = a_cluster["path"]
     assert os.path.dirname(path) == str(a.mgpu_dir)
+    sock = os.path.join(path, "direct.0.sock")  # a deep home: longer than AF_UNIX holds, and it works
+    assert len(os.fsencode(sock)) > 107 and stat.S_ISSOCK(os.stat(sock).st_mode)
     for d in (path, a.mgpu_dir):
         st = os.stat(d)
         assert st.st_uid == a.uid and stat.S_IMODE(st.st_mode) == 0o700, d
@@ -182,8 +184,9 @@ for path in ({a_cluster['path'] + '/cluster.json'!r}, {a_cluster['path'] + '/pro
         open(path).read(); print("READ", path)
     except PermissionError:
         print("DENIED")
+from jupyter_mgpu.engine import unix_socket  # the path is longer than AF_UNIX holds: as the kernel reaches it
 try:
-    socket.socket(socket.AF_UNIX).connect({a_cluster['path'] + '/direct.0.sock'!r}); print("CONNECTED")
+    unix_socket.connect(socket.socket(socket.AF_UNIX), {a_cluster['path'] + '/direct.0.sock'!r}); print("CONNECTED")
 except PermissionError:
     print("DENIED")
 """
