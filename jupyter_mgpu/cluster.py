@@ -314,7 +314,10 @@ def _kill_group(pid: int) -> None:
 
 def describe_exit(rank: int, record: dict, when: str = "") -> str:
     """``rank 2 died (killed by SIGKILL) while ...`` from an exits record."""
-    if record.get("error"):
+    if record.get("lost"):  # an engine on another host: its link to this host ended
+        host = f" on {record['host']}" if record.get("host") else ""
+        how = f"died{host} (its connection to the notebook's host closed: the engine or its host is gone)"
+    elif record.get("error"):
         how = f"failed to start: {record['error']}"
     elif record.get("signal_name"):
         how = f"died (killed by {record['signal_name']})"

@@ -25,10 +25,12 @@ class DeviceInfo:
     index: int
     name: str
     total_memory: int  # bytes: the GPU's memory, or the CPU virtual device's budget
+    host: str | None = None  # the host, in a cluster that spans hosts (``--launcher``, ``--hosts``, ``--connect``)
 
     @property
     def label(self) -> str:
-        return f"{self.kind}:{self.index}"
+        """``cuda:1``, or ``node2:cuda:1`` in a cluster across hosts."""
+        return f"{self.host}:{self.kind}:{self.index}" if self.host else f"{self.kind}:{self.index}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

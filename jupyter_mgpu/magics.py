@@ -74,10 +74,23 @@ class MgpuMagics(Magics):
     @argument("--timeout", default=None, help="collective timeout in seconds (default 60)")
     @argument("--restart", action="store_true", help="replace a running cluster")
     @argument("--no-dashboard", action="store_true", help="do not show the memory dashboard")
+    @argument("--launcher", default=None,
+              help="start the engines with ipyparallel's launcher: local, ssh, mpi, slurm or pbs (docs/multihost.md)")
+    @argument("--hosts", default=None, help="engines over SSH, per host: node1:4,node2:4 (ranks in this order)")
+    @argument("--per-host", default=None, help="engines per host (slurm: --ntasks-per-node; mpi: --npernode)")
+    @argument("--interface", default=None, help="network interface the cluster uses on every host, e.g. eth1 or ib0")
+    @argument("--connect", default=None, help="an ipyparallel cluster already running: its cluster-<id>.json file")
+    @argument("--partition", default=None, help="batch queue (slurm partition, pbs queue)")
+    @argument("--time", default=None, help="batch time limit, e.g. 1:00:00")
+    @argument("--account", default=None, help="slurm account")
+    @argument("--launcher-args", default=None,
+              help="extra arguments for the launcher's program (ssh, mpiexec, sbatch or qsub), quoted")
     @line_magic
     def mgpu_init(self, line: str = "") -> Any:
         """Start one ipyparallel engine per device, joined in a torch.distributed process group."""
         args = _parse(self.mgpu_init, line)
+        launch = {k: getattr(args, k) for k in ("launcher", "hosts", "per_host", "interface", "connect", "partition",
+                                               "time", "account", "launcher_args") if getattr(args, k) is not None}
         n = None
         if args.n is not None:
             try:
@@ -93,7 +106,7 @@ class MgpuMagics(Magics):
         start = time.perf_counter()
         try:
             s = sessmod.init(n, cpu=args.cpu, devices=args.devices, backend=args.backend,
-                             mem_per_device=args.mem_per_device, timeout=timeout, restart=args.restart)
+                             mem_per_device=args.mem_per_device, timeout=timeout, restart=args.restart, **launch)
         except Interrupted:
             raise
         except KeyboardInterrupt:
@@ -103,7 +116,9 @@ class MgpuMagics(Magics):
         dev = s.devices[0]
         what = "GPU" if dev.kind == "cuda" else "CPU virtual device"
         mem = f", budget {format_bytes(dev.total_memory)} each" if dev.kind == "cpu" else ""
-        print(f"mgpu: {s.world_size} engines ready ({s.world_size} × {what}, {s.backend}{mem}) in {took:.1f} s")
+        hosts = sorted(set(getattr(s.cluster, "hosts", {}).values()))
+        where = f" on {len(hosts)} host{'s' if len(hosts) != 1 else ''} ({', '.join(hosts)})" if hosts else ""
+        print(f"mgpu: {s.world_size} engines ready ({s.world_size} × {what}, {s.backend}{mem}){where} in {took:.1f} s")
         if not args.no_dashboard:
             self._show_dashboard()
         return None

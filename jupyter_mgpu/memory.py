@@ -127,7 +127,8 @@ class MemoryMonitor:
                     dead = cluster.exits()
             except OSError:
                 pass
-            check_pids = self._polls % PID_CHECK_EVERY == 0  # the exits record is the fast path
+            # the exits record is the fast path; engines on other hosts have only that
+            check_pids = self._polls % PID_CHECK_EVERY == 0 and getattr(cluster, "pid_checks", True)
         changed = False
         with self._lock:
             latest = list(self._latest)

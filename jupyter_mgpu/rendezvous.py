@@ -43,22 +43,30 @@ def store_path(rundir: Path, generation: int = 0) -> Path:
 
 
 def init_process_group(rundir: str, rank: int, world_size: int, backend: str, timeout: float,
-                       generation: int = 0) -> None:
+                       generation: int = 0, store: dict | None = None) -> None:
     """Join the cluster's process group (engine side). Traffic stays on loopback.
 
     ``generation`` > 0 rebuilds the group after a failed collective, through a fresh store file.
+    With ``store`` (a cluster across hosts) the ranks meet in rank 0's TCP store instead
+    (``engine/tcp_store.py``), each generation under its own prefix, on the interface set in
+    ``GLOO_SOCKET_IFNAME`` by the engine's setup.
     """
     import torch.distributed as dist
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    store = dist.FileStore(str(store_path(Path(rundir), generation)), world_size)
+    if store is not None:
+        from .engine import tcp_store
+
+        meeting = dist.PrefixStore(f"mgpu-{generation}/", tcp_store.connect(store, timeout))
+    else:
+        meeting = dist.FileStore(str(store_path(Path(rundir), generation)), world_size)
     kwargs = {}
     if backend == "nccl":
         import torch
 
         kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
     dist.init_process_group(
-        backend, store=store, rank=rank, world_size=world_size,
+        backend, store=meeting, rank=rank, world_size=world_size,
         timeout=timedelta(seconds=timeout), **kwargs,
     )

@@ -446,7 +446,27 @@ def _build_spec(
 
 def start_session(n: int | None = None, **options: Any) -> Session:
     """Start a new cluster and return its session, without making it current (see :func:`init`)."""
+    from . import launch
+
+    if launch.requested(options):  # engines from ipyparallel's launchers, on this host or several
+        return Session(launch.start(n, **_launch_options(options)))
+    for key in launch.OPTION_NAMES:
+        if options.pop(key, None) not in (None, "", [], ()):
+            raise MgpuError(f"--{key.replace('_', '-')} goes with --launcher, --hosts or --connect")
     return Session(Cluster.start(_build_spec(n, **options)))
+
+
+def _launch_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The checked keyword arguments of ``launch.start`` (the same checks as :func:`_build_spec`)."""
+    out = dict(options)
+    if out.get("mem_per_device") is not None:
+        out["mem_per_device"] = devmod.parse_size(out["mem_per_device"])
+    out["timeout"] = rendezvous.check_timeout(out.get("timeout"))
+    if out.get("devices") is not None:
+        raise MgpuError("--devices picks devices on this host; with a launcher each engine takes its host's "
+                        "device of its local rank")
+    out.pop("devices", None)
+    return out
 
 
 def init(
@@ -459,25 +479,40 @@ def init(
     timeout: float | None = None,
     restart: bool = False,
     telemetry_period: float = 0.1,
+    **launch: Any,
 ) -> Session:
     """Start a cluster of ``n`` engines, one per device, joined in a process group; make it current.
 
     Mirrors ``%mgpu_init``: ``mg.init(4, cpu=True, backend="gloo", mem_per_device="2GiB", timeout=60)``.
     Arguments are checked before a running cluster is replaced, so a typo never costs the old one.
+    ``launcher=`` (local, ssh, mpi, slurm, pbs), ``hosts=``, ``per_host=``, ``interface=``, ``connect=``,
+    ``partition=``, ``time=``, ``account=``, ``launcher_args=`` start the engines through ipyparallel's
+    launchers instead, on one host or several (see docs/multihost.md).
     """
     global _current
     options = dict(cpu=cpu, devices=devices, backend=backend, mem_per_device=mem_per_device, timeout=timeout,
-                   telemetry_period=telemetry_period)
+                   telemetry_period=telemetry_period, **launch)
     if _current is not None and _current.alive:
         if not restart:
             raise MgpuError(
                 f"a cluster is already running ({_current.world_size} × {_current.device_kind}); "
                 "use %mgpu_init --restart (mg.init(..., restart=True)) to replace it, or %mgpu_shutdown first"
             )
-        _build_spec(n, **options)  # refuse bad arguments while the old cluster still runs
+        _check_options(n, options)  # refuse bad arguments while the old cluster still runs
         _current.shutdown()
     _current = start_session(n, **options)  # the default budget is a share of the RAM free now
     return _current
+
+
+def _check_options(n: int | None, options: dict[str, Any]) -> None:
+    """Every check of the arguments that can run before anything starts."""
+    from . import launch
+
+    if launch.requested(options):
+        checked = _launch_options(options)
+        launch.parse(n, **{k: checked.get(k) for k in launch.OPTION_NAMES})
+    else:
+        _build_spec(n, **{k: v for k, v in options.items() if k not in launch.OPTION_NAMES})
 
 
 def current(required: bool = True) -> Session | None:

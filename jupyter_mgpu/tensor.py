@@ -20,6 +20,7 @@ from . import session as sessmod
 from .devices import format_bytes
 from .errors import EngineDiedError, MgpuError
 from .ops import shards
+from .remote import streams as remote_streams
 
 _ids = itertools.count(1)
 DTYPES = ("float64", "float32", "bfloat16", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
@@ -181,6 +182,9 @@ class DistTensor:
                 raise MgpuError(f"out= must be a contiguous CPU tensor of shape {self.shape} and dtype "
                                 f"{self.dtype_name}, got {getattr(out, 'shape', type(out).__name__)}")
         flush_frees(self.session)
+        streamed = remote_streams.streamed_ranks(self.session)
+        if streamed:  # ranks on other hosts: their shards come over sockets (remote/streams.py)
+            return remote_streams.gather(self, out, streamed)
         numel = math.prod(self.shape)
         nbytes = numel * self.itemsize
         traced = False
@@ -370,6 +374,9 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
     flush_frees(s)
     h = _new_handle(s, tuple(tensor.shape), dt, target)
     table = pl.shard_table(h.shape, target, s.world_size)
+    streamed = remote_streams.streamed_ranks(s)
+    if streamed:  # ranks on other hosts get their slices over sockets (remote/streams.py)
+        return remote_streams.scatter(h, tensor, table, streamed)
     if remote_copy.usable(s) and all(remote_copy.direct_ok(tensor[info.index]) for info in table):
         # the ranks make their shards on private blocks; the kernel writes each slice straight in
         where = _run_creating(h, shards.scatter_place, h.handle_id, h.shape, target, dt, label="scatter")

@@ -29,6 +29,9 @@ from . import unix_socket
 SOCKET_NAME = "guard.{rank}.sock"
 REQUEST_TIMEOUT = 2.0
 _group_sockets: set[int] = set()  # inodes of sockets opened while making process groups
+# callables returning inodes of sockets that are never the group's own, even when opened meanwhile
+# (the rendezvous store's connections across hosts, which later groups still need)
+exclusions: list[Callable[[], set[int]]] = []
 _lock = threading.Lock()
 _installed = False
 
@@ -79,6 +82,8 @@ def note_group_sockets():
         yield
     finally:
         added = set(_socket_inodes()) - before
+        for excluded in exclusions:
+            added -= excluded()
         with _lock:
             _group_sockets.update(added)
 

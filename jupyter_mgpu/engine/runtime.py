@@ -34,6 +34,9 @@ class EngineState:
     pg_generation: int = 0  # bumped each time the process group is rebuilt; keys caches of subgroups
     call_depth: int = 0  # calls from the kernel now running (a call may run another)
     call_seq0: int | None = None  # collectives started before the outermost running call
+    host: str | None = None  # set when the cluster spans hosts (a launcher's engines): labels read host:kind:index
+    local_rank: int | None = None
+    store: dict | None = None  # the TCP rendezvous store across hosts (None: the FileStore in rundir)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
@@ -52,12 +55,13 @@ def setup(config: dict, rank: int) -> EngineState:
     global STATE
     dev = config["devices"][rank]
     world = len(config["devices"])
+    local_rank = int(config.get("local_rank", rank))
     os.environ.update(
         {
             "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
+            "LOCAL_RANK": str(local_rank),
             "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(config.get("local_world_size", world)),
             "MGPU_RANK": str(rank),
             "MGPU_CLUSTER_ID": config["cluster_id"],
             "MGPU_RUNTIME_DIR": config["rundir"],
@@ -82,6 +86,9 @@ def setup(config: dict, rank: int) -> EngineState:
         budget_bytes=int(dev["total_memory"]),
         timeout=float(config["timeout"]),
         threads=config["threads"],
+        host=config.get("host"),
+        local_rank=local_rank,
+        store=config.get("store"),
     )
     if dev["kind"] == "cuda":
         from . import cuda_device
@@ -97,8 +104,15 @@ def setup(config: dict, rank: int) -> EngineState:
 
     collective_guard.install()
     collective_guard.start(config["rundir"], st)
-    rendezvous.init_process_group(config["rundir"], rank, world, config["backend"], st.timeout)
+    rendezvous.init_process_group(config["rundir"], rank, world, config["backend"], st.timeout, store=st.store)
     return st
+
+
+def device_label(st: Any) -> str:
+    """``cpu:1``, or ``node2:cuda:1`` when the cluster spans hosts."""
+    label = f"{st.device_kind}:{st.device_index}"
+    host = getattr(st, "host", None)
+    return f"{host}:{label}" if host else label
 
 
 def namespace() -> dict[str, Any]:
@@ -137,7 +151,7 @@ def describe() -> dict[str, Any]:
     info: dict[str, Any] = {
         "rank": st.rank,
         "pid": os.getpid(),
-        "device": f"{st.device_kind}:{st.device_index}",
+        "device": device_label(st),
         "backend": st.backend,
         "threads": torch.get_num_threads(),
         "budget_bytes": st.budget_bytes,
@@ -159,7 +173,8 @@ def rebuild_process_group(generation: int) -> None:
         dist.destroy_process_group()
     except Exception:
         pass
-    rendezvous.init_process_group(st.rundir, st.rank, st.world_size, st.backend, st.timeout, generation)
+    rendezvous.init_process_group(st.rundir, st.rank, st.world_size, st.backend, st.timeout, generation,
+                                  store=st.store)
     st.pg_generation = generation
 
 

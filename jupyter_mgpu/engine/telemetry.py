@@ -104,6 +104,10 @@ def sample(state: Any) -> dict[str, Any]:
         "data_bytes": status.get("VmData", 0),
         "budget_bytes": state.budget_bytes,
     }
+    host = getattr(state, "host", None)
+    if host:  # a cluster across hosts: every view labels the rank host:kind:index and groups by host
+        out["host"] = host
+        out["device"] = f"{host}:{out['device']}"
     if state.device_kind == "cuda":
         from . import cuda_device
 

@@ -1,0 +1,375 @@
+"""A cluster whose engines ipyparallel's launchers started (on this host or others), or that was
+already running (``--connect``): the same interface as ``cluster.Cluster``, so a Session drives it
+unchanged.
+
+Start: pick the interface (``--interface``, else the one that reaches the engines' hosts), start
+ipyparallel's controller there and the engines with the user's launcher, wait for them to register,
+ask each where it runs (``engine/remote_setup.identify``), order ranks by host then local device,
+start the relay (``remote/hub.py``) and the rendezvous store on rank 0, set every engine up, then
+close the store to newcomers. Anything wrong stops everything that was started, on every host, and
+says so in one sentence naming the host.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import rundir as rd
+from ..cluster import ClusterSpec, _kernel_identity, _kill_group, _spawn
+from ..engine import link, netif, remote_setup
+from ..errors import MgpuError
+from ..remote import hub
+from . import ipp_cluster, ranks
+from .options import LaunchOptions
+
+REGISTER_TIMEOUT = 60.0  # at least this long for engines to register (batch queues, SSH)
+SETUP_TIMEOUT = 120.0  # at least this long for torch to load and the group to meet everywhere
+
+
+def default_route_interface() -> str | None:
+    """The interface of this host's default route (``/proc/net/route``), if any."""
+    try:
+        with open("/proc/net/route") as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if len(parts) > 2 and parts[1] == "00000000":
+                    return parts[0]
+    except OSError:
+        pass
+    return None
+
+
+def choose_address(opts: LaunchOptions, host: str, controller: str | None = None) -> tuple[str, str]:
+    """``(interface, address)`` on this host for the controller and the relay."""
+    if opts.interface:
+        address = netif.address_of(opts.interface)
+        if address is None:
+            raise MgpuError(f"there is no interface {opts.interface} with an IPv4 address on {host} (the notebook's "
+                            f"host); it has {netif.describe()}")
+        return opts.interface, address
+    target = opts.host_names[0] if opts.hosts else controller
+    if target:
+        route = netif.route_to(target)
+        if route is None:
+            raise MgpuError(f"{target} cannot be reached from {host}: no address or no route; "
+                            "check the name, or give --interface")
+        return route
+    if opts.launcher == "local":
+        return "lo", "127.0.0.1"
+    name = default_route_interface()
+    address = netif.address_of(name) if name else None
+    return (name, address) if address else ("lo", "127.0.0.1")
+
+
+@dataclass
+class HostCluster:
+    """Engines started by an ipyparallel launcher, joined in one process group across their hosts."""
+
+    opts: LaunchOptions
+    cluster_id: str
+    path: Path
+    spec: Any = None  # ClusterSpec, once the engines said where they run
+    ipp: Any = None
+    loop: Any = None
+    client: Any = None
+    controller: Any = None  # psutil.Process of the controller we started (None with --connect)
+    supervisor: Any = None  # the relay's Popen (the sidebar's "supervisor")
+    address: str = "127.0.0.1"
+    interface: str = "lo"
+    engine_pids: dict[int, int] = field(default_factory=dict)
+    rank_to_engine: dict[int, int] = field(default_factory=dict)
+    hosts: dict[int, str] = field(default_factory=dict)
+    local_ranks: set[int] = field(default_factory=set)  # ranks on this host, in this PID/IPC/mount namespace
+    link_key: bytes = b""  # derived from ipyparallel's key (engine/link.py); authenticates links and transfers
+    started_at: float = field(default_factory=time.time)
+    timeline: list[tuple[str, float]] = field(default_factory=list)  # (phase, seconds since start) for launch.log
+    pid_checks = False  # engine pids may live on other hosts: deaths come from the relay's exit records
+
+    @property
+    def world_size(self) -> int:
+        return len(self.spec.devices) if self.spec else int(self.opts.n or 0)
+
+    @property
+    def remote_ranks(self) -> set[int]:
+        return set(range(self.world_size)) - self.local_ranks
+
+    # -- starting ---------------------------------------------------------------------------
+    @classmethod
+    def start(cls, opts: LaunchOptions, *, cpu: bool = False, backend: str | None = None,
+              mem_per_device: int | None = None, timeout: float = 60.0, telemetry_period: float = 0.1
+              ) -> HostCluster:
+        """Start (or join) the engines, make them ranks, and return the running cluster."""
+        host = socket.gethostname()
+        rd.clean_stale()
+        cluster_id = rd.new_cluster_id()
+        path = rd.create(cluster_id)
+        self = cls(opts, cluster_id, path)
+        try:
+            self._write_state("starting")
+            self._start(host, cpu, backend, mem_per_device, timeout, telemetry_period)
+        except BaseException:
+            self.stop()
+            raise
+        self._write_state("running")
+        return self
+
+    def _phase(self, name: str) -> None:
+        """Note a phase of the start (written to ``launch.log`` in the cluster directory)."""
+        self.timeline.append((name, time.time() - self.started_at))
+        with open(self.path / "launch.log", "a") as f:
+            f.write(f"{self.timeline[-1][1]:8.2f} s  {name}\n")
+
+    def _start(self, host: str, cpu: bool, backend: str | None, mem_per_device: int | None, timeout: float,
+               telemetry_period: float) -> None:
+        import ipyparallel as ipp
+
+        from .. import rendezvous
+
+        opts = self.opts
+        self.loop = ipp_cluster.LoopThread()
+        if opts.launcher == "connect":
+            self.ipp = ipp_cluster.connect_cluster(opts.connect)
+            client_file = Path(self.ipp.profile_dir) / "security" / f"ipcontroller-{self.ipp.cluster_id}-client.json"
+            location = (rd.read_json(client_file) or {}).get("location")
+            self.interface, self.address = choose_address(opts, host, location)
+        else:
+            self.interface, self.address = choose_address(opts, host)
+            ipp_cluster.preflight(opts, host)
+            self.ipp = ipp_cluster.make_cluster(opts, self.path / "profile", self.cluster_id,
+                                                _kernel_identity(), self.address)
+            self._phase("starting the controller")
+            self.loop.run(self.ipp.start_controller, 60)
+            self._phase(f"starting the engines ({opts.launcher})")
+            self.controller = getattr(self.ipp.controller, "process", None)
+            try:
+                with ipp_cluster.stderr_to(self.path / "processes.log"):
+                    ipp_cluster.start_engines(self.ipp, opts, self.loop, max(REGISTER_TIMEOUT, timeout))
+            except subprocess.CalledProcessError as exc:
+                out = (exc.output or b"").decode(errors="replace").strip().splitlines()
+                raise MgpuError(f"the {opts.launcher} launcher failed on {host}: {(out or [str(exc)])[-1]}") from None
+            client_file = Path(self.ipp.profile_dir) / "security" / f"ipcontroller-{self.cluster_id}-client.json"
+        self._phase("waiting for the engines to register")
+        self.client = ipp.Client(str(client_file), timeout=max(10, timeout))
+        engine_ids = self._wait_for_engines(max(REGISTER_TIMEOUT, timeout), host)
+        self.link_key = link.derive_key(bytes(self.client.session.key), self.cluster_id)
+        self._start_hub(self.link_key)
+        self._phase("asking the engines where they run")
+        engines = self._identify(engine_ids, timeout)
+        ranked = ranks.order(engines, opts.host_names or None)
+        devices = ranks.devices(ranked, cpu, mem_per_device)
+        chosen = rendezvous.choose_backend(backend, devices[0].kind)
+        self.spec = ClusterSpec(devices, chosen, timeout, mem_per_device=mem_per_device,
+                                telemetry_period=telemetry_period)
+        mine = remote_setup.host_key()
+        for r, e in enumerate(ranked):
+            self.rank_to_engine[r] = e.engine_id
+            self.engine_pids[r] = int(e.info["pid"])
+            self.hosts[r] = e.host
+            if e.key == mine:
+                self.local_ranks.add(r)
+        self._write_state("starting")
+        self._phase("setting the ranks up")
+        self._setup_ranks(ranked, max(SETUP_TIMEOUT, timeout))
+        self._phase("ready")
+
+    def _wait_for_engines(self, timeout: float, host: str) -> list[int]:
+        """The ids of the engines once ``n`` registered (``--connect``: those running)."""
+        want = self.opts.n
+        deadline = time.monotonic() + timeout
+        if self.opts.launcher == "connect":
+            self.client.wait_for_engines(want or 1, timeout=timeout, block=True) if want else None
+            ids = sorted(self.client.ids)
+            if not ids:
+                raise MgpuError(f"the cluster in {self.opts.connect} has no engines running")
+            if want is not None and want > len(ids):
+                raise MgpuError(f"asked for {want} engines but the cluster in {self.opts.connect} has {len(ids)}")
+            return ids[:want] if want else ids
+        while len(self.client.ids) < want:
+            self._check_controller("while the engines started")
+            if time.monotonic() > deadline:
+                got = len(self.client.ids)
+                tail = ipp_cluster.launcher_output(self.ipp)
+                raise MgpuError(f"only {got} of {want} engines registered within {timeout:.0f} s "
+                                f"(launcher: {self.opts.launcher} from {host})" + (f"; it said: {tail}" if tail else ""))
+            self.client.spin()
+            time.sleep(0.05)
+        return sorted(self.client.ids)[:want]
+
+    def _check_controller(self, when: str) -> None:
+        failure = self.infrastructure_failure()
+        if failure:
+            raise MgpuError(f"{failure} {when}")
+
+    def _start_hub(self, key: bytes) -> None:
+        kernel_pid, kernel_ctime = _kernel_identity()
+        rd.write_json(self.path / hub.CONFIG_FILE, {
+            "key": key.hex(), "address": self.address, "world_size": self.opts.n or len(self.client.ids),
+            "kernel_pid": kernel_pid, "kernel_create_time": kernel_ctime})
+        self.supervisor = _spawn(self.path, ["jupyter_mgpu.remote.hub", str(self.path)])
+        deadline = time.monotonic() + 15
+        while not rd.complete_json(self.path / hub.PORT_FILE):
+            if self.supervisor.poll() is not None or time.monotonic() > deadline:
+                raise MgpuError(f"the relay for remote engines did not start on {self.address} "
+                                f"(see {self.path / 'processes.log'})")
+            time.sleep(0.01)
+        self.hub_port = int(rd.read_json(self.path / hub.PORT_FILE)["port"])
+
+    def _gather(self, futures: dict[int, Any], timeout: float, what: str, where: dict[int, str]) -> dict[int, Any]:
+        """Results of one async call per engine; one clear sentence for the first that failed."""
+        deadline = time.monotonic() + timeout
+        out = {}
+        for key, ar in futures.items():
+            ar.wait(max(0.0, deadline - time.monotonic()))
+            if not ar.ready():
+                raise MgpuError(f"{what} did not finish within {timeout:.0f} s on {where[key]}")
+            try:
+                out[key] = ar.get()
+            except Exception as exc:
+                ename = getattr(exc, "ename", type(exc).__name__)
+                evalue = str(getattr(exc, "evalue", exc)).strip().splitlines()
+                raise MgpuError(f"{what} failed on {where[key]}: {ename}: {evalue[-1] if evalue else ''}") from None
+        return out
+
+    def _identify(self, engine_ids: list[int], timeout: float) -> list[ranks.Engine]:
+        futures = {eid: self.client[eid].apply_async(remote_setup.identify, self.opts.interface, self.address)
+                   for eid in engine_ids}
+        where = {eid: f"engine {eid}" for eid in engine_ids}
+        infos = self._gather(futures, max(30.0, timeout), "asking the engines where they run", where)
+        for eid, info in infos.items():
+            name = info.get("label") or info["hostname"]
+            if not info.get("address"):
+                if self.opts.interface:
+                    raise MgpuError(f"there is no interface {self.opts.interface} with an IPv4 address on {name}; "
+                                    f"it has {info.get('interfaces')}")
+                raise MgpuError(f"{name} has no route to {self.address} (the notebook's host); give --interface")
+        return [ranks.Engine(eid, infos[eid]) for eid in engine_ids]
+
+    def _setup_ranks(self, ranked: list[ranks.Engine], timeout: float) -> None:
+        spec = self.spec
+        where = {r: f"rank {r} ({e.host})" for r, e in enumerate(ranked)}
+        rank0 = ranked[0]
+        port = self._gather({0: self.client[rank0.engine_id].apply_async(
+            remote_setup.open_store, rank0.info["address"], len(ranked), spec.timeout)}, 60,
+            "opening the rendezvous store", where)[0]
+        counts = ranks.per_host_counts(ranked)
+        threads = ranks.threads(ranked)
+        base = {
+            "cluster_id": self.cluster_id, "devices": [d.to_dict() for d in spec.devices], "backend": spec.backend,
+            "timeout": spec.timeout, "mem_per_device": spec.mem_per_device, "telemetry_period": spec.telemetry_period,
+            "store": {"host": rank0.info["address"], "port": port, "world_size": len(ranked)},
+            "hub": {"address": self.address, "port": self.hub_port}, "cwd": os.getcwd(),
+        }
+        futures = {}
+        for r, e in enumerate(ranked):
+            config = {**base, "rank": r, "local_rank": e.local_rank, "local_world_size": counts[e.host],
+                      "host": e.host, "threads": threads[r], "interface": e.info["interface"]}
+            futures[r] = self.client[e.engine_id].apply_async(remote_setup.setup, config)
+        done = self._gather(futures, timeout, "setting the engine up", where)
+        self._gather({0: self.client[rank0.engine_id].apply_async(remote_setup.close_store_listener)}, 30,
+                     "closing the rendezvous store to newcomers", where)
+        linked = (hub.request(self.path, {"cmd": "linked"}) or {}).get("ranks", [])
+        missing = [r for r in range(len(ranked)) if r not in linked]
+        if missing:
+            raise MgpuError(f"{where[missing[0]]} did not link up with {self.address} (the notebook's host)")
+        for r, res in done.items():
+            self.engine_pids[r] = int(res["pid"])
+
+    # -- health -----------------------------------------------------------------------------
+    def exits(self) -> dict[int, dict]:
+        """How engines that ended did so (the relay writes a record when a rank's link ends)."""
+        out = {}
+        for f in (self.path / "exits").glob("*.json"):
+            rec = rd.read_json(f)
+            if rec is not None:
+                out[int(rec["rank"])] = rec
+        return out
+
+    def dead_ranks(self) -> dict[int, dict]:
+        return self.exits()
+
+    def infrastructure_failure(self) -> str | None:
+        """Why the cluster as a whole is unusable (controller or relay gone), or None."""
+        if self.controller is not None:
+            try:
+                gone = self.controller.status() == "zombie"
+            except Exception:
+                gone = True
+            if gone:
+                return "the cluster's ipyparallel controller ended"
+        if self.supervisor is not None and self.supervisor.poll() is not None:
+            code = self.supervisor.returncode
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+            return f"the cluster's relay to remote engines {how}"
+        return None
+
+    def interrupt(self, ranks_: list[int] | None = None) -> None:
+        """SIGINT on the engines of ``ranks_`` (all by default), wherever they run (through their links)."""
+        wanted = list(range(self.world_size)) if ranks_ is None else list(ranks_)
+        hub.request(self.path, {"cmd": "interrupt", "ranks": wanted})
+
+    # -- state and stopping -----------------------------------------------------------------
+    def _write_state(self, status: str) -> None:
+        kernel_pid, kernel_ctime = _kernel_identity()
+        spec = self.spec
+        rd.write_json(self.path / rd.STATE_FILE, {
+            "cluster_id": self.cluster_id,
+            "status": status,
+            "kernel_pid": kernel_pid,
+            "kernel_create_time": kernel_ctime,
+            "notebook": os.environ.get("JPY_SESSION_NAME"),
+            "world_size": self.world_size,
+            "backend": spec.backend if spec else None,
+            "devices": [d.to_dict() for d in spec.devices] if spec else [],
+            "controller_pid": self.controller.pid if self.controller is not None else None,
+            "supervisor_pid": self.supervisor.pid if self.supervisor is not None else None,
+            "engine_pids": {str(r): p for r, p in self.engine_pids.items()},
+            "started_at": self.started_at,
+            "telemetry_period": spec.telemetry_period if spec else None,
+            "launcher": self.opts.launcher,
+            "hosts": {str(r): h for r, h in self.hosts.items()},
+            "interface": self.interface,
+        })
+
+    def stop(self) -> None:
+        """End every engine (through its link, then the launcher's own way), the relay and the controller."""
+        from ..deferred_interrupt import deferred_interrupt
+
+        with deferred_interrupt():
+            self._stop()
+
+    def _stop(self) -> None:
+        import shutil
+
+        try:
+            self._write_state("stopping")
+        except OSError:
+            pass
+        if self.supervisor is not None and self.supervisor.poll() is None:
+            hub.request(self.path, {"cmd": "stop"}, timeout=10)  # every engine exits as its link ends
+        if self.client is not None:
+            try:
+                self.client.close(linger=0)
+            except Exception:
+                pass
+            self.client = None
+        if self.ipp is not None and self.loop is not None and self.opts.launcher != "connect":
+            # then the launcher's own cleanup (its watchers, batch jobs, mpiexec) and the controller
+            ipp_cluster.stop(self.ipp, self.loop, self.path / "processes.log")
+        if self.supervisor is not None:
+            try:
+                self.supervisor.wait(3)
+            except subprocess.TimeoutExpired:
+                _kill_group(self.supervisor.pid)
+                self.supervisor.wait(2)
+        if self.loop is not None:
+            self.loop.close()
+        rd.kill_processes_of(self.path)  # what outlived its launcher on this host (engines of local/mpi)
+        shutil.rmtree(self.path, ignore_errors=True)
+

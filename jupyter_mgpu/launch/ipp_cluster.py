@@ -1,0 +1,238 @@
+"""ipyparallel's own ``Cluster`` and launchers, configured for one jupyter_mgpu cluster.
+
+Nothing here starts a process itself: the controller runs through ipyparallel's local controller
+launcher (its command wrapped in our kernel watchdog, ``engine/controller.py``), the engines
+through the launcher the user named (``local``, ``ssh``, ``mpi``, ``slurm``, ``pbs``) with
+ipyparallel's own options, or ``--connect`` joins a running cluster. The engines are stock
+``ipengine``; what makes them ranks happens afterwards, through ipyparallel
+(``engine/remote_setup.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import copy
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import MgpuError
+from .options import LaunchOptions
+
+CONTROLLER_PING_MS = 100
+SSH_CHECK_TIMEOUT = 20.0
+# the program each launcher needs on the kernel's host
+PROGRAMS = {"ssh": "ssh", "mpi": "mpiexec", "slurm": "sbatch", "pbs": "qsub"}
+
+
+@contextlib.contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Send this process's stderr (file descriptor 2, which the launchers' ssh, sbatch and mpiexec
+    inherit) to ``path`` for the block: their chatter goes to the cluster's log, not the notebook."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+class LoopThread:
+    """One event loop in a thread for everything ipyparallel's launchers do for this cluster
+    (their exit watchers call back into it for as long as the cluster lives)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="mgpu-launchers", daemon=True)
+        self.thread.start()
+
+    def run(self, fn: Callable[[], Any], timeout: float) -> Any:
+        """Run ``fn()`` (which may return a coroutine) in the loop; its result, within ``timeout`` s."""
+
+        async def call() -> Any:
+            out = fn()
+            return (await out) if asyncio.iscoroutine(out) or isinstance(out, asyncio.Future) else out
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def kernel_config() -> Any:
+    """The ipyparallel configuration the user gave this kernel (``%config``, profile files), copied."""
+    from traitlets.config import Config
+
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except Exception:
+        shell = None
+    return copy.deepcopy(shell.config) if shell is not None else Config()
+
+
+def preflight(opts: LaunchOptions, host: str) -> None:
+    """Before anything starts: the launcher's program is installed, every SSH host answers."""
+    program = PROGRAMS.get(opts.launcher)
+    if program and shutil.which(program) is None:
+        raise MgpuError(f"the {opts.launcher} launcher needs {program}, which is not installed on {host} "
+                        f"(the notebook's host)")
+    if opts.launcher == "ssh":
+        check_ssh_hosts(opts)
+
+
+def check_ssh_hosts(opts: LaunchOptions) -> None:
+    """Every host of ``--hosts`` runs a command over SSH (in parallel); else name the first that does not."""
+    args = list(opts.launcher_args)
+
+    def probe(host: str) -> tuple[str, str | None]:
+        cmd = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(SSH_CHECK_TIMEOUT / 2)}", *args, host,
+               "--", remote_python(), "-c", "'import jupyter_mgpu, ipyparallel'"]
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=SSH_CHECK_TIMEOUT,
+                                 stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return host, f"cannot reach {host} over SSH: no answer within {SSH_CHECK_TIMEOUT:g} s"
+        if run.returncode == 255:
+            last = (run.stderr.strip().splitlines() or ["ssh failed"])[-1]
+            return host, f"cannot reach {host} over SSH: {last}"
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or [""])[-1]
+            return host, (f"{host} answers over SSH but cannot run {remote_python()} with jupyter_mgpu and "
+                          f"ipyparallel ({last}); install them there or set SSHLauncher.remote_python")
+        return host, None
+
+    with concurrent.futures.ThreadPoolExecutor(len(opts.hosts)) as pool:
+        results = dict(pool.map(probe, [h for h, _ in opts.hosts]))
+    for host, _ in opts.hosts:
+        if results[host]:
+            raise MgpuError(results[host])
+
+
+def remote_python() -> str:
+    """The Python the SSH launcher runs on other hosts: the user's ``SSHLauncher.remote_python``, else this one."""
+    cfg = kernel_config()
+    configured = cfg.get("SSHLauncher", {}).get("remote_python") if "SSHLauncher" in cfg else None
+    return configured or sys.executable
+
+
+def make_cluster(opts: LaunchOptions, profile_dir: Path, cluster_id: str, kernel: tuple[int, float],
+                 address: str) -> Any:
+    """ipyparallel's ``Cluster`` for this request: our watchdog-wrapped controller on ``address`` only."""
+    import ipyparallel as ipp
+
+    cfg = kernel_config()
+    cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "jupyter_mgpu.engine.controller",
+                                                  str(kernel[0]), repr(kernel[1])]
+    if opts.launcher == "ssh":
+        if "remote_python" not in cfg.get("SSHLauncher", {}):
+            cfg.SSHLauncher.remote_python = sys.executable
+        cfg.SSHLauncher.ssh_args = list(cfg.SSHLauncher.get("ssh_args", [])) + list(opts.launcher_args)
+    elif opts.launcher == "mpi":
+        cfg.MPILauncher.mpi_args = list(cfg.MPILauncher.get("mpi_args", [])) + list(opts.launcher_args) + \
+            (_mpi_per_host(opts.per_host) if opts.per_host else [])
+        if "engine_cmd" not in cfg.get("MPIEngineSetLauncher", {}) and not _has_mpi4py():
+            cfg.MPIEngineSetLauncher.engine_cmd = [sys.executable, "-m", "jupyter_mgpu.engine.mpi_ipengine"]
+    elif opts.launcher == "slurm":
+        sbatch = ["sbatch", *opts.launcher_args]
+        if opts.per_host:
+            sbatch.append(f"--ntasks-per-node={opts.per_host}")
+        cfg.SlurmEngineSetLauncher.submit_command = sbatch
+        for key, value in (("queue", opts.partition), ("timelimit", opts.time), ("account", opts.account)):
+            if value:
+                setattr(cfg.SlurmEngineSetLauncher, key, value)
+    elif opts.launcher == "pbs":
+        cfg.PBSEngineSetLauncher.submit_command = ["qsub", *opts.launcher_args]
+        if opts.partition:
+            cfg.PBSEngineSetLauncher.queue = opts.partition
+    return ipp.Cluster(
+        engines=opts.launcher, profile_dir=str(profile_dir), cluster_id=cluster_id, controller_ip=address,
+        controller_location=address, controller_args=["--usethreads", f"--ping={CONTROLLER_PING_MS}",
+                                                      "--log-level=WARN"],
+        config=cfg, delay=0, shutdown_atexit=False, log_level=40, load_profile=False,
+    )
+
+
+def _has_mpi4py() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def _mpi_per_host(k: int) -> list[str]:
+    """``--npernode K`` for Open MPI, ``-ppn K`` for MPICH-style mpiexec."""
+    try:
+        version = subprocess.run(["mpiexec", "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        version = ""
+    return ["--npernode", str(k)] if "Open MPI" in version or "OpenRTE" in version else ["-ppn", str(k)]
+
+
+def start_engines(cluster: Any, opts: LaunchOptions, loop: LoopThread, timeout: float) -> list[str]:
+    """Start the engines with the user's launcher; returns the engine set ids.
+
+    SSH: one engine set per host, whose environment names the host as the user wrote it
+    (``MGPU_HOST_LABEL``), so ranks follow the order of ``--hosts``; devices are pinned per engine
+    from its local rank, on the engine itself.
+    """
+    sets = []
+    if opts.launcher == "ssh":
+        for i, (host, k) in enumerate(opts.hosts):
+            env = {"MGPU_HOST_LABEL": host.split("@", 1)[-1], "MGPU_HOST_ORDER": str(i)}
+            sets.append(loop.run(lambda h=host, k=k, env=env, i=i: cluster.start_engines(
+                k, engine_set_id=f"host{i}", engines={h: k}, environment=env), timeout))
+        return sets
+    sets.append(loop.run(lambda: cluster.start_engines(opts.n), timeout))
+    return sets
+
+
+def launcher_output(cluster: Any, limit: int = 6) -> str:
+    """The last lines the engine launchers printed (their log files), for error messages."""
+    lines: list[str] = []
+    for engine_set in list(getattr(cluster, "engines", {}).values()):
+        try:
+            out = engine_set.get_output(remove=False) or ""
+        except Exception:
+            out = ""
+        lines += [ln.strip() for ln in out.splitlines() if ln.strip()]
+    return " | ".join(lines[-limit:])
+
+
+def stop(cluster: Any, loop: LoopThread, log: Path, timeout: float = 20.0) -> None:
+    """Stop engines (the launcher's own way: ssh kill, scancel, ...) and the controller; never raises."""
+    with stderr_to(log):
+        for name in ("stop_engines", "stop_controller"):
+            try:
+                loop.run(getattr(cluster, name), timeout)
+            except Exception:
+                pass
+    try:
+        cluster.remove_cluster_file()
+    except Exception:
+        pass
+
+
+def connect_cluster(path: str) -> Any:
+    """An ipyparallel ``Cluster`` loaded from a running cluster's file (``ipcluster start`` writes it)."""
+    import ipyparallel as ipp
+
+    try:
+        return ipp.Cluster.from_file(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise MgpuError(f"--connect: {path} is not an ipyparallel cluster file ({exc})") from None
