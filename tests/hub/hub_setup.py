@@ -328,11 +328,20 @@ class HubRun:
             shutil.rmtree(self.root, ignore_errors=True)
         return leaked
 
+    def _proxy(self) -> list[psutil.Process]:
+        """The hub's configurable-http-proxy while it runs (its pid file names it)."""
+        try:
+            proc = psutil.Process(int((self.private / "proxy.pid").read_text()))
+            return [proc] if any("configurable-http-proxy" in a for a in proc.cmdline()) else []
+        except (OSError, ValueError, psutil.Error):
+            return []
+
     def _kill_leftovers(self) -> list[str]:
         leaked = []
         deadline = time.monotonic() + 10
         while True:
             left = {p.pid: p for u in self.users.values() for p in self.processes_of(u)}
+            left.update((p.pid, p) for p in self._proxy())
             for p in psutil.process_iter(["cmdline"]):
                 try:
                     if any(str(self.root) in a for a in (p.info["cmdline"] or [])) and p.pid != os.getpid():
