@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-import fake_gpus
-from hub_setup import HubRun
+from . import fake_gpus
+from .hub_setup import HubRun
 
 NOTEBOOK_CELLS = [
     "%load_ext jupyter_mgpu",

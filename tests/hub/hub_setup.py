@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from user_python import UserPython, build_user_python
+from .user_python import UserPython, build_user_python
 
 PROXY_VERSION = "4.6.3"
 PASSWORD_LENGTH = 16

@@ -16,8 +16,9 @@ import psutil
 import pytest
 import requests
 
-from browser_run import ARTIFACTS, browser_config, run_script
 from processes import wait_gone
+
+from .browser_run import ARTIFACTS, browser_config, run_script
 
 SCRIPT = Path(__file__).with_name("hub_lab.mjs")
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import requests
 
-import fake_gpus
-from browser_run import ARTIFACTS, browser_config, run_script
-from jupyter_ws import read_stream
+from . import fake_gpus
+from .browser_run import ARTIFACTS, browser_config, run_script
+from .jupyter_ws import read_stream
 
 pytestmark = [pytest.mark.hub, pytest.mark.timeout(600)]
 

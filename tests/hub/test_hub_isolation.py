@@ -22,8 +22,9 @@ import psutil
 import pytest
 import requests
 
-from jupyter_ws import execute, read_stream, start_kernel, stop_kernel
 from processes import wait_gone
+
+from .jupyter_ws import execute, read_stream, start_kernel, stop_kernel
 
 pytestmark = [pytest.mark.hub, pytest.mark.timeout(600)]
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STDLIB = f"lib/python{sys.version_info.major}.{sys.version_info.minor}"
-# what nobody's server needs: the interpreter's own test suite and GUI tools, and C headers
+# what nobody's server needs: the interpreter's own test suite and GUI tools, C headers, and the packages
+# installed into the base interpreter (the environment does not see them unless its pyvenv.cfg says so)
 SKIP_BASE = {"share", "include", *(f"{STDLIB}/{d}" for d in ("test", "idlelib", "tkinter", "turtledemo", "ensurepip"))}
 
 
@@ -101,7 +102,8 @@ def build_user_python(root: Path) -> UserPython:
     base, venv = Path(sys.base_prefix).resolve(), Path(sys.prefix)
     python, env_dir = root / "python", root / "venv"
     retarget = {str(base): str(python), str(venv): str(env_dir), str(venv.resolve()): str(env_dir)}
-    _mirror(base, python, retarget, skip=SKIP_BASE)
+    system_site = "include-system-site-packages = true" in (venv / "pyvenv.cfg").read_text().replace("True", "true")
+    _mirror(base, python, retarget, skip=SKIP_BASE | (set() if system_site else {f"{STDLIB}/site-packages"}))
     _mirror(venv, env_dir, retarget, skip={"include"})
 
     exe = f"python{sys.version_info.major}.{sys.version_info.minor}"
