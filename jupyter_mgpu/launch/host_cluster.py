@@ -354,8 +354,11 @@ class HostCluster:
         if self.supervisor is not None and self.supervisor.poll() is None:
             hub.request(self.path, {"cmd": "stop"}, timeout=10)  # every engine exits as its link ends
         if self.client is not None:
-            try:
-                self.client.close(linger=0)
+            try:  # engines not linked yet (a start that failed early) end through ipyparallel
+                ids = list(self.client.ids)
+                if ids:
+                    self.client.shutdown(targets=ids, hub=False, block=False)
+                self.client.close(linger=1000)
             except Exception:
                 pass
             self.client = None

@@ -163,8 +163,10 @@ def make_cluster(opts: LaunchOptions, profile_dir: Path, cluster_id: str, kernel
             cfg.PBSEngineSetLauncher.queue = opts.partition
     return ipp.Cluster(
         engines=opts.launcher, profile_dir=str(profile_dir), cluster_id=cluster_id, controller_ip=address,
-        controller_location=address, controller_args=["--usethreads", f"--ping={CONTROLLER_PING_MS}",
-                                                      "--log-level=WARN"],
+        controller_location=address,
+        # the profile dir on its command line too: the sidebar and cleanup know a cluster's processes by it
+        controller_args=["--usethreads", f"--ping={CONTROLLER_PING_MS}", "--log-level=WARN",
+                         f"--profile-dir={profile_dir}"],
         config=cfg, delay=0, shutdown_atexit=False, log_level=40, load_profile=False,
     )
 

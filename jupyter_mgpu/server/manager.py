@@ -65,13 +65,16 @@ def _process_of_cluster(pid: Any, path: Path) -> psutil.Process | None:
     return proc if any(text in arg for arg in cmdline) else None
 
 
-def _rank_entry(rank: int, pid: Any, sample: dict[str, Any] | None, alive: bool, now: float) -> dict[str, Any]:
+def _rank_entry(rank: int, pid: Any, sample: dict[str, Any] | None, alive: bool, now: float,
+                host: str | None = None) -> dict[str, Any]:
     """One rank of a cluster payload: memory used/limit in bytes (the convention of every view, see
-    ``engine/memory_figures``) and as text, state, age of the telemetry sample."""
+    ``engine/memory_figures``) and as text, state, age of the telemetry sample; ``host`` in a cluster
+    across hosts (the sidebar groups ranks under it)."""
     entry: dict[str, Any] = {
         "rank": rank,
         "pid": int(pid) if pid is not None else None,
         "alive": alive,
+        "host": host or (sample or {}).get("host"),
         "device": None,
         "kind": None,
         "state": "dead" if not alive else "unknown",
@@ -146,12 +149,21 @@ class ClusterManager:
         world_size = int(state.get("world_size") or len(engine_pids) or len(samples))
         supervisor_alive = _process_of_cluster(state.get("supervisor_pid"), path) is not None
         controller_alive = _process_of_cluster(state.get("controller_pid"), path) is not None
+        # engines of ipyparallel's launchers may run on other hosts: their relay (the "supervisor")
+        # writes an exits record when one is lost, and a --connect cluster's controller is not ours
+        launched = bool(state.get("launcher"))
+        if launched and state.get("controller_pid") is None:
+            controller_alive = True
+        hosts = state.get("hosts") or {}
         ranks = []
         for rank in range(world_size):
             pid = engine_pids.get(rank, (samples.get(rank) or {}).get("pid"))
             exited = (path / "exits" / f"{rank}.json").exists()
-            alive = pid is not None and not exited and _process_of_cluster(pid, path) is not None
-            ranks.append(_rank_entry(rank, pid, samples.get(rank), alive, now))
+            if launched:
+                alive = pid is not None and not exited and samples.get(rank) is not None
+            else:
+                alive = pid is not None and not exited and _process_of_cluster(pid, path) is not None
+            ranks.append(_rank_entry(rank, pid, samples.get(rank), alive, now, hosts.get(str(rank))))
         status = str(state.get("status") or "unknown")
         if not (supervisor_alive and controller_alive) and status in ("starting", "running"):
             status = "stopped"
@@ -257,8 +269,9 @@ class ClusterManager:
         path, state = self.locate(cluster_id)
         main = [p for p in (_process_of_cluster(state.get(k), path) for k in ("supervisor_pid", "controller_pid"))
                 if p is not None]
-        engines = [p for p in (_process_of_cluster(pid, path) for pid in (state.get("engine_pids") or {}).values())
-                   if p is not None]
+        engines = [] if state.get("launcher") else [  # a launcher's engines end with their relay's links
+            p for p in (_process_of_cluster(pid, path) for pid in (state.get("engine_pids") or {}).values())
+            if p is not None]
         signalled = []
         for proc in main or engines:
             try:

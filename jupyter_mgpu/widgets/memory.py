@@ -82,6 +82,7 @@ def device_row(sample: dict[str, Any]) -> dict[str, Any]:
     return {
         "rank": rank,
         "device": sample.get("device") or f"rank {rank}",
+        "host": sample.get("host") or "",  # set in clusters across hosts: the rows are grouped under it
         "name": sample.get("name") or "",
         "color": rank_color(rank),
         "state": state,

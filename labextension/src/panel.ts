@@ -6,6 +6,7 @@ import { Widget } from '@lumino/widgets';
 
 import { formatBytes, formatUsedTotal, fraction } from './format';
 import { ClusterInfo, DeviceEntry, RankInfo, SnapshotMessage } from './payloads';
+import { hostHeading } from './hosts';
 import { showOtherUsers } from './other_users';
 import { History, scalePoints, toPolyline } from './sparkline';
 
@@ -62,6 +63,8 @@ interface ClusterView {
   sparkAxis: HTMLDivElement;
   ranks: HTMLDivElement;
   rankViews: Map<number, RankView>;
+  /** The host of the last rank row made: a cluster across hosts groups its ranks under each host. */
+  lastHost?: string | null;
   stop: HTMLButtonElement;
   info: ClusterInfo;
 }
@@ -228,6 +231,13 @@ export class MgpuPanel extends Widget {
   }
 
   private _makeRankView(view: ClusterView, r: RankInfo): RankView {
+    const heading = hostHeading(view.lastHost, r);
+    if (heading) {
+      const head = el('div', 'jp-mgpu-host', heading);
+      head.dataset.host = heading;
+      view.ranks.appendChild(head);
+    }
+    view.lastHost = r.host;
     const row = el('div', `jp-mgpu-rank jp-mgpu-rank-color-${r.rank % RANK_COLORS}`);
     row.dataset.rank = String(r.rank);
     const label = el('span', 'jp-mgpu-label');

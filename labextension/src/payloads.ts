@@ -8,6 +8,8 @@ export interface RankInfo {
   rank: number;
   pid: number | null;
   alive: boolean;
+  /** The rank's host in a cluster across hosts (`--launcher`, `--hosts`, `--connect`), else null. */
+  host: string | null;
   device: string | null;
   kind: string | null;
   state: string;
@@ -158,6 +160,7 @@ export function parseRank(value: unknown): RankInfo {
     rank: num(o, 'rank', 'rank'),
     pid: numOrNull(o, 'pid', what),
     alive: o.alive === true,
+    host: o.host === undefined ? null : strOrNull(o, 'host', what),
     device: strOrNull(o, 'device', what),
     kind: strOrNull(o, 'kind', what),
     state: str(o, 'state', what),

@@ -4,6 +4,7 @@ const rank = (r: number) => ({
   rank: r,
   pid: 100 + r,
   alive: true,
+  host: null,
   device: `cpu:${r}`,
   kind: 'cpu',
   state: 'idle',

@@ -139,7 +139,14 @@ function render({ model, el: root }) {
     const scale = Math.max(1, ...devices.map((d) => Math.max(d.limit || 0, d.reserved || 0, d.peak || 0, d.used || 0)));
     const axis = model.get("axis") || {};
     rows.replaceChildren();
+    let host = null;
     devices.forEach((d, i) => {
+      if (d.host && d.host !== host) {  // a cluster across hosts: its ranks grouped under each host
+        host = d.host;
+        const head = el("div", "mgpu-mem-host", host);
+        head.dataset.host = host;
+        rows.appendChild(head);
+      }
       const row = el("div", `mgpu-mem-row mgpu-state-${d.state}`);
       row.dataset.rank = d.rank;
       const label = el("div", "mgpu-mem-label");

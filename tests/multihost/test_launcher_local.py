@@ -1,0 +1,248 @@
+"""The launcher path on one host: ipyparallel's local launcher starts stock engines, which become ranks
+through the relay and the TCP rendezvous. Everything that crosses hosts in a real cluster goes through
+the same code here (telemetry, traces and metrics over the links, the guard and direct channel relayed,
+the store bound to one interface and closed after the rendezvous), only on loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+
+import jupyter_mgpu as mg
+from jupyter_mgpu.errors import EngineDiedError, Interrupted, MgpuError, RankError
+
+pytestmark = pytest.mark.cluster
+
+
+def _cluster_pids(s) -> list[int]:
+    """The kernel's children that belong to the cluster (controller, relay, engines, nannies)."""
+    marker = str(s.cluster.path)
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if any(marker in a for a in p.cmdline()) or p.pid in s.cluster.engine_pids.values():
+                out.append(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _gone(pids: list[int], timeout: float = 15) -> list[int]:
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.05)
+    return alive
+
+
+@pytest.fixture(scope="module")
+def local2():
+    import jupyter_mgpu.session as sm
+
+    saved = sm._current
+    s = sm._current = sm.start_session(2, launcher="local", cpu=True, mem_per_device="256MiB", timeout=20)
+    yield s
+    pids = _cluster_pids(s)
+    s.shutdown()
+    assert _gone(pids) == []
+    sm._current = saved if saved is not None and saved.alive else None
+
+
+def _rank_and_sum():
+    import torch
+    import torch.distributed as dist
+
+    from jupyter_mgpu.engine import runtime
+
+    x = torch.ones(3) * (runtime.state().rank + 1)
+    dist.all_reduce(x)
+    return runtime.state().rank, x.tolist(), runtime.state().host, os.environ["GLOO_SOCKET_IFNAME"]
+
+
+def test_ranks_are_labelled_by_host_and_meet_over_the_tcp_store(local2):
+    host = socket.gethostname()
+    assert local2.cluster.hosts == {0: host, 1: host}
+    assert local2.cluster.local_ranks == {0, 1}  # same machine and namespaces: transfers stay by address
+    rows = local2.status()
+    assert [r["device"] for r in rows] == [f"{host}:cpu:0", f"{host}:cpu:1"]
+    assert local2.run(_rank_and_sum) == [(0, [3.0] * 3, host, "lo"), (1, [3.0] * 3, host, "lo")]
+
+
+def _store_state():
+    from jupyter_mgpu.engine import runtime, tcp_store
+
+    return runtime.state().store, tcp_store.listening()
+
+
+def test_the_rendezvous_store_refuses_newcomers_once_the_group_met(local2):
+    (store, listening0), (_, listening1) = local2.run(_store_state)
+    assert store["host"] == "127.0.0.1" and not listening0 and not listening1
+    with socket.socket() as s, pytest.raises(OSError):
+        s.settimeout(3)
+        s.connect((store["host"], store["port"]))
+
+
+def test_magic_cells_blocking_calls_and_the_guard_go_through_the_relay(local2):
+    from ipshell import shell
+
+    from jupyter_mgpu.engine import collective_guard
+
+    ip = shell()
+    ip.run_cell("%%mgpu\nimport socket\nx = torch.full((2,), float(rank))\ndist.all_reduce(x)\n"
+                "print('VALUE', rank, x.tolist(), device)")
+    assert local2._direct_ok([0, 1])  # blocking calls take the relayed direct channel
+    for r in (0, 1):
+        reply = collective_guard.ask(local2.runtime_dir, r, "progress")
+        assert reply is not None and reply["rank"] == r and reply["in_call"] is False
+
+
+def test_telemetry_crosses_the_link_often_and_fast(local2):
+    mon = mg.memory(session=local2)
+    assert {m.get("host") for m in mon} == {socket.gethostname()}
+    seqs: dict[int, set] = {0: set(), 1: set()}
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        for m in mg.memory(session=local2):
+            seqs[m["rank"]].add(m.get("seq"))
+        time.sleep(0.02)
+    assert all(len(v) >= 10 for v in seqs.values()), {r: len(v) for r, v in seqs.items()}  # >= 5 Hz
+
+    def hold(nbytes):
+        import time
+
+        import torch
+
+        from jupyter_mgpu.engine import store
+
+        store.put("held-by-test", torch.ones(nbytes // 4))
+        return time.time()
+
+    lat = []
+    for _ in range(3):
+        local2.run(hold, 4, targets=1)
+        while (mg.memory(session=local2)[1].get("allocated_bytes") or 0) > 32 * 2**20:
+            time.sleep(0.01)
+        made = local2.run(hold, 64 * 2**20, targets=1)[0]
+        while (mg.memory(session=local2)[1].get("allocated_bytes") or 0) < 64 * 2**20:
+            assert time.time() - made < 5, "an allocation on rank 1 never reached the kernel"
+            time.sleep(0.005)
+        lat.append(time.time() - made)
+    local2.run(hold, 4, targets=1)
+    assert sorted(lat)[1] <= 0.5, lat
+
+
+def test_live_traces_and_metrics_are_mirrored(local2):
+    a = mg.randn(256, 128, placement=mg.Shard(0), seed=1, session=local2)
+    b = mg.randn(128, 64, placement=mg.Shard(0), seed=2, session=local2)
+    with mg.trace(session=local2) as t:
+        c = mg.matmul(a, b, strategy="ring")
+    assert torch.allclose(c.gather(), a.gather() @ b.gather(), atol=1e-4)
+    assert {e["rank"] for e in t.events} == {0, 1}
+    path = os.path.join(local2.runtime_dir, "trace", "rank1.jsonl")
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not (os.path.exists(path) and "ring" in open(path).read()):
+        time.sleep(0.05)
+    assert "ring" in open(path).read()
+
+    def log_loss():
+        from jupyter_mgpu.engine import runtime, training
+
+        for step in range(3):
+            training.log(step=step, loss=float(runtime.state().rank + step))
+
+    mg.clear_metrics(session=local2)
+    local2.run(log_loss)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and len(mg.metrics(session=local2)) < 6:
+        time.sleep(0.05)
+    recs = mg.metrics(session=local2)
+    assert sorted((r["rank"], r["step"], r["loss"]) for r in recs) == \
+        [(r, s, float(r + s)) for r in (0, 1) for s in range(3)]
+
+
+def _stuck_on_rank0():
+    import torch
+    import torch.distributed as dist
+
+    from jupyter_mgpu.engine import runtime
+
+    if runtime.state().rank == 0:
+        x = torch.ones(2)
+        dist.all_reduce(x)
+    return "done"
+
+
+def _raise_on_rank1():
+    import torch
+    import torch.distributed as dist
+
+    from jupyter_mgpu.engine import runtime
+
+    if runtime.state().rank == 1:
+        raise ValueError("rank 1 gives up")
+    x = torch.ones(2)
+    dist.all_reduce(x)
+
+
+def test_a_rank_blocked_in_a_collective_is_released_and_the_group_rebuilt(local2):
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(Interrupted, match="rebuilt"):
+        local2.run(_stuck_on_rank0)
+    assert time.monotonic() - t0 < 8  # the session timeout is 20 s: the rank was released
+    assert [v[1] for v in local2.run(_rank_and_sum)] == [[3.0] * 3, [3.0] * 3]
+    t0 = time.monotonic()
+    with pytest.raises(RankError, match="released at once"):
+        local2.run(_raise_on_rank1)
+    assert time.monotonic() - t0 < 8
+    assert [v[1] for v in local2.run(_rank_and_sum)] == [[3.0] * 3, [3.0] * 3]
+
+
+def test_a_killed_engine_is_named_and_nothing_is_left():
+    import jupyter_mgpu.session as sm
+
+    s = sm.start_session(2, launcher="local", cpu=True, mem_per_device="256MiB", timeout=60)
+    pids = _cluster_pids(s)
+    try:
+        os.kill(s.cluster.engine_pids[1], signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(EngineDiedError, match=r"rank 1 died"):
+            s.run(_rank_and_sum)
+        assert time.monotonic() - t0 < 5
+    finally:
+        s.shutdown()
+    assert _gone(pids) == []
+    assert not os.path.exists(s.cluster.path)
+
+
+def test_launch_options_are_checked_before_anything_starts():
+    import jupyter_mgpu.session as sm
+
+    before = set(p.pid for p in psutil.Process().children(recursive=True))
+    for kwargs, message in [
+        (dict(launcher="condor"), "unknown launcher"),
+        (dict(launcher="local"), "needs the number of engines"),
+        (dict(hosts="a:2,a:1"), "names a host twice"),
+        (dict(launcher="mpi", hosts="a:2"), "does not go with --launcher mpi"),
+        (dict(launcher="local", partition="gpu"), "batch-system options"),
+        (dict(launcher="local", interface="no-such-if0"), "no interface no-such-if0"),
+        (dict(launcher="pbs"), "needs the number of engines"),
+    ]:
+        n = 2 if "needs the number" not in message else None
+        with pytest.raises(MgpuError, match=message):
+            sm.start_session(n, cpu=True, **kwargs)
+    with pytest.raises(MgpuError, match=r"the pbs launcher needs qsub, which is not installed on "):
+        sm.start_session(2, cpu=True, launcher="pbs")
+    time.sleep(0.5)
+    after = set(p.pid for p in psutil.Process().children(recursive=True))
+    assert not (after - before)

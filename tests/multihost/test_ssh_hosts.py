@@ -1,0 +1,237 @@
+"""A real cluster across three namespace "hosts" (``netns_lab``): the notebook's kernel and the controller
+on hosta, engines started over SSH (ipyparallel's SSH launcher, a key-only user) on hostb and hostc,
+which share no PIDs, shared memory, hostnames or loopback with hosta or each other. So every rank is
+remote: rendezvous over TCP on the private segment, telemetry and the guard over the links, transfers
+over sockets. Tests run in order on one cluster; the last ones kill a rank and stop it all.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from conftest import python_processes, wait_quiet
+from lab_kernel import LabKernel, run_and_interrupt
+
+pytestmark = pytest.mark.cluster
+
+INIT = "%mgpu_init --hosts hostb:2,hostc:1 --mem-per-device 256MiB --timeout 30 --no-dashboard"
+
+
+@pytest.fixture(scope="module")
+def kernel(ssh_lab):
+    k = LabKernel(ssh_lab.first, ssh_lab.workdir)
+    try:
+        k.ok("%load_ext jupyter_mgpu\nimport time, socket, numpy as np, torch, jupyter_mgpu as mg")
+        yield k
+    finally:
+        k.close()
+
+
+@pytest.fixture(scope="module")
+def started(kernel, ssh_lab):
+    out = kernel.ok(INIT, timeout=300)
+    yield out
+    kernel.execute("%mgpu_shutdown")
+
+
+def _engines(host) -> list:
+    return [p for p in host.processes() if "ipyparallel.engine" in p.cmdline() and "nanny" not in " ".join(p.cmdline())]
+
+
+def test_ranks_on_two_hosts_ordered_by_host_then_device(started, kernel, ssh_lab):
+    assert re.search(r"3 engines ready .* on 2 hosts \(hostb, hostc\)", started), started
+    _, b, c = ssh_lab.hosts
+    assert len(_engines(b)) == 2 and len(_engines(c)) == 1
+    assert {p.uids().real for p in _engines(b) + _engines(c)} == {4242}  # the SSH user of those hosts
+    out = kernel.ok("%%mgpu\nimport socket, os\nx = torch.full((2,), float(rank + 1))\ndist.all_reduce(x)\n"
+                    "print('AT', socket.gethostname(), x.tolist(), device, os.environ['LOCAL_RANK'])")
+    lines = sorted(ln for ln in out.splitlines() if " AT " in ln)
+    assert lines == ["[rank 0] AT hostb [6.0, 6.0] cpu 0", "[rank 1] AT hostb [6.0, 6.0] cpu 1",
+                     "[rank 2] AT hostc [6.0, 6.0] cpu 0"], out
+    assert kernel.value("[r['device'] for r in mg.current().status()]") == \
+        ["hostb:cpu:0", "hostb:cpu:1", "hostc:cpu:0"]
+    status = kernel.ok("%mgpu_status")
+    assert "hostc:cpu:0" in status and "idle" in status
+
+
+def _listening(host) -> list[str]:
+    """Local addresses of the TCP sockets listening in ``host`` (``ss``)."""
+    out = host.sh("ss -ltnH")
+    return [line.split()[3].rsplit(":", 1)[0] for line in out.splitlines() if line.strip()]
+
+
+def test_nothing_listens_beyond_the_cluster_interface(started, ssh_lab):
+    for h in ssh_lab.hosts:
+        addresses = _listening(h)
+        assert addresses, h.name
+        wild = [a for a in addresses if a in ("0.0.0.0", "*", "[::]", "[::ffff:0.0.0.0]")]
+        assert not wild, f"{h.name} listens on every interface: {addresses}"
+        assert set(addresses) <= {h.address, "127.0.0.1", "[::1]", "[::ffff:127.0.0.1]"}, (h.name, addresses)
+
+
+def test_transfers_to_other_hosts_go_over_sockets(started, kernel):
+    code = """
+from jupyter_mgpu.remote import streams
+s = mg.current()
+ok = [sorted(streams.streamed_ranks(s)) == [0, 1, 2]]
+x = torch.randn(3001, 67)
+for p in (mg.Shard(0), mg.Shard(1), mg.Replicate(), mg.Block2D(1, 3)):
+    d = mg.scatter(x, p)
+    ok += [torch.equal(d.gather(), x), torch.equal(d.local(2), x[d.table[2].index])]
+big = torch.randn(4 * 2**20)
+d = mg.scatter(big)
+out = torch.empty_like(big)
+ok += [torch.equal(d.gather(out=out), big)]
+"""
+    kernel.ok(code)
+    assert kernel.value("ok") == [True] * 10
+
+
+def test_ring_matmul_collectives_and_map_across_hosts(started, kernel):
+    code = """
+A = mg.randn(600, 400, placement=mg.Shard(0), seed=1)
+B = mg.randn(400, 300, placement=mg.Shard(0), seed=2)
+with mg.trace() as t:
+    C = mg.matmul(A, B, strategy="ring")
+ok = [torch.allclose(C.gather(), A.gather() @ B.gather(), atol=1e-3), sorted({e['rank'] for e in t.events}) == [0, 1, 2]]
+r = mg.collective("all_reduce", lambda rank: torch.ones(4) * (rank + 1), op="max")
+ok += [all(torch.equal(v, torch.full((4,), 3.0)) for v in r.after)]
+a_np, b_np = np.random.rand(900, 16).astype("float32"), np.random.rand(900, 16).astype("float32")
+sims = mg.map(torch.nn.functional.cosine_similarity, mg.from_numpy(a_np), mg.from_numpy(b_np), dim=1)
+ref = torch.nn.functional.cosine_similarity(torch.from_numpy(a_np), torch.from_numpy(b_np), dim=1)
+ok += [torch.allclose(sims.gather(), ref, atol=1e-6)]
+"""
+    kernel.ok(code)
+    assert kernel.value("ok") == [True] * 4
+
+
+def test_dashboard_and_sidebar_receive_every_hosts_samples(started, kernel):
+    code = """
+from jupyter_mgpu.widgets.memory import MemoryDashboard
+from jupyter_mgpu.server.manager import ClusterManager
+s = mg.current()
+dash = MemoryDashboard(s, refresh_rate=10)
+seqs = {0: set(), 1: set(), 2: set()}
+end = time.monotonic() + 2.0
+while time.monotonic() < end:
+    for m in mg.memory():
+        seqs[m['rank']].add(m.get('seq'))
+    time.sleep(0.02)
+rates = [len(seqs[r]) / 2.0 for r in range(3)]
+
+def hold(nbytes):
+    import time, torch
+    from jupyter_mgpu.engine import store
+    store.put('held-by-test', torch.ones(nbytes // 4))
+    return time.time()
+
+lat = []
+for _ in range(3):
+    s.run(hold, 4, targets=2)
+    while dash.devices[2]['used'] > 32 * 2**20:
+        time.sleep(0.01)
+    made = s.run(hold, 64 * 2**20, targets=2)[0]
+    while (dash.devices[2]['used'] or 0) < 64 * 2**20 and time.time() - made < 5:
+        time.sleep(0.005)
+    lat.append(time.time() - made)
+s.run(hold, 4, targets=2)
+rows = [(d['host'], d['device'], d['state']) for d in dash.devices]
+side = ClusterManager().cluster(s.cluster.cluster_id)
+sidebar = [(r['host'], r['device'], r['alive']) for r in side['ranks']] + [side['status']]
+dash.close()
+"""
+    kernel.ok(code)
+    rates = kernel.value("rates")
+    assert min(rates) >= 5, rates  # samples per second from each remote rank
+    lat = kernel.value("lat")
+    assert sorted(lat)[1] <= 0.5, lat  # allocation on hostc to the dashboard's model
+    assert kernel.value("rows") == [("hostb", "hostb:cpu:0", "idle"), ("hostb", "hostb:cpu:1", "idle"),
+                                    ("hostc", "hostc:cpu:0", "idle")]
+    assert kernel.value("sidebar") == [("hostb", "hostb:cpu:0", True), ("hostb", "hostb:cpu:1", True),
+                                       ("hostc", "hostc:cpu:0", True), "running"]
+
+
+def test_remote_ranks_left_waiting_are_released_and_the_group_rebuilt(started, kernel):
+    code = """
+def fail_on_hostc():
+    import torch, torch.distributed as dist
+    from jupyter_mgpu.engine import runtime
+    if runtime.state().host == 'hostc':
+        raise ValueError('hostc gives up')
+    x = torch.ones(2)
+    dist.all_reduce(x)
+
+def total():
+    import torch, torch.distributed as dist
+    from jupyter_mgpu.engine import runtime
+    x = torch.ones(2) * (runtime.state().rank + 1)
+    dist.all_reduce(x)
+    return x.tolist()
+
+t0 = time.monotonic()
+try:
+    mg.current().run(fail_on_hostc)
+except mg.errors.RankError as exc:
+    message = str(exc)
+took = time.monotonic() - t0
+after = mg.current().run(total)
+"""
+    kernel.ok(code)
+    assert "ValueError on rank 2" in kernel.value("message") and "released at once" in kernel.value("message")
+    assert kernel.value("took") < 10  # not the 30 s collective timeout
+    assert kernel.value("after") == [[6.0, 6.0]] * 3
+
+
+def test_the_stop_button_releases_a_remote_rank_blocked_in_a_collective(started, kernel):
+    kernel.ok("""
+def stuck_on_hostc():
+    import torch, torch.distributed as dist
+    from jupyter_mgpu.engine import runtime
+    if runtime.state().host == 'hostc':
+        x = torch.ones(2)
+        dist.all_reduce(x)
+    return 1
+""")
+    reply, out, took = run_and_interrupt(kernel, "mg.current().run(stuck_on_hostc)", after=2.0)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", out
+    assert "rebuilt" in out and took < 8, (took, out)
+    assert kernel.value("mg.current().run(total)") == [[6.0, 6.0]] * 3
+
+
+def test_a_killed_remote_engine_is_named_within_the_timeout(started, kernel, ssh_lab):
+    c = ssh_lab.hosts[2]
+    (engine,) = _engines(c)
+    engine.kill()
+    killed = time.monotonic()
+    reply, out = kernel.execute("%%mgpu\nprint(rank)")
+    took = time.monotonic() - killed
+    assert reply["status"] == "error" and "rank 2 died on hostc" in out, out
+    assert took < 30, took  # the session's --timeout
+    assert kernel.value("[m['state'] for m in mg.memory()]")[2] == "dead"
+
+
+def test_shutdown_leaves_nothing_on_any_host(started, kernel, ssh_lab):
+    kernel.ok("%mgpu_shutdown")
+    assert wait_quiet(ssh_lab.hosts[1:]) == {}
+    a = ssh_lab.first
+    ours = [p for p in a.processes() if any(m in " ".join(p.cmdline()) for m in
+                                            ("ipyparallel", "remote.hub", "engine.controller"))]
+    assert ours == []
+
+
+@pytest.mark.parametrize("line, message", [
+    ("--hosts hostb:1,10.77.0.9:1", r"cannot reach 10\.77\.0\.9 over SSH"),
+    ("--hosts hostb:1,hostc:1 --interface mgpu0", r"no interface mgpu0 with an IPv4 address on hostc; it has"),
+    ("--hosts hostb:2 --mem-per-device 200GiB", r"hostb has .* of memory available: it holds 0 CPU virtual "
+                                                 r"devices of 200\.0 GiB, not the 2 started there"),
+], ids=["unreachable host", "interface missing on a host", "more engines than a host holds"])
+def test_bad_input_names_the_host_and_leaves_nothing(kernel, ssh_lab, line, message):
+    reply, out = kernel.execute(f"%mgpu_init {line} --timeout 30 --no-dashboard", timeout=300)
+    assert reply["status"] == "error", out
+    assert re.search(message, out), out
+    assert len([ln for ln in out.strip().splitlines() if ln.strip()]) == 1, out  # one sentence, no traceback
+    assert wait_quiet(ssh_lab.hosts[1:]) == {}
+    assert not [p for p in python_processes(ssh_lab.first) if "remote.hub" in " ".join(p.cmdline())
+                or "engine.controller" in " ".join(p.cmdline())]
