@@ -193,11 +193,13 @@ class HostCluster:
             return ids[:want] if want else ids
         while len(self.client.ids) < want:
             self._check_controller("while the engines started")
-            if time.monotonic() > deadline:
+            ended = ipp_cluster.launcher_stopped(self.ipp)
+            if ended or time.monotonic() > deadline:
                 got = len(self.client.ids)
                 tail = ipp_cluster.launcher_output(self.ipp)
-                raise MgpuError(f"only {got} of {want} engines registered within {timeout:.0f} s "
-                                f"(launcher: {self.opts.launcher} from {host})" + (f"; it said: {tail}" if tail else ""))
+                when = "before they all registered" if ended else f"within {timeout:.0f} s"
+                raise MgpuError(f"{'the launcher ended and ' if ended else ''}only {got} of {want} engines registered "
+                                f"{when} ({self.opts.launcher} from {host})" + (f"; it said: {tail}" if tail else ""))
             self.client.spin()
             time.sleep(0.05)
         return sorted(self.client.ids)[:want]

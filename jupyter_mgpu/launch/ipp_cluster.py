@@ -204,6 +204,16 @@ def start_engines(cluster: Any, opts: LaunchOptions, loop: LoopThread, timeout: 
     return sets
 
 
+def launcher_stopped(cluster: Any) -> bool:
+    """Whether an engine launcher (mpiexec, one engine's ssh, ...) has already ended while engines were awaited."""
+    for engine_set in list(getattr(cluster, "engines", {}).values()):
+        if getattr(engine_set, "state", None) == "after":
+            return True
+        if any(getattr(el, "state", None) == "after" for el in list(getattr(engine_set, "launchers", {}).values())):
+            return True
+    return False
+
+
 def launcher_output(cluster: Any, limit: int = 6) -> str:
     """The last lines the engine launchers printed (their log files), for error messages."""
     lines: list[str] = []

@@ -106,8 +106,11 @@ def parse(n: int | None, launcher: str | None = None, hosts: str | None = None, 
     """Check the launch options of ``%mgpu_init`` / ``mg.init``; one clear sentence for anything wrong."""
     per = _count(per_host, "--per-host") if per_host is not None else None
     if isinstance(launcher_args, str):
+        text = launcher_args.strip()
+        if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a magic's argument keeps its quotes
+            text = text[1:-1]
         try:
-            extra = shlex.split(launcher_args)
+            extra = shlex.split(text)
         except ValueError as exc:
             raise MgpuError(f"--launcher-args cannot be read: {exc}") from None
     else:

@@ -164,7 +164,7 @@ class Host:
         return out
 
     # -- building ------------------------------------------------------------------------------
-    def prepare(self, hosts: list["Host"], user: bool) -> None:
+    def prepare(self, hosts: list["Host"], user: bool, networked: bool = True) -> None:
         """Private filesystems, hostname, loopback, users and names; the Python reachable for ``user``."""
         home = pwd.getpwuid(0).pw_dir
         lines = ["set -e", "mount -t tmpfs -o mode=1777 tmpfs /tmp", "mount -t tmpfs -o mode=1777 tmpfs /dev/shm",
@@ -180,6 +180,11 @@ class Host:
                     else f"touch {shlex.quote(dst)}"
                 lines += [make, f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}"]
         names = "".join(f"{h.address} {h.name}\n" for h in hosts)
+        if not networked:  # a host alone still needs an address beyond loopback (getaddrinfo's AI_ADDRCONFIG)
+            lines += [f"ip link add {self.iface} type veth peer name {self.iface}p",  # both ends stay inside
+                      f"ip addr add {self.address}/24 dev {self.iface}", f"ip link set {self.iface}p up",
+                      f"ip link set {self.iface} up"]
+            names = f"{self.address} {self.name}\n"
         extra = {"hosts": names}
         if user:
             extra.update(passwd=f"{USER}:x:{UID}:{UID}:{USER}:/home/{USER}:/bin/sh\n", group=f"{USER}:x:{UID}:\n",
@@ -243,7 +248,7 @@ class Lab:
             for i, name in enumerate(names):
                 self.hosts.append(Host(name, i, self.workdir, (ifaces or {}).get(name, IFACE)))
             for h in self.hosts:
-                h.prepare(self.hosts, user=ssh and h is not self.hosts[0])
+                h.prepare(self.hosts, user=ssh and h is not self.hosts[0], networked=network and len(names) > 1)
             if network and len(self.hosts) > 1:
                 self._wire()
             if ssh:
@@ -302,3 +307,83 @@ class Lab:
         for h in self.hosts:
             h.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def python_processes(host) -> list:
+    """A host's processes other than its sshd (engines, nannies, launchers' helpers)."""
+    out = []
+    for p in host.processes():
+        try:
+            if p.name() != "sshd":
+                out.append(p)
+        except Exception:
+            pass
+    return out
+
+
+def wait_quiet(hosts, timeout: float = 20.0) -> dict:
+    """Wait until no process but sshd runs on ``hosts``; returns what still runs (host -> cmdlines)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {}
+        for h in hosts:
+            procs = python_processes(h)
+            if procs:
+                left[h.name] = [" ".join(p.cmdline()[:4]) for p in procs if p.is_running()]
+        if not left or time.monotonic() > deadline:
+            return {k: v for k, v in left.items() if v}
+        time.sleep(0.1)
+
+
+SLURM_CONF = """\
+ClusterName=lab
+SlurmctldHost={host}({address})
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=/run/slurm/state
+SlurmdSpoolDir=/run/slurm/spool
+SlurmctldPidFile=/run/slurm/slurmctld.pid
+SlurmdPidFile=/run/slurm/slurmd.pid
+SlurmctldLogFile=/run/slurm/slurmctld.log
+SlurmdLogFile=/run/slurm/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+SlurmdParameters=config_overrides
+NodeName={host} NodeAddr={address} CPUs=4 RealMemory=2000 State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+"""
+
+
+def start_slurm(host: Host, timeout: float = 60) -> None:
+    """munge and a one-node Slurm (slurmctld and slurmd on the host's loopback), ready for jobs."""
+    host.sh("\n".join([
+        "set -e", "mkdir -p /run/lab/munge /run/munge /run/slurm/state /run/slurm/spool /run/lab/slurm-etc",
+        "chmod 0700 /run/lab/munge", "head -c 1024 /dev/urandom > /run/lab/munge/munge.key",
+        "chmod 0400 /run/lab/munge/munge.key", "mount --bind /run/lab/slurm-etc /etc/slurm",
+    ]))
+    host.path("/etc/slurm/slurm.conf").write_text(SLURM_CONF.format(host=host.name, address=host.address))
+    host.popen(["munged", "--foreground", "--force", "--key-file=/run/lab/munge/munge.key",
+                "--seed-file=/run/lab/munge/seed", "--log-file=/run/lab/munge/munged.log",
+                "--pid-file=/run/munge/munged.pid"], "munged.log")
+    deadline = time.monotonic() + timeout
+    while not host.path("/run/munge/munge.socket.2").exists():
+        assert time.monotonic() < deadline, "munged did not start: " + (host.workdir / "munged.log").read_text()[-1000:]
+        time.sleep(0.05)
+    host.popen(["slurmctld", "-D", "-i"], "slurmctld.log")
+    host.popen(["slurmd", "-D"], "slurmd.log")
+    state = ""
+    while state not in ("idle", "mixed", "allocated"):
+        assert time.monotonic() < deadline, f"the Slurm node is {state!r}, not idle: " + \
+            host.sh("cat /run/slurm/slurmctld.log /run/slurm/slurmd.log | tail -20", check=False)
+        time.sleep(0.2)
+        state = host.sh("sinfo -h -o %T", check=False).strip()

@@ -246,3 +246,48 @@ def test_launch_options_are_checked_before_anything_starts():
     time.sleep(0.5)
     after = set(p.pid for p in psutil.Process().children(recursive=True))
     assert not (after - before)
+
+
+def test_connect_joins_a_running_ipyparallel_cluster(tmp_path):
+    import ipyparallel as ipp
+
+    import jupyter_mgpu.session as sm
+
+    cluster = ipp.Cluster(n=2, profile_dir=str(tmp_path / "profile"), cluster_id="mgpu-connect", log_level=40)
+    cluster.start_cluster_sync()
+    try:
+        cluster.connect_client_sync().wait_for_engines(2, timeout=60)
+        s = sm.start_session(connect=cluster.cluster_file, cpu=True, mem_per_device="256MiB", timeout=20)
+        try:
+            assert [v[1] for v in s.run(_rank_and_sum)] == [[3.0] * 3, [3.0] * 3]
+            assert [r["device"] for r in s.status()] == [f"{socket.gethostname()}:cpu:{i}" for i in (0, 1)]
+            engines = list(s.cluster.engine_pids.values())
+        finally:
+            s.shutdown()
+        assert _gone(engines) == []  # the engines it made ranks end with the session (they hold its group)
+        assert cluster.controller.process.is_running()  # the user's controller keeps running
+    finally:
+        cluster.stop_cluster_sync()
+
+
+def test_connect_refuses_a_missing_or_foreign_connection_file(tmp_path):
+    import jupyter_mgpu.session as sm
+
+    missing = tmp_path / "cluster-none.json"
+    with pytest.raises(MgpuError, match=r"--connect: .*cluster-none\.json does not exist"):
+        sm.start_session(connect=str(missing), cpu=True)
+    foreign = tmp_path / "cluster-foreign.json"
+    foreign.write_text("{}")
+    os.chown(foreign, 65534, 65534)
+    with pytest.raises(MgpuError, match=r"belongs to another user \(uid 65534\)"):
+        sm.start_session(connect=str(foreign), cpu=True)
+    open_to_all = tmp_path / "cluster-open.json"
+    open_to_all.write_text("{}")
+    open_to_all.chmod(0o666)
+    with pytest.raises(MgpuError, match=r"can be changed by other users \(mode 666\)"):
+        sm.start_session(connect=str(open_to_all), cpu=True)
+    mine = tmp_path / "cluster-bad.json"
+    mine.write_text("not json")
+    mine.chmod(0o600)
+    with pytest.raises(MgpuError, match=r"is not an ipyparallel cluster file"):
+        sm.start_session(connect=str(mine), cpu=True)

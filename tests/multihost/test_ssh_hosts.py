@@ -11,8 +11,8 @@ import re
 import time
 
 import pytest
-from conftest import python_processes, wait_quiet
 from lab_kernel import LabKernel, run_and_interrupt
+from netns_lab import python_processes, wait_quiet
 
 pytestmark = pytest.mark.cluster
 
