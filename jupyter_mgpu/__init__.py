@@ -28,6 +28,8 @@ from .tensor_io import from_numpy, from_pandas, load, save  # noqa: E402
 from .mapping import map  # noqa: E402,A004 (mg.map; left out of __all__ so a star import keeps the builtin)
 from .metrics import clear_metrics, metrics, metrics_plot  # noqa: E402
 from .trace import Trace, show, trace  # noqa: E402 (replaces the submodule attribute)
+from .compare import compare  # noqa: E402 (replaces the submodule attribute)
+from .compare_result import CompareResult  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -77,6 +79,8 @@ __all__ = [
     "Trace",
     "show",
     "trace",
+    "CompareResult",
+    "compare",
 ]
 
 

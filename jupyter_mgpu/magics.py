@@ -260,6 +260,33 @@ class MgpuMagics(Magics):
         args = _parse(self.mgpu_matmul, line)
         return run_matmul_magic(args, self.shell.user_ns)
 
+    @magic_arguments()
+    @argument("--model", default="mlp:1024x8", help="a bundled model such as mlp:4096x8, or a notebook nn.Sequential")
+    @argument("--strategies", default=None, help="e.g. ddp,fsdp,tp,pp (also single, pp-1f1b); default all five")
+    @argument("--data", default=None, help="a notebook variable holding (X, y); default synthetic data")
+    @argument("--loss", default="cross_entropy", help="cross_entropy or mse")
+    @argument("--optimizer", default="adam", help="sgd, momentum, adam or adamw")
+    @argument("--batch", default=None, help="samples per step (default 64)")
+    @argument("--steps", default=None, help="training steps per strategy (default 6)")
+    @argument("--microbatches", default=None, help="pipeline micro-batches (default 4)")
+    @argument("--lr", default=None, help="learning rate (default 0.001)")
+    @argument("--samples", default=None, help="rows of synthetic data")
+    @argument("--seed", default=None, help="seed of the bundled model's weights and the synthetic data")
+    @argument("--timeout", default=None, help="seconds any wait between ranks may take (default: the session's)")
+    @argument("--no-live", action="store_true", help="do not show the live view while it runs")
+    @argument("--no-plot", action="store_true", help="show the table only")
+    @line_magic
+    def mgpu_compare(self, line: str = "") -> None:
+        """Train one model under single, DDP, FSDP, tensor and pipeline parallel and measure them side by side.
+
+        The :class:`~jupyter_mgpu.compare_result.CompareResult` stays in ``_mgpu_compare``.
+        """
+        from .compare_magic import run_compare_magic
+
+        args = _parse(self.mgpu_compare, line)
+        return run_compare_magic(args, self.shell.user_ns)
+
+
 def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:
     """Wait until every rank has published a telemetry sample taken after now (at most ``timeout`` s)."""
     since, deadline = time.time(), time.monotonic() + timeout
