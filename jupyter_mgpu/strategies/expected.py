@@ -6,8 +6,9 @@ bytes handed to each collective per step, and the pipeline bubble. The formulas:
 
 * model states — the "bytes per parameter" count of ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory
   Optimizations Toward Training Trillion Parameter Models", §3 and Figure 1), in float32:
-  single and DDP keep (4 + 4 + 4k)·Ψ per rank; FSDP (ZeRO-3) divides all three by P — exactly, per
-  tensor, as ``torch.chunk`` splits dim 0; tensor parallel divides each Linear pair's weights by P
+  single and DDP keep (4 + 4 + 4k)·Ψ per rank; FSDP (ZeRO-3) divides all three by P — per tensor:
+  FSDP2 keeps parameters and gradients in shards padded to ⌈rows/P⌉ and makes optimizer state for the
+  rows ``torch.chunk`` gives the rank; tensor parallel divides each Linear pair's weights by P
   and keeps the row-parallel bias and the layers outside the pairs whole (Shoeybi et al. 2019,
   "Megatron-LM", §3); a pipeline stage keeps only its own layers' states.
 * activations — per sample, what autograd saves (``model_spec.saved_floats``, Korthikanti et al.
@@ -82,10 +83,12 @@ def expected(plan: ComparePlan, strategy: str) -> list[dict[str, Any]]:
         largest = max(ms.param_count(s) for s in layers)
         padded = sum(math.ceil(d / P) * P * e for s in layers for d, e in _tensors(s))
         rows = []
-        for r in range(P):
+        for r in range(P):  # parameters and gradients sit in padded shards, optimizer state is made per shard
             mine = sum(_chunk_rows(d, P, r) * e for s in layers for d, e in _tensors(s))
-            rows.append(_row(mine, k, B // P * per_sample, 4 * largest,
-                             {"all_gather": 2 * padded / P, "reduce_scatter": padded}))
+            row = _row(padded / P, k, B // P * per_sample, 4 * largest,
+                       {"all_gather": 2 * padded / P, "reduce_scatter": padded})
+            row["optimizer"] = k * mine * F32
+            rows.append(row)
         return rows
     if strategy == "tp":
         return [_tp_row(plan, k, per_sample) for _ in range(P)]

@@ -1,0 +1,194 @@
+"""mg.compare on real engines: every strategy trains like single, measured as the formulas say, pipeline
+events recorded live, out-of-memory as a row, bad input refused before any rank runs."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+from ipshell import shell
+from torch import nn
+
+import jupyter_mgpu as mg
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.strategies import expected as ex
+
+pytestmark = pytest.mark.cluster
+
+ALL = "single,ddp,fsdp,tp,pp,pp-1f1b"
+EXACT = ("params", "grads")  # measured bytes equal to the formula's, to the byte
+
+
+def model() -> nn.Sequential:
+    """4 Linear layers (TP pairs (0, 3) and (5, 7)), GELU, seeded dropout inside a pair, LayerNorm outside."""
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.Dropout(0.1), nn.Linear(32, 16), nn.LayerNorm(16),
+                         nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 5))
+
+
+def data(n: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(4)
+    return torch.randn(n, 12, generator=g), torch.randint(0, 5, (n,), generator=g)
+
+
+@pytest.mark.parametrize("n, optimizer", [(2, "sgd"), (2, "adam"), (4, "sgd"), (4, "adam")])
+def test_every_strategy_trains_like_single_and_measures_as_the_formulas_say(session_of, n, optimizer):
+    s = session_of(n)
+    r = mg.compare(model(), data=data(), batch=16, steps=5, strategies=ALL, microbatches=4, optimizer=optimizer,
+                   lr=0.05, timeout=60, live=False)
+    assert r.strategies == ALL.split(",")
+    for st in r.strategies:
+        assert r.ok(st), r.table
+        assert r.matches(st), (st, r.losses[st], r.losses["single"])  # |Δ| ≤ 1e-4·|loss| + 1e-6 at every step
+    assert r.losses["single"][-1] != r.losses["single"][0]  # it trained
+    expected = {(e["strategy"], e["rank"]): e for e in r.expected}
+    for row in r.table:
+        e = expected[(row["strategy"], row["rank"])]
+        for c in EXACT:
+            assert row[c] == e[c], (row["strategy"], row["rank"], c, row[c], e[c])
+        # optimizer state: Adam's two moments (+ a 4-byte step count per tensor), none for plain SGD
+        assert e["optimizer"] <= row["optimizer"] <= e["optimizer"] + 64, (row["strategy"], row["optimizer"])
+        assert row["bytes_by"] == pytest.approx(e["bytes_by"], abs=64), (row["strategy"], row["rank"])
+        assert row["step_time"] > 0 and row["device_peak"] > 0
+    pp = r.schedule("pp")
+    assert len([e for e in pp.events if e["action"] == "compute"]) == 5 * n * 4 * 2
+    for k in range(5):
+        for stage in range(n):
+            mine = [e for e in pp.events if e["action"] == "compute" and e["step"] == k and e["rank"] == stage]
+            assert sorted((e["kind"], e["mb"]) for e in mine) == sorted(
+                (kind, mb) for kind in ("forward", "backward") for mb in range(4))
+    assert all(0 <= b < 1 for b in pp.bubble())
+    # GPipe runs every forward before any backward; under 1F1B the last stage alternates from the first one
+    for name, interleaved in (("pp", False), ("pp-1f1b", True)):
+        last = [e for e in r.schedule(name).events if e["action"] == "compute" and e["rank"] == n - 1
+                and e["step"] == 4]
+        kinds = [e["kind"] for e in sorted(last, key=lambda e: e["start"])]
+        assert (kinds != sorted(kinds, key=["forward", "backward"].index)) == interleaved, (name, kinds)
+
+
+def test_who_holds_which_part_of_each_weight(s2):
+    r = mg.compare(model(), data=data(), batch=16, steps=4, strategies="ddp,fsdp,tp,pp", microbatches=2,
+                   timeout=60, live=False)
+
+    tp = r.show("tp", layers=[0, 3]).data
+    col, row = tp["panels"]
+    assert col["rows"] == [0, 16, 32] and col["cols"] == [0, 12]  # column-parallel: output features split
+    assert row["rows"] == [0, 16] and row["cols"] == [0, 16, 32]  # row-parallel: input features split
+    assert sorted(tp["frames"][0]["add"]) == [[0, 0], [0, 2], [1, 1], [1, 3]]
+    fsdp = r.show("fsdp", layers=[5]).data
+    assert fsdp["panels"][0]["rows"] == [0, 16, 32]  # dim-0 shards
+    pp = r.show("pp").data  # stage 0 holds layers 0 and 3 whole; rank 1 none of them
+    assert [rank for rank, _ in pp["frames"][0]["add"]] == [0, 0]
+    ddp = r.show("ddp", layers=[7]).data  # every rank holds every weight
+    assert sorted(rank for rank, _ in ddp["frames"][0]["add"]) == [0, 1]
+    with pytest.raises(MgpuError, match="layer 1 is not a Linear layer"):
+        r.show("tp", layers=[1])
+
+
+def test_the_schedule_is_followed_live_while_the_pipeline_trains(s2):
+    import sys
+
+    compare_module = sys.modules["jupyter_mgpu.compare"]
+    seen: dict = {}
+    orig_start = compare_module.Comparison._run_one
+
+    def run_one(self, strategy):
+        if strategy == "pp":
+            def watch():
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    sched = self.result.schedules.get("pp")
+                    if sched is not None and sched.running and sched.events:
+                        player = sched.play()
+                        seen["during"] = (len(sched.events), player.live, player.n_frames)
+                        seen["player"] = player
+                        return
+                    time.sleep(0.05)
+            threading.Thread(target=watch, daemon=True).start()
+        return orig_start(self, strategy)
+
+    compare_module.Comparison._run_one = run_one
+    try:
+        r = mg.compare("mlp:256x4", batch=32, steps=40, strategies="pp", microbatches=8, timeout=60, live=False)
+    finally:
+        compare_module.Comparison._run_one = orig_start
+    total = len(r.schedule("pp").events)
+    assert "during" in seen, "no pipeline event reached the notebook while the pipeline trained"
+    count, live, frames = seen["during"]
+    assert live and 0 < count < total and frames > 0
+    player = seen["player"]  # the live player got every event when the run ended, and stopped being live
+    assert not player.live and player.n_frames == 40 * 2 * 8 * 2
+
+
+def test_out_of_memory_is_a_row_and_the_session_stays_usable(own_session):
+    with own_session(2, mem_per_device="96MiB", timeout=30) as s:
+        r = mg.compare("mlp:512x32", batch=8, steps=4, strategies="single,ddp,fsdp", optimizer="adam",
+                       live=False)
+        single, = [x for x in r.table if x["strategy"] == "single"]
+        assert single["status"] == "oom"
+        assert single["note"].startswith("OOM on rank 0: needs ≥ ") and single["note"].endswith("budget 96.0 MiB)")
+        assert all(x["status"] == "oom" for x in r.table if x["strategy"] == "ddp")
+        assert r.ok("fsdp")  # the strategy that fits still ran, after two that did not
+        fsdp = [x for x in r.table if x["strategy"] == "fsdp"]
+        assert all(x["device_peak"] < 96 * 2**20 for x in fsdp)
+        predicted = {e["strategy"]: e["fits"] for e in r.expected if e["rank"] == 0}
+        assert predicted == {"single": False, "ddp": False, "fsdp": True}
+        assert len(set(s.run(os.getpid))) == 2  # the session is still usable
+
+
+def test_bad_input_is_refused_before_any_rank_runs(s2, monkeypatch):
+    calls = []
+    real_run = type(s2).run
+
+    def counting_run(self, fn, *args, **kwargs):
+        calls.append(getattr(fn, "__name__", fn))
+        return real_run(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(type(s2), "run", counting_run)
+    three = nn.Sequential(nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 5))
+    cases = [
+        (dict(model=model(), strategies="ddp,zero"), r"^unknown strategy 'zero'"),
+        (dict(model=model(), optimizer="lion"), r"^unknown optimizer 'lion'"),
+        (dict(model=three, strategies="tp"), r"layer 4 \(Linear 8→5\) is Linear number 3 and has no partner"),
+        (dict(model=nn.Sequential(nn.Linear(12, 5)), strategies="pp"),
+         r"needs at least one Linear layer per stage: 2 stages, but the model has 1 Linear layer$"),
+        (dict(model=model(), batch=15), r"^batch 15 does not split evenly over 2 ranks"),
+        (dict(model=model(), strategies="pp", batch=12, microbatches=8), r"^batch 12 is not divisible into 8"),
+        (dict(model=nn.Sequential(nn.Linear(12, 5), nn.BatchNorm1d(5))), r"^layer 1 \(BatchNorm1d\) is not supported"),
+        (dict(model=model(), data=(torch.randn(48, 7), torch.zeros(48, dtype=torch.long))),
+         r"data X must have shape \(samples, 12\)"),
+        (dict(model=model(), data=(torch.randn(48, 12), torch.full((48,), 9))), r"class labels 0 to 4"),
+        (dict(model=model(), loss="mse", data=(torch.randn(48, 12), torch.randn(48, 3))), r"^mse needs y of shape"),
+        (dict(model="mlp:12", strategies="ddp"), r"^unknown bundled model 'mlp:12'"),
+        (dict(model=model(), steps=2), r"^steps must be a whole number of at least 4"),
+    ]
+    for kwargs, message in cases:
+        args = dict(data=data(), batch=16, steps=4, microbatches=4, timeout=30, live=False)
+        args.update(kwargs)
+        with pytest.raises(MgpuError, match=message):
+            mg.compare(args.pop("model"), **args)
+    assert calls == []  # nothing reached a rank
+    with mg.trace():
+        with pytest.raises(MgpuError, match="end the `with mg.trace\\(\\)` block first"):
+            mg.compare(model(), data=data(), batch=16, steps=4, live=False)
+    monkeypatch.undo()
+    r = mg.compare(three, data=data(), batch=16, steps=4, strategies="pp", microbatches=4, timeout=30, live=False)
+    assert r.ok("pp") and r.plan.stages in ([(0, 2), (2, 5)], [(0, 4), (4, 5)])
+
+
+def test_the_magic_keeps_its_result(s2):
+    ip = shell()
+    res = ip.run_cell("%mgpu_compare --model mlp:32x4 --strategies single,ddp,tp --batch 8 --steps 4 "
+                      "--optimizer sgd --no-live --no-plot")
+    assert res.success, res.error_in_exec
+    r = ip.user_ns["_mgpu_compare"]
+    assert isinstance(r, mg.CompareResult) and r.strategies == ["single", "ddp", "tp"]
+    assert r.matches("ddp") and r.matches("tp")
+    assert ex.expected(r.plan, "ddp")[0]["bytes"] == {"all_reduce": 4 * r.plan.params}
+    bad = ip.run_cell("%mgpu_compare --model mlp:32x3 --strategies tp --steps 4")
+    assert not bad.success and "has no partner" in str(bad.error_in_exec)
+    bad = ip.run_cell("%mgpu_compare --model nothing_here")
+    assert not bad.success and "--model names no notebook variable" in str(bad.error_in_exec)
