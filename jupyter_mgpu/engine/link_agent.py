@@ -32,6 +32,7 @@ from . import link as lk
 TICK = 0.05  # seconds between looks at the telemetry record
 LOG_EVERY = 4  # ticks between walks of the trace and metrics folders
 PING_EVERY = 1.0
+SILENCE = 10.0  # the relay pings each second: this long without a frame means the notebook's host is gone
 PREFIX = 256  # bytes of a log file compared to tell an append from a file started anew
 CHUNK = 512 * 1024  # most bytes of one file sent per walk
 
@@ -195,6 +196,7 @@ def start(rundir: str, rank: int, address: str, port: int, key: bytes, hello: di
     except BaseException:
         sock.close()
         raise
+    sock.settimeout(SILENCE)
     _agent = Agent(rundir, rank, lk.Link(sock, session_key, is_client=True))
     threading.Thread(target=_agent.read, name="mgpu-link-reader", daemon=True).start()
     threading.Thread(target=_agent.mirror, name="mgpu-link-mirror", daemon=True).start()

@@ -197,9 +197,12 @@ class HostCluster:
             if ended or time.monotonic() > deadline:
                 got = len(self.client.ids)
                 tail = ipp_cluster.launcher_output(self.ipp)
-                when = "before they all registered" if ended else f"within {timeout:.0f} s"
-                raise MgpuError(f"{'the launcher ended and ' if ended else ''}only {got} of {want} engines registered "
-                                f"{when} ({self.opts.launcher} from {host})" + (f"; it said: {tail}" if tail else ""))
+                said = f"; it said: {tail}" if tail else ""
+                if ended:
+                    raise MgpuError(f"the {self.opts.launcher} launcher (started from {host}) ended after {got} of "
+                                    f"{want} engines registered{said}")
+                raise MgpuError(f"only {got} of {want} engines registered within {timeout:.0f} s ({self.opts.launcher} "
+                                f"launcher, started from {host}){said}")
             self.client.spin()
             time.sleep(0.05)
         return sorted(self.client.ids)[:want]

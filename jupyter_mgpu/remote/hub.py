@@ -39,6 +39,8 @@ PORT_FILE = "hub.port"
 CONFIG_FILE = "hub.json"
 SOCKET_NAME = "hub.sock"
 CONTROL_POLL = 0.05
+PING_EVERY = 1.0  # the relay pings every link this often; each engine pings too
+SILENCE = 10.0  # a link silent this long is lost (a host that vanished without closing its connections)
 
 
 def _peer_uid(conn: socket.socket) -> int:
@@ -216,6 +218,7 @@ class Hub:
         except (OSError, EOFError, lk.AuthError, ValueError):
             conn.close()
             return
+        conn.settimeout(SILENCE)  # every engine pings each second: silence means its host is gone
         rl = RankLink(self, int(hello["rank"]), lk.Link(conn, session_key, is_client=False), hello)
         with self.lock:
             if self.stopping:
@@ -242,7 +245,15 @@ class Hub:
         """Send the kernel's telemetry steering to every engine when it changes."""
         path = self.rundir / "telemetry" / "control.json"
         seen = None
+        pinged = time.monotonic()
         while True:
+            if time.monotonic() - pinged > PING_EVERY:
+                pinged = time.monotonic()
+                for rl in list(self.links.values()):
+                    try:
+                        rl.link.send(lk.PING)
+                    except OSError:
+                        pass
             try:
                 st = path.stat()
                 stamp = (st.st_mtime_ns, st.st_size, st.st_ino)

@@ -100,6 +100,7 @@ def test_a_launcher_that_fails_is_reported_at_once(kernel, batch_host):
     reply, out = kernel.execute(f"%mgpu_init 2 --launcher mpi --launcher-args '--no-such-option' {OPTIONS}",
                                 timeout=300)
     assert reply["status"] == "error", out
-    assert re.search(r"the launcher ended and only 0 of 2 engines registered .*mpiexec.*no-such-option", out), out
+    assert re.search(r"the mpi launcher \(started from batchhost\) ended after 0 of 2 engines registered; "
+                     r"it said: .*mpiexec.*no-such-option", out), out
     assert time.monotonic() - t0 < 30  # not the 60 s registration wait
     assert _quiet(batch_host.first) == []
