@@ -19,6 +19,7 @@ from .strategies.plan import MEASURED_STEP, ComparePlan
 MEMORY = ("params", "grads", "optimizer", "activations", "comm_buffers", "temporaries", "inputs")
 RATIO_COLUMNS = ("params", "grads", "optimizer", "activations", "comm_buffers", "bytes", "bubble")
 LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-6  # same maths, different summation order: |Δ| ≤ 1e-4·|loss| + 1e-6
+CELL = "padding:2px 4px;text-align:right;white-space:nowrap"
 
 
 class CompareTable(list):
@@ -58,16 +59,18 @@ class CompareTable(list):
     def _repr_html_(self) -> str:
         import html
 
-        head = ("strategy", "rank", "params", "grads", "optimizer", "activations", "comm buffers", "tracked peak",
-                "device peak", "step time", "bytes / step", "bubble", "final loss", "Δ vs single")
+        head = ("strategy<br>· rank", "params", "grads", "optimizer", "activa&shy;tions", "comm<br>buffers",
+                "tracked<br>peak", "device<br>peak", "step<br>time", "bytes<br>/ step", "bubble", "final<br>loss",
+                "Δ vs<br>single")
         body = []
         for r in self:
             e = self._expected_of(r) if self.expected is not None else None
             if r["status"] not in ("ok", "predicted"):
-                body.append(f"<tr><td>{r['strategy']}</td><td>{r['rank']}</td><td colspan='{len(head) - 2}' "
-                            f"style='color:#a00;text-align:left'>{html.escape(r['note'])}</td></tr>")
+                body.append(f"<tr><td style='{CELL}'>{r['strategy']} · {r['rank']}</td>"
+                            f"<td colspan='{len(head) - 1}' style='color:#a00;text-align:left;padding:2px 4px'>"
+                            f"{html.escape(r['note'])}</td></tr>")
                 continue
-            cells = [r["strategy"], str(r["rank"])]
+            cells = [f"{r['strategy']} · {r['rank']}"]
             for c in ("params", "grads", "optimizer", "activations", "comm_buffers"):
                 cells.append(_with_ratio(_bytes(r.get(c)), r.get(c), e and e.get(c)))
             cells += [_bytes(r.get("tracked_peak")), _bytes(r.get("device_peak")), _seconds(r.get("step_time")),
@@ -75,12 +78,13 @@ class CompareTable(list):
                                   title=", ".join(f"{k} {format_bytes(v)}" for k, v in (r.get("bytes_by") or {}).items())),
                       _with_ratio(_pct(r.get("bubble")), r.get("bubble"), e and e.get("bubble")),
                       _num(r.get("final_loss")), _num(r.get("loss_diff"), signed=True)]
-            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-        ths = "".join(f"<th>{h}</th>" for h in head)
+            body.append("<tr>" + "".join(f"<td style='{CELL}'>{c}</td>" for c in cells) + "</tr>")
+        ths = "".join(f"<th style='{CELL}'>{h}</th>" for h in head)
         note = ("<div style='font-size:11px;color:#555'>each memory column is that category's own peak on the "
                 "rank (torch's MemTracker; FSDPMemTracker for fsdp); ×n: measured ÷ the formula of "
                 "r.expected</div>") if self.expected is not None else ""
-        return (f"<div style='overflow-x:auto;max-width:100%'><table class='mgpu-compare'><thead><tr>{ths}</tr>"
+        return (f"<div style='max-width:100%'><table class='mgpu-compare' style='font-size:11px;"
+                f"border-collapse:collapse;table-layout:auto'><thead><tr>{ths}</tr>"
                 f"</thead><tbody>{''.join(body)}</tbody></table>{note}</div>")
 
 
@@ -99,14 +103,14 @@ def _pct(v: Any) -> str:
 def _num(v: Any, signed: bool = False) -> str:
     if v is None:
         return "–"
-    return f"{v:+.2e}" if signed else f"{v:.5f}"
+    return f"{v:+.1e}" if signed else f"{v:.4f}"
 
 
 def _with_ratio(text: str, measured: Any, expected: Any, title: str = "") -> str:
     tip = f" title='{title}'" if title else ""
     if measured is None or not expected:
         return f"<span{tip}>{text}</span>"
-    return f"<span{tip}>{text}</span> <span style='color:#777;font-size:11px'>×{measured / expected:.2f}</span>"
+    return f"<span{tip}>{text}</span><br><span style='color:#777'>×{measured / expected:.2f}</span>"
 
 
 def _text_cells(r: dict[str, Any]) -> list[str]:

@@ -29,7 +29,7 @@ def figure(result: Any, widget: bool = False) -> Any:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=3, cols=1, vertical_spacing=0.11,
+    fig = make_subplots(rows=3, cols=1, vertical_spacing=0.15,
                         subplot_titles=("peak memory by category per rank (MiB; ◆ the formulas' total)",
                                         "step time (slowest rank, median of timed steps)",
                                         "bytes per step handed to collectives (MiB; ◆ the formulas')"))
@@ -37,6 +37,7 @@ def figure(result: Any, widget: bool = False) -> Any:
         fig.add_trace(trace["trace"], row=trace["row"], col=1)
     fig.update_layout(barmode="stack", height=760, template="plotly_white", legend={"orientation": "h", "y": -0.08},
                       margin={"l": 60, "r": 20, "t": 40, "b": 40}, autosize=True)
+    fig.update_xaxes(tickangle=-45, tickfont={"size": 10})
     fig.update_yaxes(title_text="MiB", row=1, col=1)
     fig.update_yaxes(title_text="seconds", row=2, col=1)
     fig.update_yaxes(title_text="MiB", row=3, col=1)
@@ -49,7 +50,7 @@ def traces(result: Any) -> list[dict[str, Any]]:
 
     table = result.table
     expected = {(e["strategy"], e["rank"]): e for e in result.expected}
-    labels = [f"{r['strategy']} · r{r['rank']}" for r in table]
+    labels = [f"{r['strategy']}·{r['rank']}" for r in table]
     ok = [r["status"] == "ok" for r in table]
     out: list[dict[str, Any]] = []
     for c, color in CATEGORY_COLORS.items():

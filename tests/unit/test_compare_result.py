@@ -47,9 +47,9 @@ def test_rows_losses_and_matching():
     ratios = {x["strategy"]: x for x in r.ratios()}
     assert ratios["ddp"]["bytes"] == pytest.approx(4224 / (4 * n))
     html = t._repr_html_()
-    assert "×" in html and "ddp" in html and "Δ vs single" in html
+    assert "×" in html and "ddp" in html and "Δ vs<br>single" in html
     text = repr(r)
-    assert "ddp" in text.splitlines()[3] and "0.90000" in text
+    assert "ddp" in text.splitlines()[3] and "0.9000" in text
     r.add("single", [_rank(0, [2.0, 1.5, 1.2, 1.0, 0.8])])  # a different curve no longer matches
     assert not r.matches("ddp") and r.loss_diff("ddp") == pytest.approx(0.1)
 

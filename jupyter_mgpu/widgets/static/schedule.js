@@ -86,6 +86,7 @@ function render({ model, el }) {
     if (!n()) stage.textContent = model.get("live") ? "waiting for the pipeline's first events…" : "nothing to show";
     else stage.innerHTML = drawSchedule(model.get("data"), i);
     t.show(i);
+    if (!n()) t.controls.querySelector(".mgpu-player-counter").textContent = "no events yet";
   };
   model.on("change:data", () => {
     if (model.get("live") && model.get("follow")) { model.set("index", Math.max(0, n() - 1)); model.save_changes(); }

@@ -1,0 +1,91 @@
+// 07 parallelism: the pipeline schedule player while mg.compare trains (live: the counter grows), then the
+// replayed player after the run — step it with its buttons and read what it draws — and the page that
+// r.schedule("pp").save_html(...) wrote, opened from file:// with every network request refused and
+// played to the end.
+export async function during({ page, report, cellIndex }) {
+  const cell = await cellIndex('r = mg.compare(model');
+  const seen = [];
+  while (!(await page.evaluate(() => window.__mgpuDone))) {
+    const state = await page.evaluate(k => {
+      const c = window.jupyterapp.shell.currentWidget.content.widgets[k];
+      const p = c.node.querySelector('.mgpu-schedule');
+      if (!p) return null;
+      return { counter: p.querySelector('.mgpu-player-counter')?.textContent ?? '',
+               title: p.querySelector('b')?.textContent ?? '',
+               badge: p.querySelector('.mgpu-badge')?.textContent ?? '',
+               status: c.node.querySelector('.widget-html-content')?.innerText ?? '' };
+    }, cell);
+    if (state && (!seen.length || seen[seen.length - 1].counter !== state.counter)) seen.push(state);
+    await page.waitForTimeout(150);
+  }
+  report('live', { seen: seen.slice(0, 60) });
+}
+
+export async function after({ page, context, report, cellIndex, consoleErrors }) {
+  const cell = await cellIndex('r.schedule("pp").play()');
+  const sel = `[data-mgpu-sched="${cell}"]`;
+  await page.evaluate(k => {
+    const node = window.jupyterapp.shell.currentWidget.content.widgets[k].node;
+    node.querySelector('.mgpu-schedule').setAttribute('data-mgpu-sched', String(k));
+    node.scrollIntoView();
+  }, cell);
+  const readIn = () => page.evaluate(s => {
+    const p = document.querySelector(s);
+    const svg = p.querySelector('svg.mgpu-schedule-svg');
+    return { counter: p.querySelector('.mgpu-player-counter').textContent,
+             boxes: svg.querySelectorAll('.mgpu-sched-box').length,
+             arrows: svg.querySelectorAll('.mgpu-sched-arrow').length,
+             idle: Array.from(svg.querySelectorAll('.mgpu-sched-idle')).map(t => t.textContent),
+             caption: svg.querySelector('text').textContent,
+             svgWidth: Math.round(svg.getBoundingClientRect().width),
+             cellWidth: Math.round(p.closest('.jp-OutputArea-output').getBoundingClientRect().width) };
+  }, sel);
+  await page.click(`${sel} .mgpu-player-first`);
+  await page.waitForFunction(s => /^step 0 \//.test(document.querySelector(s + ' .mgpu-player-counter').textContent),
+    sel, { timeout: 10000 });
+  const steps = [await readIn()];
+  for (let i = 1; i <= 6; i++) {
+    await page.click(`${sel} .mgpu-player-step-forward`);
+    await page.waitForFunction(([s, k]) => new RegExp(`^step ${k} /`).test(
+      document.querySelector(s + ' .mgpu-player-counter').textContent), [sel, i], { timeout: 10000 });
+    steps.push(await readIn());
+  }
+  await page.click(`${sel} .mgpu-player-last`);
+  await page.waitForTimeout(300);
+  const last = await readIn();
+  await page.click(`${sel} .mgpu-player-step-back`);
+  await page.waitForTimeout(300);
+  const back = await readIn();
+  report('stepped', { steps, last, back });
+
+  // the saved page: no kernel, no network
+  const off = await context.newPage();
+  const requests = [];
+  await off.route('**/*', route => {
+    const u = route.request().url();
+    if (u.startsWith('file://')) return route.continue();
+    requests.push(u);
+    return route.abort();
+  });
+  off.on('pageerror', err => consoleErrors.push('standalone: ' + String(err)));
+  off.on('console', msg => { if (msg.type() === 'error') consoleErrors.push('standalone: ' + msg.text()); });
+  const saved = await cellIndex('import os');  // the cell prints where save_html wrote the page
+  const file = (await page.evaluate(k => window.jupyterapp.shell.currentWidget.content.widgets[k].node
+    .querySelector('.jp-OutputArea-output').innerText, saved)).trim().replace(/^'|'$/g, '');
+  await off.goto('file://' + file, { timeout: 60000 });
+  await off.waitForSelector('.mgpu-schedule svg', { timeout: 20000 });
+  const start = await off.evaluate(() => document.querySelector('.mgpu-player-counter').textContent);
+  await off.selectOption('.mgpu-player-speed', '8');
+  await off.click('.mgpu-player-play');
+  await off.waitForFunction(() => {
+    const m = /step (\d+) \/ (\d+)/.exec(document.querySelector('.mgpu-player-counter').textContent);
+    return m && m[1] === m[2];
+  }, null, { timeout: 120000, polling: 100 });
+  const end = await off.evaluate(() => ({
+    counter: document.querySelector('.mgpu-player-counter').textContent,
+    play: document.querySelector('.mgpu-player-play, .mgpu-player-pause').textContent,
+    boxes: document.querySelectorAll('.mgpu-sched-box').length
+  }));
+  await off.close();
+  report('standalone', { start, end, requests });
+}

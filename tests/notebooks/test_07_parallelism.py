@@ -1,0 +1,85 @@
+"""notebooks/07_parallelism_strategies.ipynb, run in real JupyterLab with Chromium: every strategy trains
+like single, the pictures are there, and the pipeline schedule player is live while it trains, renders,
+steps with its buttons, and its saved page plays without a kernel or network."""
+
+import re
+
+import pytest
+from labrun import assert_page_is_clean, run_in_lab
+
+pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+SHOTS = {
+    "01_live_compare": "r = mg.compare(model",
+    "02_tp_weights": 'r.show("tp")',
+    "03_gpipe_schedule": 'r.schedule("pp").play()',
+    "04_table": "r.table",
+    "05_plot": "r.plot()",
+}
+
+
+@pytest.fixture(scope="module")
+def run(lab):
+    return run_in_lab(lab, "07_parallelism_strategies.ipynb", SHOTS)
+
+
+def test_every_strategy_matches_single(run):
+    lines = run.text["for name in r.strategies"].strip().splitlines()
+    names = [line.split()[0] for line in lines]
+    assert names == ["single", "ddp", "fsdp", "tp", "pp", "pp-1f1b"]
+    assert all(line.endswith("same as single: True") for line in lines), lines
+
+
+def test_pictures_table_and_plot_are_shown(run):
+    for prefix in ('r.show("ddp")', 'r.show("fsdp")', 'r.show("tp")', 'r.show("pp")', 'r.schedule("pp").play()',
+                   'r.schedule("pp-1f1b").play()', "r.plot()"):
+        assert any(WIDGET in o.get("data", {}) or "application/vnd.plotly.v1+json" in o.get("data", {})
+                   for o in run.outputs(prefix)), prefix
+    table = run.outputs("r.table")[0]["data"]["text/html"]
+    assert table.count("<tr>") == 1 + 1 + 4 * 5 and "×1.00" in table  # header, single, 4 ranks × 5 strategies
+    bubble = run.text["p, m = 4, 8"]
+    assert "formula (p-1)/(m+p-1) = 27% idle per stage" in bubble
+    measured = re.findall(r"^(pp|pp-1f1b) +measured idle per stage: (.*)$", bubble, re.M)
+    assert [m[0] for m in measured] == ["pp", "pp-1f1b"] and all(len(m[1].split(", ")) == 4 for m in measured)
+    by_rank0 = dict(re.findall(r"^(\w[\w-]*) +params +([\d.]+) MiB", run.text["mib = 2**20"], re.M))
+    assert float(by_rank0["fsdp"]) == pytest.approx(float(by_rank0["ddp"]) / 4, rel=0.02)
+    assert "ddp" in run.text["%mgpu_compare --model"] and "Linear number 3 and has no partner" in \
+        run.text["three = torch.nn.Sequential"]
+    assert "engines stopped" in run.text["%mgpu_shutdown"]
+
+
+def test_the_schedule_player_is_live_while_the_pipeline_trains(run):
+    seen = run.steps["live"]["seen"]
+    for name in ("pp", "pp-1f1b"):  # the live view shows each pipeline's player while it trains
+        mine = [s for s in seen if s["title"].startswith(f"{name}:") and s["badge"].startswith("live")
+                and s["counter"].startswith("step ")]
+        counts = [int(s["counter"].split("/ ")[1]) for s in mine]
+        # at least two different frame counts while the ranks were still training, growing
+        assert len(counts) >= 2 and counts == sorted(counts) and counts[-1] > counts[0], (name, seen)
+        assert all(f"running {name} (" in s["status"] for s in mine), mine  # the status line names it
+
+
+def test_the_schedule_player_renders_and_steps(run):
+    st = run.steps["stepped"]
+    steps = st["steps"]
+    assert [s["counter"].split(" /")[0] for s in steps] == [f"step {i}" for i in range(7)]
+    assert [s["boxes"] for s in steps] == list(range(1, 8))  # one more forward/backward box per step
+    assert steps[0]["caption"].startswith("training step 0 (warm-up) · stage 0 forward of micro-batch 0")
+    n = int(st["last"]["counter"].split("/ ")[1])
+    assert st["last"]["counter"] == f"step {n} / {n}" and n == 8 * 4 * 8 * 2 - 1  # steps × stages × mbs × 2
+    assert st["last"]["boxes"] == 4 * 8 * 2 and len(st["last"]["idle"]) == 4 and st["last"]["arrows"] > 0
+    assert st["back"]["counter"] == f"step {n - 1} / {n}" and st["back"]["boxes"] == 4 * 8 * 2 - 1
+    assert all(s["svgWidth"] <= s["cellWidth"] for s in steps)
+
+
+def test_the_saved_schedule_plays_without_kernel_or_network(run):
+    s = run.steps["standalone"]
+    assert s["start"].startswith("step 0 / ")
+    n = s["start"].split("/ ")[1]
+    assert s["end"]["counter"] == f"step {n} / {n}" and s["end"]["play"] == "▶" and s["end"]["boxes"] == 64
+    assert s["requests"] == []
+
+
+def test_parallelism_notebook_page_is_clean(run):
+    assert_page_is_clean(run)
