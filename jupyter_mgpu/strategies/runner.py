@@ -91,8 +91,25 @@ def _failure(exc: BaseException, base: dict[str, int]) -> dict[str, Any]:
     return {"status": "error", "error": f"{type(exc).__name__}: {text[:300]}"}
 
 
+def import_torch_apis() -> None:
+    """Import torch's parallel APIs with the stop button held back: an import cut short leaves a half-made
+    module in ``sys.modules`` (``sympy``, ``torch._dynamo``) that breaks every later strategy on the rank."""
+    from ..deferred_interrupt import deferred_interrupt
+
+    with deferred_interrupt():
+        import torch._dynamo  # noqa: F401
+        import torch.distributed._tools.fsdp2_mem_tracker  # noqa: F401
+        import torch.distributed._tools.mem_tracker  # noqa: F401
+        import torch.distributed.algorithms.ddp_comm_hooks.default_hooks  # noqa: F401
+        import torch.distributed.fsdp  # noqa: F401
+        import torch.distributed.pipelining  # noqa: F401
+        import torch.distributed.tensor.parallel  # noqa: F401
+        import torch.nn.parallel  # noqa: F401
+
+
 def run(job: dict[str, Any]) -> dict[str, Any]:
     """Train ``job["strategy"]`` on this rank and measure it (see the module docstring)."""
+    import_torch_apis()
     st = runtime.state()
     kind = "pp" if job["strategy"].startswith("pp") else job["strategy"]
     result: dict[str, Any] = {"rank": st.rank, "strategy": job["strategy"], "status": "ok", "losses": [],

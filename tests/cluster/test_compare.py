@@ -192,3 +192,19 @@ def test_the_magic_keeps_its_result(s2):
     assert not bad.success and "has no partner" in str(bad.error_in_exec)
     bad = ip.run_cell("%mgpu_compare --model nothing_here")
     assert not bad.success and "--model names no notebook variable" in str(bad.error_in_exec)
+
+
+def test_the_stop_button_ends_a_comparison_and_the_next_one_runs(s2):
+    import _thread
+
+    timer = threading.Timer(3.0, _thread.interrupt_main)
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            mg.compare("mlp:256x8", batch=32, steps=400, strategies="fsdp,pp", timeout=60, live=False)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 20  # not the 400 steps, nor a collective's 60 s timeout
+    r = mg.compare("mlp:32x4", batch=8, steps=4, strategies="single,ddp,fsdp,tp,pp", timeout=30, live=False)
+    assert all(r.ok(st) and r.matches(st) for st in r.strategies), r.table
