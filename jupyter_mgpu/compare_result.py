@@ -189,6 +189,9 @@ class CompareResult:
             return f"OOM on rank {r['rank']}: needs ≥ {format_bytes(r['needs_bytes'])}{tail}"
         if r["status"] == "peer" and oom:
             return f"stopped: rank {oom[0]['rank']} ran out of memory"
+        failed = [x for x in self.raw.get(strategy, []) if x["status"] == "error"]
+        if r["status"] == "peer" and failed:
+            return f"stopped: rank {failed[0]['rank']} failed"
         return f"{r['status']} on rank {r['rank']}: {r.get('error', '')}"
 
     def _finish_losses(self) -> None:

@@ -72,8 +72,22 @@ def _batch(x: torch.Tensor, y: torch.Tensor, k: int, batch: int) -> tuple[torch.
     return x[idx.to(x.device)], y[idx.to(y.device)]
 
 
+def _root_cause(exc: BaseException) -> BaseException:
+    """The exception that started it: torch's pipeline wraps a stage's error in its own RuntimeError."""
+    seen = {id(exc)}
+    while True:
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None or id(nxt) in seen:
+            return exc
+        if budget.is_oom(nxt) and not budget.is_oom(exc):
+            return nxt
+        seen.add(id(nxt))
+        exc = nxt
+
+
 def _failure(exc: BaseException, base: dict[str, int]) -> dict[str, Any]:
     """This rank's failure as a result: out of memory (with what it needed), a silent peer, or an error."""
+    exc = _root_cause(exc)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if budget.is_oom(exc):
         now = measure.device_bytes()

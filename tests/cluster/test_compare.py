@@ -136,6 +136,16 @@ def test_out_of_memory_is_a_row_and_the_session_stays_usable(own_session):
         assert all(x["device_peak"] < 96 * 2**20 for x in fsdp)
         predicted = {e["strategy"]: e["fits"] for e in r.expected if e["rank"] == 0}
         assert predicted == {"single": False, "ddp": False, "fsdp": True}
+        # a pipeline whose first stage cannot fit: rank 0 runs out, and rank 1, waiting for its activations,
+        # is released at once (rank 0 closes their group), not after the 30 s timeout
+        big = nn.Sequential(nn.Linear(64, 3072), nn.ReLU(), nn.Linear(3072, 3072), nn.ReLU(), nn.Linear(3072, 64),
+                            nn.ReLU(), nn.Linear(64, 64))
+        start = time.monotonic()
+        r = mg.compare(big, data=(torch.randn(64, 64), torch.randint(0, 64, (64,))), batch=16, steps=4,
+                       strategies="pp", microbatches=2, live=False)
+        assert time.monotonic() - start < 20
+        assert [(x["rank"], x["status"]) for x in r.table] == [(0, "oom"), (1, "peer")]
+        assert r.table[1]["note"] == "stopped: rank 0 ran out of memory"
         assert len(set(s.run(os.getpid))) == 2  # the session is still usable
 
 
