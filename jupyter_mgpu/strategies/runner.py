@@ -37,6 +37,9 @@ from .step import Context
 
 BUILDERS = {"single": single, "ddp": ddp, "fsdp": fsdp, "tp": tp, "pp": pp}
 _DATA: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+TORCH_APIS = ("torch._dynamo", "torch.distributed._tools.fsdp2_mem_tracker", "torch.distributed._tools.mem_tracker",
+              "torch.distributed.algorithms.ddp_comm_hooks.default_hooks", "torch.distributed.fsdp",
+              "torch.distributed.pipelining", "torch.distributed.tensor.parallel", "torch.nn.parallel")
 
 
 def put_data(key: str, x: Any, y: Any) -> int:
@@ -108,17 +111,13 @@ def _failure(exc: BaseException, base: dict[str, int]) -> dict[str, Any]:
 def import_torch_apis() -> None:
     """Import torch's parallel APIs with the stop button held back: an import cut short leaves a half-made
     module in ``sys.modules`` (``sympy``, ``torch._dynamo``) that breaks every later strategy on the rank."""
+    import importlib
+
     from ..deferred_interrupt import deferred_interrupt
 
     with deferred_interrupt():
-        import torch._dynamo  # noqa: F401
-        import torch.distributed._tools.fsdp2_mem_tracker  # noqa: F401
-        import torch.distributed._tools.mem_tracker  # noqa: F401
-        import torch.distributed.algorithms.ddp_comm_hooks.default_hooks  # noqa: F401
-        import torch.distributed.fsdp  # noqa: F401
-        import torch.distributed.pipelining  # noqa: F401
-        import torch.distributed.tensor.parallel  # noqa: F401
-        import torch.nn.parallel  # noqa: F401
+        for name in TORCH_APIS:
+            importlib.import_module(name)
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def data(n: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("n, optimizer", [(2, "sgd"), (2, "adam"), (4, "sgd"), (4, "adam")])
 def test_every_strategy_trains_like_single_and_measures_as_the_formulas_say(session_of, n, optimizer):
-    s = session_of(n)
+    session_of(n)
     r = mg.compare(model(), data=data(), batch=16, steps=5, strategies=ALL, microbatches=4, optimizer=optimizer,
                    lr=0.05, timeout=60, live=False)
     assert r.strategies == ALL.split(",")
