@@ -55,8 +55,9 @@ def caption(data: dict[str, Any], index: int) -> tuple[str, str]:
     line1 = (f"training step {st['step']} ({phase}) · stage {stage} {KIND[kind]} of micro-batch {mb} · "
              f"{1000 * a:.1f}–{1000 * b:.1f} ms of {1000 * st['span']:.1f} ms")
     measured = ", ".join(_pct(x) for x in data["bubble"])
-    line2 = (f"idle share per stage (median of timed steps): {measured} · formula (p−1)/(m+p−1) = "
-             f"{_pct(data['expected_bubble'])}")
+    p, m = data["stages"], data["microbatches"]
+    line2 = (f"idle per stage (median of timed steps): {measured} · formula (p−1)/(m+p−1) = "
+             f"{_pct(data['expected_bubble'])} (bubble ÷ compute (p−1)/m = {_pct((p - 1) / m)})")
     return line1, line2
 
 

@@ -16,8 +16,9 @@ function captionOf(data, i) {
   const phase = st.step >= data.timed_from ? "timed" : (st.step === data.timed_from - 1 ? "measured" : "warm-up");
   const l1 = `training step ${st.step} (${phase}) · stage ${stage} ${KIND[kind]} of micro-batch ${mb} · ` +
     `${(1000 * a).toFixed(1)}–${(1000 * b).toFixed(1)} ms of ${(1000 * st.span).toFixed(1)} ms`;
-  const l2 = `idle share per stage (median of timed steps): ${(data.bubble || []).map(pct).join(", ")} · ` +
-    `formula (p−1)/(m+p−1) = ${pct(data.expected_bubble)}`;
+  const l2 = `idle per stage (median of timed steps): ${(data.bubble || []).map(pct).join(", ")} · ` +
+    `formula (p−1)/(m+p−1) = ${pct(data.expected_bubble)} (bubble ÷ compute (p−1)/m = ` +
+    `${pct((data.stages - 1) / data.microbatches)})`;
   return [l1, l2];
 }
 
