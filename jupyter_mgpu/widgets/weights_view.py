@@ -23,6 +23,15 @@ def _tiles_of(panel: dict, rows: tuple[int, int], cols: tuple[int, int]) -> list
             and cols[0] <= t["cols"][0] and t["cols"][1] <= cols[1]]
 
 
+def _tip(label: str, shape: tuple[int, int], owned: list, tile: dict) -> str:
+    """The hover text of one tile: the layer, then each rank holding it and its slice."""
+    holders = [f"rank {r}: rows {b[0][0]}:{b[0][1]} × cols {b[1][0]}:{b[1][1]}, "
+               f"{format_bytes((b[0][1] - b[0][0]) * (b[1][1] - b[1][0]) * 4)}"
+               for r, b in owned if b[0][0] <= tile["rows"][0] and tile["rows"][1] <= b[0][1]
+               and b[1][0] <= tile["cols"][0] and tile["cols"][1] <= b[1][1]]
+    return f"{label}, weight {shape[0]}×{shape[1]}\n" + ("\n".join(holders) or "held by no rank")
+
+
 def weights_data(held: dict[int, list[dict[str, Any]]], layers: list[dict[str, Any]], chosen: list[int],
                  world_size: int) -> dict[str, Any]:
     """Placement-view data (``widgets/placement_data`` format): one panel per chosen layer's weight."""
@@ -34,14 +43,10 @@ def weights_data(held: dict[int, list[dict[str, Any]]], layers: list[dict[str, A
         shape = layers[i]["out"], layers[i]["in"]
         p = lay.layout(shape, owned, (0, 1))[0]
         pi = len(panels)
-        panels.append({"title": f"{ms.label(layers, i)} weight {shape[0]}×{shape[1]}", "size": list(shape),
+        panels.append({"title": f"layer {i}", "size": list(shape),  # short: a tall weight's panel is narrow
                        "rows": p["rows"], "cols": p["cols"], "itemsize": 4, "dims": ["out", "in"],
                        "tiles": [[t["rows"][0], t["rows"][1], t["cols"][0], t["cols"][1]] for t in p["tiles"]]})
-        tips.append(["\n".join(f"rank {r}: rows {b[0][0]}:{b[0][1]} × cols {b[1][0]}:{b[1][1]}, "
-                               f"{format_bytes((b[0][1] - b[0][0]) * (b[1][1] - b[1][0]) * 4)}"
-                               for r, b in owned if b[0][0] <= t["rows"][0] and t["rows"][1] <= b[0][1]
-                               and b[1][0] <= t["cols"][0] and t["cols"][1] <= b[1][1]) or "held by no rank"
-                     for t in p["tiles"]])
+        tips.append([_tip(ms.label(layers, i), shape, owned, t) for t in p["tiles"]])
         for r, b in owned:
             if (b[0][1] - b[0][0]) * (b[1][1] - b[1][0]) == 0:
                 continue

@@ -149,3 +149,20 @@ def test_schedule_trace_bubble_player_and_pages(tmp_path):
     assert "export default" not in standalone_html(data)
     with pytest.raises(MgpuError, match="does not exist"):
         sched.save_html(tmp_path / "missing" / "pp.html")
+
+
+def test_weights_view_data_draws_the_slices_the_ranks_reported():
+    from jupyter_mgpu.widgets.weights_view import weights_data
+
+    layers = ms.bundled("mlp:8x2")  # Linear 0 and Linear 2, 8×8 each
+    held = {0: [{"layer": 0, "name": "0.weight", "box": [[0, 8], [0, 4]]},
+                {"layer": 2, "name": "2.weight", "box": [[0, 8], [0, 8]]}],
+            1: [{"layer": 0, "name": "0.weight", "box": [[0, 8], [4, 8]]},
+                {"layer": 0, "name": "0.bias", "box": [[0, 8]]}]}
+    d = weights_data(held, layers, [0, 2], 2)
+    assert [p["title"] for p in d["panels"]] == ["layer 0", "layer 2"]
+    assert d["panels"][0]["cols"] == [0, 4, 8] and d["panels"][1]["cols"] == [0, 8]
+    assert sorted(d["frames"][0]["add"]) == [[0, 0], [0, 2], [1, 1]]  # rank 1 holds none of layer 2
+    assert d["frames"][0]["mem"] == [(32 + 64) * 4, 32 * 4]  # biases are not drawn
+    assert d["tips"][0][1] == "layer 0 (Linear 8→8), weight 8×8\nrank 1: rows 0:8 × cols 4:8, 128 B"
+    assert d["tips"][1] == ["layer 2 (Linear 8→8), weight 8×8\nrank 0: rows 0:8 × cols 0:8, 256 B"]
