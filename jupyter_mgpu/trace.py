@@ -140,8 +140,13 @@ class Trace:
     def data(self) -> dict[str, Any]:
         """The compact data the player draws (see ``widgets.placement_data``)."""
         from .widgets.placement_data import trace_data
+        from .widgets.rank_names import rank_names
 
-        return trace_data(self.events, self.tensors, self.world_size, self.samples)
+        data = trace_data(self.events, self.tensors, self.world_size, self.samples)
+        names = rank_names(self.world_size)
+        if names and data:  # across hosts the player names each rank's host:kind:index
+            data["rank_names"] = names
+        return data
 
     def play(self, interval_ms: int = 600) -> Any:
         """The animated replay (a widget). Made inside the block, it follows the events as they arrive."""

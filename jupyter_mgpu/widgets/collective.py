@@ -19,6 +19,7 @@ from ..ops import collective_schedule as sched
 from ..ops import collectives as coll
 from .collective_colors import OriginFill, attach, cell_title, track
 from .colors import rank_color
+from .rank_names import rank_names
 
 WIDTH = 860  # the widest figure (fits a notebook cell next to JupyterLab's file browser at 1280 px)
 MAX_CELLS = 40  # rows/columns drawn per tensor; larger tensors are sampled with a stride
@@ -175,10 +176,14 @@ def render_grid(title: str, subtitle: str, columns: list[str], cells: list[list[
     for k, name in enumerate(columns):
         c.text(x + col_w[k] / 2, top - 6, name, size=13, anchor="middle", weight="bold")
         x += col_w[k] + COL_GAP
+    where = rank_names(n)  # a cluster across hosts: each rank's host:kind:index under its name
     for r in range(n):
         y = top + r * row_h + label_h
         c.rect(12, y, 12, 12, rank_color(r))
         c.text(30, y + 11, f"rank {r}", size=12, weight="bold", fill=rank_color(r) if r < 10 else "#333")
+        if where:
+            for i, part in enumerate(_wrap(where[r].replace(":", ": ", 1), left - 34, 10)[:2]):
+                c.text(30, y + 24 + 11 * i, part.replace(": ", ":"), size=10, fill="#555")
         x = left
         for k in range(ncol):
             h = cells[r][k]

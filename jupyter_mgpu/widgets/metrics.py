@@ -14,6 +14,7 @@ import ipywidgets
 
 from ..metrics import MetricRecords, MetricsReader
 from .colors import rank_color
+from .rank_names import rank_names, rank_title
 
 MEAN_COLOR = "#000000"
 
@@ -21,7 +22,8 @@ MEAN_COLOR = "#000000"
 def _figure(name: str, world_size: int) -> Any:
     import plotly.graph_objects as go
 
-    traces = [go.Scatter(x=[], y=[], mode="lines", name=f"rank {r}", legendgroup=f"rank {r}",
+    names = rank_names(world_size)  # across hosts: "rank 2 · node2:cuda:1"
+    traces = [go.Scatter(x=[], y=[], mode="lines", name=rank_title(r, names), legendgroup=f"rank {r}",
                          line={"color": rank_color(r), "width": 1}, opacity=0.7) for r in range(world_size)]
     traces.append(go.Scatter(x=[], y=[], mode="lines", name="mean over ranks",
                              line={"color": MEAN_COLOR, "width": 3}))

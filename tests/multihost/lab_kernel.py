@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from jupyter_client.manager import KernelManager
-
 from netns_lab import Host
 
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 from lab_kernel import LabKernel
-from netns_lab import Lab, ensure_packages, start_slurm
+from netns_lab import Lab, ensure_packages
+from slurm_lab import start_slurm
 
 pytestmark = pytest.mark.cluster
 

@@ -291,3 +291,68 @@ def test_connect_refuses_a_missing_or_foreign_connection_file(tmp_path):
     mine.chmod(0o600)
     with pytest.raises(MgpuError, match=r"is not an ipyparallel cluster file"):
         sm.start_session(connect=str(mine), cpu=True)
+
+
+def test_every_view_names_the_ranks_hosts(local2):
+    from jupyter_mgpu.widgets.metrics import _figure
+
+    host = socket.gethostname()
+    r = mg.collective("all_reduce", lambda rank: torch.ones(4) * (rank + 1))
+    svg = r.svg()
+    assert f">{host}:cpu:0<" in svg and f">{host}:cpu:1<" in svg
+    a = mg.randn(64, 32, placement=mg.Shard(0), seed=1, session=local2)
+    with mg.trace(session=local2) as t:
+        a.redistribute(mg.Shard(1))
+    assert t.data()["rank_names"] == [f"{host}:cpu:0", f"{host}:cpu:1"]
+    assert [tr.name for tr in _figure("loss", 2).data][:2] == [f"rank 0 · {host}:cpu:0", f"rank 1 · {host}:cpu:1"]
+
+
+def _group_and_ddp():
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from jupyter_mgpu.engine import runtime
+
+    rank = runtime.state().rank
+    group = dist.new_group([0, 1])  # a group made after the rendezvous closed: over the store's open connections
+    x = torch.ones(2) * (rank + 1)
+    dist.all_reduce(x, group=group)
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 1))
+    model(torch.ones(8, 4) * (rank + 1)).sum().backward()
+    return x.tolist(), [round(float(p.grad.sum()), 4) for p in model.parameters()]
+
+
+def test_later_groups_and_ddp_training_use_the_closed_store(local2):
+    (x0, g0), (x1, g1) = local2.run(_group_and_ddp)
+    assert x0 == x1 == [3.0, 3.0]
+    assert g0 == g1  # DDP averaged the gradients over both ranks
+
+
+def test_killing_the_kernel_ends_every_process_of_its_cluster():
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.kernel_spec.argv[0] = __import__("sys").executable
+    km.start_kernel(env={**os.environ, "JUPYTER_MGPU_FORCE_CPU": "1"})
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        out = []
+        reply = kc.execute_interactive(
+            "%load_ext jupyter_mgpu\n%mgpu_init 2 --launcher local --mem-per-device 256MiB --no-dashboard\n"
+            "import psutil; print('PIDS', [p.pid for p in psutil.Process().children(recursive=True)])",
+            timeout=180, output_hook=lambda m: out.append(m["content"].get("text", "")))
+        assert reply["content"]["status"] == "ok", "".join(out)
+        line = next(ln for ln in "".join(out).splitlines() if ln.startswith("PIDS"))
+        pids = eval(line[5:])  # noqa: S307 - a list of ints printed by the kernel
+        assert len(pids) >= 5  # controller, relay, 2 engines and their nannies, the spare supervisor
+        kernel = km.provisioner.process.pid
+        os.kill(kernel, signal.SIGKILL)
+        assert _gone(pids, timeout=10) == []
+    finally:
+        kc.stop_channels()
+        if km.is_alive():
+            km.shutdown_kernel(now=True)

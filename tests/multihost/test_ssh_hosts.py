@@ -89,7 +89,7 @@ ok += [torch.equal(d.gather(out=out), big)]
     assert kernel.value("ok") == [True] * 10
 
 
-def test_ring_matmul_collectives_and_map_across_hosts(started, kernel):
+def test_ring_matmul_collectives_map_and_training_across_hosts(started, kernel):
     code = """
 A = mg.randn(600, 400, placement=mg.Shard(0), seed=1)
 B = mg.randn(400, 300, placement=mg.Shard(0), seed=2)
@@ -102,9 +102,28 @@ a_np, b_np = np.random.rand(900, 16).astype("float32"), np.random.rand(900, 16).
 sims = mg.map(torch.nn.functional.cosine_similarity, mg.from_numpy(a_np), mg.from_numpy(b_np), dim=1)
 ref = torch.nn.functional.cosine_similarity(torch.from_numpy(a_np), torch.from_numpy(b_np), dim=1)
 ok += [torch.allclose(sims.gather(), ref, atol=1e-6)]
+
+def ddp_step():
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from jupyter_mgpu.engine import runtime, training
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 1))
+    loss = model(torch.ones(8, 4) * (runtime.state().rank + 1)).sum()
+    loss.backward()
+    training.log(step=0, loss=float(loss))
+    return [round(float(p.grad.sum()), 4) for p in model.parameters()]
+
+mg.clear_metrics()
+grads = mg.current().run(ddp_step)
+ok += [grads[0] == grads[1] == grads[2]]
+end = time.monotonic() + 5
+while len(mg.metrics()) < 3 and time.monotonic() < end:
+    time.sleep(0.05)
+ok += [sorted(r['rank'] for r in mg.metrics()) == [0, 1, 2]]
 """
     kernel.ok(code)
-    assert kernel.value("ok") == [True] * 4
+    assert kernel.value("ok") == [True] * 6
 
 
 def test_dashboard_and_sidebar_receive_every_hosts_samples(started, kernel):

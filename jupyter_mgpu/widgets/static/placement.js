@@ -80,11 +80,15 @@ export function drawFrame(data, held, frame, geo) {
     const tele = frame.tele ? frame.tele[r] : -1, tfrac = Math.min(1, Math.max(0, tele) / (data.max_tele || 1));
     const mtext = (frame.mem_text || [])[r] || "";
     const ttext = tele >= 0 ? `; measured (telemetry) ${(frame.tele_text || [])[r] || ""}` : "";
-    parts.push(`<g class="mgpu-rank" data-rank="${r}" data-mem="${m}" data-tele="${tele}"><title>rank ${r}: ${mtext} of traced blocks${ttext}</title>` +
+    const where = data.rank_names ? ` on ${data.rank_names[r]}` : "";  // a cluster across hosts
+    parts.push(`<g class="mgpu-rank" data-rank="${r}" data-mem="${m}" data-tele="${tele}"><title>rank ${r}${esc(where)}: ${mtext} of traced blocks${ttext}</title>` +
       `<rect x="${x}" y="${y0}" width="${bw}" height="40" fill="#fff" stroke="${data.colors[r]}" stroke-width="2"/>` +
       `<rect class="mgpu-mem-bar" x="${x + 2}" y="${y0 + 40 - 38 * frac}" width="8" height="${38 * frac}" fill="${data.colors[r]}"/>` +
       `<text x="${x + bw / 2 + 4}" y="${y0 + 16}" font-size="11" text-anchor="middle">rank ${r}</text>` +
-      `<text x="${x + bw / 2 + 4}" y="${y0 + 32}" font-size="10" text-anchor="middle">${esc(mtext)}</text></g>`);
+      `<text x="${x + bw / 2 + 4}" y="${y0 + 32}" font-size="10" text-anchor="middle">${esc(mtext)}</text>` +
+      (data.rank_names ? `<text class="mgpu-rank-host" x="${x + bw / 2}" y="${y0 + 52}" font-size="9" ` +
+        `text-anchor="middle" fill="#555">${esc(data.rank_names[r].slice(0, 16))}</text>` : "") +
+      `</g>`);
     if (tele >= 0) parts.push(`<rect class="mgpu-tele-bar" x="${x + 12}" y="${y0 + 40 - 38 * tfrac}" width="4" ` +
       `height="${38 * tfrac}" fill="#888"/>`);
   }
