@@ -138,6 +138,8 @@ def test_telemetry_crosses_the_link_often_and_fast(local2):
         lat.append(time.time() - made)
     local2.run(hold, 4, targets=1)
     assert sorted(lat)[1] <= 0.5, lat
+    mg.reset_peak(session=local2)  # steering goes down the links: every rank acknowledges within 2 s
+    assert all(m.get("peak_reset", 0) >= 1 for m in mg.memory(session=local2))
 
 
 def test_live_traces_and_metrics_are_mirrored(local2):

@@ -1,0 +1,81 @@
+"""Launch options and the rank/device plan for engines on several hosts (``launch/options.py``, ``ranks.py``):
+pure functions, fed what engines report about their hosts."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.launch import options, ranks
+
+GiB = 2**30
+
+
+def _engine(eid: int, host: str, hint: int | None = None, gpus: int = 0, mem: int = 64 * GiB, label=None):
+    return ranks.Engine(eid, {"hostname": host, "host_key": f"key-{host}", "label": label, "pid": 100 + eid,
+                              "gpus": gpus, "cuda_started": False, "available_memory": mem, "cpus": 8,
+                              "local_rank_hint": hint})
+
+
+def test_hosts_parse_in_order_with_counts_users_and_per_host():
+    assert options.parse_hosts("node1:4,mgpu@node2:4", None) == [("node1", 4), ("mgpu@node2", 4)]
+    assert options.parse_hosts("a, b", 2) == [("a", 2), ("b", 2)]
+    opts = options.parse(None, hosts="node1:4,node2:2")
+    assert (opts.launcher, opts.n, opts.host_names) == ("ssh", 6, ["node1", "node2"])
+    with pytest.raises(MgpuError, match="give the engines on a as a:N"):
+        options.parse_hosts("a,b", None)
+    with pytest.raises(MgpuError, match="asked for 4 engines but --hosts lists 6"):
+        options.parse(4, hosts="node1:4,node2:2")
+
+
+def test_launcher_options_map_to_ipyparallel_names_and_are_checked():
+    assert options.parse(8, launcher="Slurm", per_host=4, partition="gpu", time="1:00:00").launcher == "slurm"
+    assert options.parse(2, launcher="mpi", launcher_args="'--allow-run-as-root --oversubscribe'").launcher_args == \
+        ["--allow-run-as-root", "--oversubscribe"]
+    for kwargs, message in [
+        (dict(launcher="slurm", per_host=9), "--per-host 9 is more than the 8 engines"),
+        (dict(launcher="ssh"), "--launcher ssh needs --hosts"),
+        (dict(launcher="mpi", account="x"), "batch-system options"),
+        (dict(launcher="pbs", account="x"), "--account is a Slurm option"),
+        (dict(launcher="local", interface="eth0; rm -rf /"), "--interface takes an interface name"),
+        (dict(launcher="local", connect="/tmp/x.json"), "leave out --launcher"),
+    ]:
+        with pytest.raises(MgpuError, match=message):
+            options.parse(8, **kwargs)
+
+
+def test_ranks_follow_the_hosts_order_then_the_launchers_local_rank():
+    engines = [_engine(0, "node10", 1), _engine(1, "node2", 0), _engine(2, "node10", 0), _engine(3, "node2", 1)]
+    ranked = ranks.order(engines)
+    assert [(e.host, e.local_rank, e.engine_id) for e in ranked] == \
+        [("node2", 0, 1), ("node2", 1, 3), ("node10", 0, 2), ("node10", 1, 0)]  # natural order of names
+    ranked = ranks.order([_engine(0, "b"), _engine(1, "a"), _engine(2, "b")], host_order=["b", "a"])
+    assert [(e.host, e.local_rank) for e in ranked] == [("b", 0), ("b", 1), ("a", 0)]
+
+
+def test_two_hosts_with_one_name_stay_apart():
+    e1, e2 = _engine(0, "node"), _engine(1, "node")
+    e2.info["host_key"] = "another-machine"
+    assert sorted(e.host for e in ranks.order([e1, e2])) == ["node", "node#2"]
+
+
+def test_devices_pin_each_rank_to_its_hosts_local_device():
+    ranked = ranks.order([_engine(i, h, gpus=2) for i, h in enumerate(["n1", "n1", "n2", "n2"])])
+    devs = ranks.devices(ranked, cpu=False, mem_per_device=None)
+    assert [d.label for d in devs] == ["n1:cuda:0", "n1:cuda:1", "n2:cuda:0", "n2:cuda:1"]
+    cpu = ranks.devices(ranked, cpu=True, mem_per_device=GiB)
+    assert [(d.label, d.total_memory) for d in cpu][:2] == [("n1:cpu:0", GiB), ("n1:cpu:1", GiB)]
+
+
+def test_a_host_with_too_few_devices_is_named():
+    ranked = ranks.order([_engine(i, h, gpus=g) for i, (h, g) in enumerate([("n1", 2), ("n1", 2), ("n1", 2)])])
+    with pytest.raises(MgpuError, match="n1 has 2 GPUs but 3 engines were started there"):
+        ranks.devices(ranked, cpu=False, mem_per_device=None)
+    mixed = ranks.order([_engine(0, "n1", gpus=1), _engine(1, "n2", gpus=0)])
+    with pytest.raises(MgpuError, match="n2 has no GPU while n1 has"):
+        ranks.devices(mixed, cpu=False, mem_per_device=None)
+    small = ranks.order([_engine(i, "n3", mem=3 * GiB) for i in range(4)])
+    with pytest.raises(MgpuError, match=r"n3 has 3\.0 GiB of memory available: it holds 1 CPU virtual device of "
+                                        r"2\.0 GiB, not the 4 started there"):
+        ranks.devices(small, cpu=True, mem_per_device=2 * GiB)
+    assert [d.total_memory for d in ranks.devices(small, cpu=True, mem_per_device=None)] == [int(3 * GiB * 0.9 / 4)] * 4
