@@ -227,6 +227,27 @@ def test_a_killed_engine_is_named_and_nothing_is_left():
     assert not os.path.exists(s.cluster.path)
 
 
+def test_a_silent_engine_is_named_after_ten_seconds():
+    """An engine (or its host) that stops answering without closing its connection: the link goes silent."""
+    import jupyter_mgpu.session as sm
+
+    s = sm.start_session(2, launcher="local", cpu=True, mem_per_device="256MiB", timeout=60)
+    pids = _cluster_pids(s)
+    try:
+        os.kill(s.cluster.engine_pids[1], signal.SIGSTOP)
+        t0 = time.monotonic()
+        while 1 not in s.cluster.exits() and time.monotonic() - t0 < 20:
+            time.sleep(0.1)
+        took = time.monotonic() - t0
+        assert 1 in s.cluster.exits() and 9 < took < 15, took
+        with pytest.raises(EngineDiedError, match=r"rank 1 died"):
+            s.run(_rank_and_sum)
+    finally:
+        os.kill(s.cluster.engine_pids[1], signal.SIGCONT)  # it finds its link closed and exits
+        s.shutdown()
+    assert _gone(pids) == []
+
+
 def test_launch_options_are_checked_before_anything_starts():
     import jupyter_mgpu.session as sm
 
