@@ -10,12 +10,6 @@ collectives per step against the formula, the pipeline bubble against (p−1)/(m
 loss's difference from ``single`` (measured in a second, unbudgeted run of a model small enough for
 ``single``, since under the budget ``single`` cannot run). It ends with the checks the issue asks for.
 
-The engines run with glibc's mmap threshold fixed at 2 MiB (``MALLOC_MMAP_THRESHOLD_``, set here
-before they start): with the default, dynamic threshold every buffer of a layer (4 MiB here) comes
-from the heap, and FSDP's all-gather/reduce-scatter buffers fragment it until each engine's data
-segment is ~2 GiB larger than its tensors — past the budget's OS backstop (RLIMIT_DATA) although the
-tensors fit. Fixed, each such buffer is mapped and unmapped whole (FSDP's steps get slower: page faults).
-
     python benchmarks/parallelism.py [--model mlp:1024x64] [--ranks 4] [--mem-per-device 288MiB]
 """
 
@@ -27,7 +21,6 @@ import sys
 import time
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
-os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(2 * 2**20))  # see the docstring
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.devices import format_bytes, parse_size
