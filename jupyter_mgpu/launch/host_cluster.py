@@ -370,6 +370,7 @@ class HostCluster:
         if self.ipp is not None and self.loop is not None and self.opts.launcher != "connect":
             # then the launcher's own cleanup (its watchers, batch jobs, mpiexec) and the controller
             ipp_cluster.stop(self.ipp, self.loop, self.path / "processes.log")
+            ipp_cluster.remove_remote_files(self.opts, self.cluster_id)
         if self.supervisor is not None:
             try:
                 self.supervisor.wait(3)

@@ -27,6 +27,7 @@ from ..errors import MgpuError
 from .options import LaunchOptions
 
 CONTROLLER_PING_MS = 100
+REMOTE_ENGINES_DIR = ".local/share/jupyter/runtime/jupyter-mgpu-engines"  # relative to the SSH user's home
 SSH_CHECK_TIMEOUT = 20.0
 # the program each launcher needs on the kernel's host
 PROGRAMS = {"ssh": "ssh", "mpi": "mpiexec", "slurm": "sbatch", "pbs": "qsub"}
@@ -143,6 +144,10 @@ def make_cluster(opts: LaunchOptions, profile_dir: Path, cluster_id: str, kernel
     if opts.launcher == "ssh":
         if "remote_python" not in cfg.get("SSHLauncher", {}):
             cfg.SSHLauncher.remote_python = sys.executable
+        if "remote_profile_dir" not in cfg.get("SSHLauncher", {}):
+            # beside the engines' own directories, not among the other hosts' cluster directories (whose
+            # cleanup would take it for a stale cluster); removed over SSH when the cluster stops
+            cfg.SSHLauncher.remote_profile_dir = f"{REMOTE_ENGINES_DIR}/{cluster_id}-profile"
         cfg.SSHLauncher.ssh_args = list(cfg.SSHLauncher.get("ssh_args", [])) + list(opts.launcher_args)
     elif opts.launcher == "mpi":
         cfg.MPILauncher.mpi_args = list(cfg.MPILauncher.get("mpi_args", [])) + list(opts.launcher_args) + \
@@ -197,8 +202,14 @@ def start_engines(cluster: Any, opts: LaunchOptions, loop: LoopThread, timeout: 
     if opts.launcher == "ssh":
         for i, (host, k) in enumerate(opts.hosts):
             env = {"MGPU_HOST_LABEL": host.split("@", 1)[-1], "MGPU_HOST_ORDER": str(i)}
-            sets.append(loop.run(lambda h=host, k=k, env=env, i=i: cluster.start_engines(
-                k, engine_set_id=f"host{i}", engines={h: k}, environment=env), timeout))
+            try:
+                sets.append(loop.run(lambda h=host, k=k, env=env, i=i: cluster.start_engines(
+                    k, engine_set_id=f"host{i}", engines={h: k}, environment=env), timeout))
+            except (subprocess.CalledProcessError, RuntimeError, OSError) as exc:
+                out = getattr(exc, "output", None) or b""
+                out = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+                last = (out.strip().splitlines() or [str(exc)])[-1]
+                raise MgpuError(f"starting engines on {host.split('@', 1)[-1]} over SSH failed: {last}") from None
         return sets
     sets.append(loop.run(lambda: cluster.start_engines(opts.n), timeout))
     return sets
@@ -238,6 +249,24 @@ def stop(cluster: Any, loop: LoopThread, log: Path, timeout: float = 20.0) -> No
         cluster.remove_cluster_file()
     except Exception:
         pass
+
+
+def remove_remote_files(opts: LaunchOptions, cluster_id: str, timeout: float = 20.0) -> None:
+    """SSH: remove what the cluster left in each host's engines folder (ipyparallel's copy of the connection
+    files, the directory of an engine that was killed); best effort, all hosts at once."""
+    if opts.launcher != "ssh":
+        return
+    target = f"{REMOTE_ENGINES_DIR}/{cluster_id}-"  # cluster ids are [0-9a-f-]: safe in a remote shell
+
+    def clean(host: str) -> None:
+        try:
+            subprocess.run(["ssh", "-o", "BatchMode=yes", *opts.launcher_args, host, "--", "rm", "-rf", "--",
+                            f"{target}*"], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+    with concurrent.futures.ThreadPoolExecutor(len(opts.hosts)) as pool:
+        list(pool.map(clean, [h for h, _ in opts.hosts]))
 
 
 def connect_cluster(path: str) -> Any:

@@ -70,7 +70,8 @@ def ensure_packages(wanted: dict[str, str], timeout: float = 600) -> None:
     try:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         for cmd in (["apt-get", "update", "-qq"],
-                    ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing]):
+                    ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq", "--no-install-recommends",
+                     *missing]):
             run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
             assert run.returncode == 0, f"{' '.join(cmd)} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
     finally:

@@ -228,12 +228,17 @@ def test_a_killed_remote_engine_is_named_within_the_timeout(started, kernel, ssh
     took = time.monotonic() - killed
     assert reply["status"] == "error" and "rank 2 died on hostc" in out, out
     assert took < 30, took  # the session's --timeout
+    kernel.ok("end = time.monotonic() + 3\nwhile mg.memory()[2]['state'] != 'dead' and time.monotonic() < end:\n"
+              "    time.sleep(0.05)")  # the memory monitor looks at the exit records three times a second
     assert kernel.value("[m['state'] for m in mg.memory()]")[2] == "dead"
 
 
 def test_shutdown_leaves_nothing_on_any_host(started, kernel, ssh_lab):
     kernel.ok("%mgpu_shutdown")
     assert wait_quiet(ssh_lab.hosts[1:]) == {}
+    for h in ssh_lab.hosts[1:]:  # no engine directory, no copy of ipyparallel's connection file is left there
+        left = h.sh("find /home/mgpu/.local/share/jupyter/runtime -mindepth 2 2>/dev/null || true", check=False)
+        assert left.strip() == "", (h.name, left)
     a = ssh_lab.first
     ours = [p for p in a.processes() if any(m in " ".join(p.cmdline()) for m in
                                             ("ipyparallel", "remote.hub", "engine.controller"))]
