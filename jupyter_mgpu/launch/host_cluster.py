@@ -54,6 +54,9 @@ def choose_address(opts: LaunchOptions, host: str, controller: str | None = None
             raise MgpuError(f"there is no interface {opts.interface} with an IPv4 address on {host} (the notebook's "
                             f"host); it has {netif.describe()}")
         return opts.interface, address
+    configured = ipp_cluster.configured_controller_ip()
+    if configured and netif.interface_of(configured):  # the user's ipyparallel config names the controller's
+        return netif.interface_of(configured), configured
     target = opts.host_names[0] if opts.hosts else controller
     if target:
         route = netif.route_to(target)

@@ -126,6 +126,17 @@ def check_ssh_hosts(opts: LaunchOptions) -> None:
             raise MgpuError(results[host])
 
 
+def configured_controller_ip() -> str | None:
+    """The controller address the user's ipyparallel configuration gives (``Cluster.controller_ip`` or
+    ``IPController.ip``), unless it means every interface."""
+    cfg = kernel_config()
+    for section, key in (("Cluster", "controller_ip"), ("IPController", "ip")):
+        value = cfg[section].get(key) if section in cfg else None
+        if isinstance(value, str) and value.strip() not in ("", "*", "0.0.0.0"):
+            return value.strip()
+    return None
+
+
 def remote_python() -> str:
     """The Python the SSH launcher runs on other hosts: the user's ``SSHLauncher.remote_python``, else this one."""
     cfg = kernel_config()
