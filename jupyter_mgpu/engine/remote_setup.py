@@ -61,6 +61,7 @@ def identify(interface: str | None, controller: str) -> dict[str, Any]:
     from .. import devices
     from . import netif
 
+    gpus = 0 if os.environ.get("JUPYTER_MGPU_FORCE_CPU") else devices.cuda_device_count()
     route = netif.route_to(controller)
     address = netif.address_of(interface) if interface else (route[1] if route else None)
     torch = sys.modules.get("torch")
@@ -70,7 +71,8 @@ def identify(interface: str | None, controller: str) -> dict[str, Any]:
         "host_key": host_key(),
         "label": os.environ.get("MGPU_HOST_LABEL") or None,
         "pid": os.getpid(),
-        "gpus": 0 if os.environ.get("JUPYTER_MGPU_FORCE_CPU") else devices.cuda_device_count(),
+        "gpus": gpus,
+        "gpu_info": [devices._nvml_info(i) for i in range(gpus)],  # (name, bytes) per visible GPU, or None
         "cuda_started": cuda_started,
         "available_memory": psutil.virtual_memory().available,
         "cpus": os.cpu_count() or 1,

@@ -116,7 +116,9 @@ def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None) -> list
     out = []
     for e in ranked:
         if use_gpus:
-            out.append(DeviceInfo("cuda", e.local_rank, f"CUDA GPU {e.local_rank} of {e.host}", 0, host=e.host))
+            info = (e.info.get("gpu_info") or [None] * (e.local_rank + 1))[e.local_rank] or \
+                (f"CUDA GPU {e.local_rank}", 0)  # NVML's name and memory, where the host has nvidia-ml-py
+            out.append(DeviceInfo("cuda", e.local_rank, info[0], int(info[1]), host=e.host))
         else:
             out.append(DeviceInfo("cpu", e.local_rank, f"CPU virtual device {e.local_rank} of {e.host}",
                                   budgets[e.host], host=e.host))

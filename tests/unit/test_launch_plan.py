@@ -63,6 +63,10 @@ def test_devices_pin_each_rank_to_its_hosts_local_device():
     ranked = ranks.order([_engine(i, h, gpus=2) for i, h in enumerate(["n1", "n1", "n2", "n2"])])
     devs = ranks.devices(ranked, cpu=False, mem_per_device=None)
     assert [d.label for d in devs] == ["n1:cuda:0", "n1:cuda:1", "n2:cuda:0", "n2:cuda:1"]
+    for e in ranked:
+        e.info["gpu_info"] = [("H100", 80 * GiB), ("H100", 80 * GiB)]
+    assert {(d.name, d.total_memory) for d in ranks.devices(ranked, cpu=False, mem_per_device=None)} == \
+        {("H100", 80 * GiB)}
     cpu = ranks.devices(ranked, cpu=True, mem_per_device=GiB)
     assert [(d.label, d.total_memory) for d in cpu][:2] == [("n1:cpu:0", GiB), ("n1:cpu:1", GiB)]
 
