@@ -91,6 +91,7 @@ class HostCluster:
     hosts: dict[int, str] = field(default_factory=dict)
     local_ranks: set[int] = field(default_factory=set)  # ranks on this host, in this PID/IPC/mount namespace
     link_key: bytes = b""  # derived from ipyparallel's key (engine/link.py); authenticates links and transfers
+    hub_port: int = 0  # the relay's port on ``address``
     started_at: float = field(default_factory=time.time)
     timeline: list[tuple[str, float]] = field(default_factory=list)  # (phase, seconds since start) for launch.log
     pid_checks = False  # engine pids may live on other hosts: deaths come from the relay's exit records
