@@ -233,17 +233,25 @@ class HostCluster:
     def _gather(self, futures: dict[int, Any], timeout: float, what: str, where: dict[int, str]) -> dict[int, Any]:
         """Results of one async call per engine; one clear sentence for the first that failed."""
         deadline = time.monotonic() + timeout
-        out = {}
-        for key, ar in futures.items():
-            ar.wait(max(0.0, deadline - time.monotonic()))
-            if not ar.ready():
-                raise MgpuError(f"{what} did not finish within {timeout:.0f} s on {where[key]}")
-            try:
-                out[key] = ar.get()
-            except Exception as exc:
-                ename = getattr(exc, "ename", type(exc).__name__)
-                evalue = str(getattr(exc, "evalue", exc)).strip().splitlines()
-                raise MgpuError(f"{what} failed on {where[key]}: {ename}: {evalue[-1] if evalue else ''}") from None
+        out: dict[int, Any] = {}
+        while len(out) < len(futures):  # the first failure is reported at once, not after the others' waits
+            for key, ar in futures.items():
+                if key in out or not ar.ready():
+                    continue
+                try:
+                    out[key] = ar.get()
+                except Exception as exc:
+                    ename = getattr(exc, "ename", type(exc).__name__)
+                    evalue = str(getattr(exc, "evalue", exc)).strip().splitlines()
+                    raise MgpuError(f"{what} failed on {where[key]}: {ename}: {evalue[-1] if evalue else ''}") \
+                        from None
+            if len(out) == len(futures):
+                break
+            if time.monotonic() > deadline:
+                late = [k for k in futures if k not in out]
+                raise MgpuError(f"{what} did not finish within {timeout:.0f} s on {where[late[0]]}")
+            self._check_controller(f"while {what}")
+            time.sleep(0.02)
         return out
 
     def _identify(self, engine_ids: list[int], timeout: float) -> list[ranks.Engine]:
