@@ -11,15 +11,13 @@ player is testable without a browser.
 from __future__ import annotations
 
 import html
-import json
 import os
-import tempfile
 from typing import Any
 
 import anywidget
 import traitlets
 
-from ..errors import MgpuError
+from . import standalone_page
 from .colors import TAB20_LIGHT, rank_color
 from .transport import module_source
 
@@ -172,53 +170,14 @@ class ScheduleWidget(anywidget.AnyWidget):
 
 
 def standalone_html(data: dict[str, Any], title: str = "", badge: str = "") -> str:
-    """One self-contained page: the ES module inlined, a small in-page model, the data as JSON."""
-    js = ESM.replace("export default { render };", "")
+    """One self-contained page that plays ``data`` without a kernel."""
     state = {"data": data, "index": 0, "playing": False, "interval_ms": 250, "speed": 1.0, "loop": False,
              "live": False, "follow": False, "title": title, "badge": badge}
-    payload = json.dumps(state, separators=(",", ":")).replace("</", "<\\/")
-    return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{html.escape(title or 'pipeline schedule')}</title></head>
-<body style="margin:12px">
-<div id="mgpu-root"></div>
-<script id="mgpu-state" type="application/json">{payload}</script>
-<script>
-{js}
-(function () {{
-  const state = JSON.parse(document.getElementById("mgpu-state").textContent);
-  const handlers = {{}};
-  const model = {{
-    get: (k) => state[k],
-    set: (k, v) => {{ const old = state[k]; state[k] = v; if (old !== v) (handlers["change:" + k] || []).forEach(f => f()); }},
-    on: (e, f) => {{ (handlers[e] = handlers[e] || []).push(f); }},
-    save_changes: () => {{}}
-  }};
-  window.mgpuModel = model;
-  render({{ model, el: document.getElementById("mgpu-root") }});
-}})();
-</script></body></html>
-"""
+    return standalone_page.page(ESM, state, title or "pipeline schedule")
 
 
 def save_html(data: dict[str, Any], path: str | os.PathLike, title: str = "", badge: str = "") -> str:
     """Write :func:`standalone_html` to ``path`` atomically (a failure leaves nothing behind)."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise MgpuError(f"cannot write {path}: the folder {folder} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".mgpu-", suffix=".html.part", dir=folder)
-    except OSError as exc:
-        raise MgpuError(f"cannot write {path}: {exc.strerror or exc} (choose a folder you can write to)") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(standalone_html(data, title, badge))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise MgpuError(f"cannot write {path}: {exc.strerror or exc} (choose a path you can write to)") from None
-    return path
+    return standalone_page.write(standalone_html(data, title, badge), path)
+
+
