@@ -150,3 +150,14 @@ def clean_stale() -> list[str]:
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child.name)
     return removed
+
+
+def exit_records(path: Path) -> dict[int, dict]:
+    """How the cluster's engines that ended did so: rank -> the record in ``exits/<rank>.json``
+    (written by the supervisor that reaped it, or by the relay when a remote rank's link ended)."""
+    out = {}
+    for f in (Path(path) / "exits").glob("*.json"):
+        rec = read_json(f)
+        if rec is not None:
+            out[int(rec["rank"])] = rec
+    return out

@@ -301,12 +301,7 @@ class HostCluster:
     # -- health -----------------------------------------------------------------------------
     def exits(self) -> dict[int, dict]:
         """How engines that ended did so (the relay writes a record when a rank's link ends)."""
-        out = {}
-        for f in (self.path / "exits").glob("*.json"):
-            rec = rd.read_json(f)
-            if rec is not None:
-                out[int(rec["rank"])] = rec
-        return out
+        return rd.exit_records(self.path)
 
     def dead_ranks(self) -> dict[int, dict]:
         return self.exits()
