@@ -168,13 +168,15 @@ class Host:
     def prepare(self, hosts: list["Host"], user: bool, networked: bool = True) -> None:
         """Private filesystems, hostname, loopback, users and names; the Python reachable for ``user``."""
         home = pwd.getpwuid(0).pw_dir
-        lines = ["set -e", "mount -t tmpfs -o mode=1777 tmpfs /tmp", "mount -t tmpfs -o mode=1777 tmpfs /dev/shm",
-                 "mount -t tmpfs -o mode=0755 tmpfs /run", "mount -t tmpfs -o mode=0755 tmpfs /home",
+        lines = ["set -e", "mount -t tmpfs -o mode=0755 tmpfs /run",
                  "mkdir -p /run/lab/etc /run/lab/keep /run/sshd", f"hostname {self.name}", "ip link set lo up"]
-        for i, (directory, children) in enumerate(_overmounts([home])):
+        # /tmp, /dev/shm and /home are fresh and empty too, but a checkout or venv under one of them (CI may
+        # clone into /tmp) is bound back, like everything else the Python in here needs
+        fresh = {"/tmp": "1777", "/dev/shm": "1777", "/home": "0755"}
+        for i, (directory, children) in enumerate(_overmounts([home, *fresh])):
             keep = f"/run/lab/keep/{i}"
             lines += [f"mkdir -p {keep}", f"mount --bind {shlex.quote(directory)} {keep}",
-                      f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(directory)}"]
+                      f"mount -t tmpfs -o mode={fresh.get(directory, '0755')} tmpfs {shlex.quote(directory)}"]
             for child in children:
                 src, dst = f"{keep}/{child}", f"{directory}/{child}"
                 make = f"mkdir -p {shlex.quote(dst)}" if os.path.isdir(os.path.join(directory, child)) \

@@ -156,6 +156,9 @@ for _ in range(3):
         time.sleep(0.005)
     lat.append(time.time() - made)
 s.run(hold, 4, targets=2)
+settle = time.time() + 3  # the last call's busy state reaches the dashboard one sample later
+while any(d['state'] != 'idle' for d in dash.devices) and time.time() < settle:
+    time.sleep(0.02)
 rows = [(d['host'], d['device'], d['state']) for d in dash.devices]
 side = ClusterManager().cluster(s.cluster.cluster_id)
 sidebar = [(r['host'], r['device'], r['alive']) for r in side['ranks']] + [side['status']]
