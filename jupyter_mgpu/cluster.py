@@ -33,6 +33,28 @@ def _kernel_identity() -> tuple[int, float]:
     return pid, psutil.Process(pid).create_time()
 
 
+def state_record(cluster: Any, status: str) -> dict:
+    """What a cluster's state file says (read by the server extension and ``%mgpu_status``): who owns it
+    (kernel pid and start time), its processes and devices; a cluster still starting has fewer."""
+    kernel_pid, kernel_ctime = _kernel_identity()
+    spec, controller, supervisor = cluster.spec, cluster.controller, cluster.supervisor
+    return {
+        "cluster_id": cluster.cluster_id,
+        "status": status,
+        "kernel_pid": kernel_pid,
+        "kernel_create_time": kernel_ctime,
+        "notebook": os.environ.get("JPY_SESSION_NAME"),
+        "world_size": cluster.world_size,
+        "backend": spec.backend if spec else None,
+        "devices": [d.to_dict() for d in spec.devices] if spec else [],
+        "controller_pid": controller.pid if controller is not None else None,
+        "supervisor_pid": supervisor.pid if supervisor is not None else None,
+        "engine_pids": {str(r): p for r, p in cluster.engine_pids.items()},
+        "started_at": cluster.started_at,
+        "telemetry_period": spec.telemetry_period if spec else None,
+    }
+
+
 @dataclass
 class ClusterSpec:
     """Everything needed to start a cluster."""
@@ -199,25 +221,7 @@ class Cluster:
 
     # -- state and stopping -----------------------------------------------------------------
     def _write_state(self, status: str) -> None:
-        kernel_pid, kernel_ctime = _kernel_identity()
-        rd.write_json(
-            self.path / rd.STATE_FILE,
-            {
-                "cluster_id": self.cluster_id,
-                "status": status,
-                "kernel_pid": kernel_pid,
-                "kernel_create_time": kernel_ctime,
-                "notebook": os.environ.get("JPY_SESSION_NAME"),
-                "world_size": self.world_size,
-                "backend": self.spec.backend,
-                "devices": [d.to_dict() for d in self.spec.devices],
-                "controller_pid": self.controller.pid,
-                "supervisor_pid": self.supervisor.pid,
-                "engine_pids": {str(r): p for r, p in self.engine_pids.items()},
-                "started_at": self.started_at,
-                "telemetry_period": self.spec.telemetry_period,
-            },
-        )
+        rd.write_json(self.path / rd.STATE_FILE, state_record(self, status))
 
     def stop(self) -> None:
         """End engines, supervisor and controller (SIGTERM, then SIGKILL), close the client, remove files.

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import rundir as rd
-from ..cluster import ClusterSpec, _kernel_identity, _kill_group, _spawn
+from ..cluster import ClusterSpec, _kernel_identity, _kill_group, _spawn, state_record
 from ..engine import link, netif, remote_setup
 from ..errors import MgpuError
 from ..remote import hub
@@ -328,22 +328,8 @@ class HostCluster:
 
     # -- state and stopping -----------------------------------------------------------------
     def _write_state(self, status: str) -> None:
-        kernel_pid, kernel_ctime = _kernel_identity()
-        spec = self.spec
         rd.write_json(self.path / rd.STATE_FILE, {
-            "cluster_id": self.cluster_id,
-            "status": status,
-            "kernel_pid": kernel_pid,
-            "kernel_create_time": kernel_ctime,
-            "notebook": os.environ.get("JPY_SESSION_NAME"),
-            "world_size": self.world_size,
-            "backend": spec.backend if spec else None,
-            "devices": [d.to_dict() for d in spec.devices] if spec else [],
-            "controller_pid": self.controller.pid if self.controller is not None else None,
-            "supervisor_pid": self.supervisor.pid if self.supervisor is not None else None,
-            "engine_pids": {str(r): p for r, p in self.engine_pids.items()},
-            "started_at": self.started_at,
-            "telemetry_period": spec.telemetry_period if spec else None,
+            **state_record(self, status),
             "launcher": self.opts.launcher,
             "hosts": {str(r): h for r, h in self.hosts.items()},
             "interface": self.interface,

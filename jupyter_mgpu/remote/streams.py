@@ -182,7 +182,6 @@ def gather(handle: Any, out: Any, streamed: set[int]) -> Any:
     """The global tensor of ``handle``: streamed ranks' shards over sockets, the others read by address."""
     from .. import placement as pl
     from .. import remote_copy
-    from .. import transfer as tr
     from ..ops import stream_io
 
     table = handle.table

@@ -12,37 +12,27 @@ import html
 import os
 from typing import Any
 
-import anywidget
 import traitlets
 
 from ..errors import MgpuError
 from . import placement_data as pdata
 from . import standalone_page
 from .placement_svg import frame_svg
-from .transport import module_source
+from .transport import TransportWidget, module_source
 
 ESM = module_source("placement.js")  # the shared transport controls, then the placement view
 
 
-class PlacementWidget(anywidget.AnyWidget):
+class PlacementWidget(TransportWidget):
     """Draws ``data`` (see ``placement_data``) at frame ``index``; ``mode`` is ``view`` or ``player``."""
 
     _esm = ESM
     data = traitlets.Dict().tag(sync=True)
-    index = traitlets.Int(0).tag(sync=True)
-    playing = traitlets.Bool(False).tag(sync=True)
     interval_ms = traitlets.Int(600).tag(sync=True)
     speed = traitlets.Float(1.0).tag(sync=True)
-    loop = traitlets.Bool(False).tag(sync=True)
     live = traitlets.Bool(False).tag(sync=True)
     follow = traitlets.Bool(True).tag(sync=True)
     mode = traitlets.Unicode("player").tag(sync=True)
-    title = traitlets.Unicode("").tag(sync=True)
-    badge = traitlets.Unicode("").tag(sync=True)
-
-    @traitlets.validate("index")
-    def _clamp(self, proposal: dict) -> int:
-        return max(0, min(int(proposal["value"]), max(0, self.n_frames - 1)))
 
     @traitlets.validate("speed")
     def _speed(self, proposal: dict) -> float:
@@ -59,22 +49,6 @@ class PlacementWidget(anywidget.AnyWidget):
     def held(self) -> set[tuple[int, int]]:
         """``(rank, block)`` pairs drawn at the current frame."""
         return pdata.visible_at(self.data, self.index)
-
-    def step(self, by: int = 1) -> int:
-        """Move ``by`` frames (negative: back); stops at the ends. Returns the new index."""
-        self.index = self.index + by
-        if self.index >= self.n_frames - 1 and not self.loop:
-            self.playing = False
-        return self.index
-
-    def play(self) -> None:
-        """Start playing from the current frame (from the start when at the end)."""
-        if self.index >= self.n_frames - 1:
-            self.index = 0
-        self.playing = True
-
-    def pause(self) -> None:
-        self.playing = False
 
     def svg(self, index: int | None = None) -> str:
         """Frame ``index`` (default: the current one) as a static SVG."""

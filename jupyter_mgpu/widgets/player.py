@@ -11,13 +11,12 @@ from __future__ import annotations
 import html
 from typing import Any
 
-import anywidget
 import traitlets
 
-from .transport import module_source
+from .transport import TransportWidget, module_source
 
 
-class FramePlayer(anywidget.AnyWidget):
+class FramePlayer(TransportWidget):
     """Shows ``frames[index]`` with « ‹ ▶/|| › » controls and a slider; ``badge`` labels what it is.
 
     ``captions[i]`` is shown above frame i unless ``show_captions`` is off (frames that draw their own).
@@ -26,12 +25,7 @@ class FramePlayer(anywidget.AnyWidget):
     _esm = module_source("player.js")  # the shared transport controls, then the frame player
     frames = traitlets.List(traitlets.Unicode(), default_value=[]).tag(sync=True)
     captions = traitlets.List(traitlets.Unicode(), default_value=[]).tag(sync=True)
-    index = traitlets.Int(0).tag(sync=True)
-    playing = traitlets.Bool(False).tag(sync=True)
     interval_ms = traitlets.Int(900).tag(sync=True)
-    loop = traitlets.Bool(False).tag(sync=True)
-    title = traitlets.Unicode("").tag(sync=True)
-    badge = traitlets.Unicode("").tag(sync=True)
     show_captions = traitlets.Bool(True).tag(sync=True)
 
     def __init__(self, frames: list[str], captions: list[str] | None = None, *, title: str = "",
@@ -44,30 +38,14 @@ class FramePlayer(anywidget.AnyWidget):
         super().__init__(frames=list(frames), captions=captions, title=title, badge=badge,
                          interval_ms=int(interval_ms), **kwargs)
 
-    @traitlets.validate("index")
-    def _clamp(self, proposal: dict) -> int:
-        return max(0, min(int(proposal["value"]), len(self.frames) - 1))
+    @property
+    def n_frames(self) -> int:
+        return len(self.frames)
 
     @property
     def frame(self) -> str:
         """The frame shown now."""
         return self.frames[self.index]
-
-    def step(self, by: int = 1) -> int:
-        """Move ``by`` frames (negative: back); stops at the ends. Returns the new index."""
-        self.index = self.index + by
-        if self.index == len(self.frames) - 1 and not self.loop:
-            self.playing = False
-        return self.index
-
-    def play(self) -> None:
-        """Start playing from the current frame (from the start when at the end)."""
-        if self.index == len(self.frames) - 1:
-            self.index = 0
-        self.playing = True
-
-    def pause(self) -> None:
-        self.playing = False
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """The live widget, plus an HTML fallback (every step's caption and the last frame) for exports."""

@@ -14,12 +14,11 @@ import html
 import os
 from typing import Any
 
-import anywidget
 import traitlets
 
 from . import standalone_page
 from .colors import TAB20_LIGHT, rank_color
-from .transport import module_source
+from .transport import TransportWidget, module_source
 
 ESM = module_source("schedule.js")
 W, LEFT, RIGHT, TOP, ROW, GAP = 880, 120, 96, 46, 30, 6
@@ -112,44 +111,19 @@ def static_svg(data: dict[str, Any], index: int = -1) -> str:
             f"<path d='M0,0 L10,5 L0,10 z' fill='#555'/></marker></defs>{''.join(parts)}</svg>")
 
 
-class ScheduleWidget(anywidget.AnyWidget):
+class ScheduleWidget(TransportWidget):
     """Plays ``data`` (see :func:`schedule_data`) frame by frame: « ‹ ▶ › » and a slider."""
 
     _esm = ESM
     data = traitlets.Dict().tag(sync=True)
-    index = traitlets.Int(0).tag(sync=True)
-    playing = traitlets.Bool(False).tag(sync=True)
     interval_ms = traitlets.Int(250).tag(sync=True)
     speed = traitlets.Float(1.0).tag(sync=True)
-    loop = traitlets.Bool(False).tag(sync=True)
     live = traitlets.Bool(False).tag(sync=True)
     follow = traitlets.Bool(True).tag(sync=True)
-    title = traitlets.Unicode("").tag(sync=True)
-    badge = traitlets.Unicode("").tag(sync=True)
-
-    @traitlets.validate("index")
-    def _clamp(self, proposal: dict) -> int:
-        return max(0, min(int(proposal["value"]), max(0, self.n_frames - 1)))
 
     @property
     def n_frames(self) -> int:
         return len(self.data.get("frames", []))
-
-    def step(self, by: int = 1) -> int:
-        """Move ``by`` frames (negative: back); stops at the ends. Returns the new index."""
-        self.index = self.index + by
-        if self.index >= self.n_frames - 1 and not self.loop:
-            self.playing = False
-        return self.index
-
-    def play(self) -> None:
-        """Start playing from the current frame (from the start when at the end)."""
-        if self.index >= self.n_frames - 1:
-            self.index = 0
-        self.playing = True
-
-    def pause(self) -> None:
-        self.playing = False
 
     def svg(self, index: int | None = None) -> str:
         """Frame ``index`` (default: the current one) as a static SVG."""

@@ -93,7 +93,7 @@ def test_the_planner_s_free_memory_is_what_can_be_allocated(own_session):
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_predicted_extra_memory_is_measured_exactly_for_every_strategy(session_of, n):
-    s = session_of(n)
+    session_of(n)
     for (m, k, cols) in ((1536, 1024, 1280), (1000, 700, 900)):
         for strategy in ("row", "col", "inner", "ring", "summa"):
             A = mg.randn(m, k, placement=mg.Shard(0), seed=0)

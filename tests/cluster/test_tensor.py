@@ -7,7 +7,7 @@ import torch
 
 import jupyter_mgpu as mg
 from jupyter_mgpu import transfer
-from jupyter_mgpu.engine import seeding, store
+from jupyter_mgpu.engine import seeding
 from jupyter_mgpu.errors import MgpuError
 
 pytestmark = pytest.mark.cluster

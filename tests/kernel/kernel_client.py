@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import Callable
 
 from jupyter_client.manager import KernelManager
+from stop_button import run_and_interrupt
 
 PIDS = (  # every process of the cluster, the controller's forked helpers included
     "import json, psutil, jupyter_mgpu as _mg; _c = _mg.current().cluster; "
@@ -42,29 +42,7 @@ class Kernel:
         """Run ``code``, press stop ``presses`` times from ``after`` seconds on (counted from when
         ``until()`` first holds, if given); returns the reply content, everything printed, and the
         seconds from the first press to the reply."""
-        msg_id = self.kc.execute(code)
-        end = time.monotonic() + timeout
-        while until is not None and not until() and time.monotonic() < end:
-            time.sleep(0.005)
-        time.sleep(after)
-        pressed = time.monotonic()
-        for i in range(presses):
-            if i:
-                time.sleep(gap)
-            self.km.interrupt_kernel()
-        out = []
-        while True:
-            msg = self.kc.get_iopub_msg(timeout=timeout)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            content = msg["content"]
-            out.append(content.get("text", "") or "\n".join(content.get("traceback", [])))
-            if msg["msg_type"] == "status" and content["execution_state"] == "idle":
-                break
-        while True:
-            reply = self.kc.get_shell_msg(timeout=timeout)
-            if reply["parent_header"].get("msg_id") == msg_id:
-                return reply["content"], "".join(out), time.monotonic() - pressed
+        return run_and_interrupt(self.km, self.kc, code, after, presses, gap, timeout, until)
 
     def start_cluster(self, n: int = 2, options: str = "--timeout 5") -> list[int]:
         reply, out = self.execute(f"%load_ext jupyter_mgpu\n%mgpu_init {n} {options} --no-dashboard")

@@ -14,6 +14,8 @@ from pathlib import Path
 from jupyter_client.manager import KernelManager
 from netns_lab import Host
 
+import stop_button
+
 
 class LabKernel:
     """``execute(code)`` -> (reply content, everything printed), like tests/kernel/kernel_client.py."""
@@ -80,21 +82,4 @@ class LabKernel:
 def run_and_interrupt(kernel: LabKernel, code: str, after: float, timeout: float = 120) -> tuple[dict, str, float]:
     """Run ``code``, press the stop button ``after`` seconds later (an interrupt message); returns the
     reply content, everything printed, and the seconds from the press to the reply."""
-    kc = kernel.kc
-    msg_id = kc.execute(code)
-    time.sleep(after)
-    pressed = time.monotonic()
-    kernel.km.interrupt_kernel()
-    out = []
-    while True:
-        msg = kc.get_iopub_msg(timeout=timeout)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        content = msg["content"]
-        out.append(content.get("text", "") or "\n".join(content.get("traceback", [])))
-        if msg["msg_type"] == "status" and content["execution_state"] == "idle":
-            break
-    while True:
-        reply = kc.get_shell_msg(timeout=timeout)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            return reply["content"], "".join(out), time.monotonic() - pressed
+    return stop_button.run_and_interrupt(kernel.km, kernel.kc, code, after, timeout=timeout)

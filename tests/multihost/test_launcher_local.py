@@ -18,6 +18,7 @@ import torch
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import EngineDiedError, Interrupted, MgpuError, RankError
+from processes import wait_gone
 
 pytestmark = pytest.mark.cluster
 
@@ -36,12 +37,7 @@ def _cluster_pids(s) -> list[int]:
 
 
 def _gone(pids: list[int], timeout: float = 15) -> list[int]:
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        time.sleep(0.05)
-    return alive
+    return wait_gone(pids, timeout)
 
 
 @pytest.fixture(scope="module")
