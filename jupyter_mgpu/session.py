@@ -306,8 +306,11 @@ class Session:
         if deadline is not None and time.monotonic() > deadline:
             waiting = pending()
             self.cluster.interrupt(waiting)
+            # SIGINT does not reach a rank blocked in a collective: the next call rebuilds the group
+            # first, so that collective is never matched with a later one
+            self.recovery.dirty = self.recovery.dirty or "the timeout"
             raise MgpuError(f"{label} did not finish within {timeout:g} s on {rank_list(waiting)}; "
-                            "those ranks were interrupted")
+                            "those ranks were interrupted and the process group is rebuilt before the next call")
 
     def _transport_error(self, exc: Exception, label: str) -> MgpuError:
         dead = self.cluster.exits()

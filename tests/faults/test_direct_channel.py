@@ -66,6 +66,16 @@ def test_a_timed_out_call_is_interrupted_and_its_late_reply_dropped(s2):
     assert time.monotonic() - start < 6  # the interrupt reached the sleeping ranks
 
 
+def test_a_call_timed_out_inside_a_collective_leaves_no_stale_collective(s2):
+    # rank 0 waits in an all_reduce that rank 1 never joins; SIGINT cannot stop it there
+    with pytest.raises(MgpuError, match=r"within 1 s on rank 0; .* rebuilt before the next call"):
+        s2.run_cell("x = torch.ones(3)\nif rank == 0:\n    dist.all_reduce(x)", timeout=1)
+    start = time.monotonic()
+    out = s2.run_cell("x = torch.ones(2) * (rank + 1)\ndist.all_reduce(x)\nx.tolist()")
+    assert out == ["[3.0, 3.0]", "[3.0, 3.0]"]  # not matched with the abandoned all_reduce of 3
+    assert time.monotonic() - start < 5  # released at once, not after the collective timeout
+
+
 def test_the_stop_button_interrupts_a_direct_call(s2):
     threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     start = time.monotonic()

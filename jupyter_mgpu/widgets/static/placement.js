@@ -110,7 +110,7 @@ export function drawFrame(data, held, frame, geo) {
 function render({ model, el }) {
   const root = document.createElement("div");
   root.className = "mgpu-placement mgpu-player";
-  root.style.cssText = "font: 13px sans-serif; display: inline-block; max-width: 100%;";
+  root.style.cssText = "font: 13px sans-serif; display: inline-block; max-width: 100%; " + PLAYER_CARD;
   const { head, badge, title } = playerHead();
   const stage = document.createElement("div");
   stage.className = "mgpu-placement-stage";

@@ -5,7 +5,7 @@
 function render({ model, el }) {
   const root = document.createElement("div");
   root.className = "mgpu-player";
-  root.style.cssText = "font: 13px sans-serif; display: inline-block;";
+  root.style.cssText = "font: 13px sans-serif; display: inline-block; max-width: 100%; " + PLAYER_CARD;
   const { head, badge, title } = playerHead();
   const n = () => model.get("frames").length;
   const t = transport(model, n);

@@ -70,7 +70,7 @@ function drawSchedule(data, i) {
 function render({ model, el }) {
   const root = document.createElement("div");
   root.className = "mgpu-schedule mgpu-player";
-  root.style.cssText = "font: 13px sans-serif; display: block; max-width: 100%; box-sizing: border-box;";
+  root.style.cssText = "font: 13px sans-serif; display: block; max-width: 100%; " + PLAYER_CARD;
   const { head, badge, title } = playerHead();
   const stage = document.createElement("div");
   stage.className = "mgpu-schedule-stage";

@@ -4,12 +4,16 @@
 // Two anywidget modules cannot import each other without a bundler, so the Python side prepends this
 // file to each of them (widgets/transport.py).
 
+// The players draw for a light background (grey labels, white empty tiles): in a dark JupyterLab theme
+// they show as a light card, like plotly's figures and the collective pictures next to them.
+const PLAYER_CARD = "background:#fff; color:#222; padding:6px 8px; border-radius:4px; box-sizing:border-box;";
+
 function playerHead() {
   const head = document.createElement("div");
   head.style.cssText = "display:flex; flex-wrap:wrap; gap:8px; align-items:center; margin-bottom:4px;";
   const badge = document.createElement("span");
   badge.className = "mgpu-badge";
-  badge.style.cssText = "background:#eef; border:1px solid #99c; border-radius:3px; padding:0 5px; font-size:11px;";
+  badge.style.cssText = "background:#eef; color:#223; border:1px solid #99c; border-radius:3px; padding:0 5px; font-size:11px;";
   const title = document.createElement("b");
   head.append(badge, title);
   return { head, badge, title };
