@@ -89,8 +89,9 @@ class MgpuMagics(Magics):
     def mgpu_init(self, line: str = "") -> Any:
         """Start one ipyparallel engine per device, joined in a torch.distributed process group."""
         args = _parse(self.mgpu_init, line)
-        launch = {k: getattr(args, k) for k in ("launcher", "hosts", "per_host", "interface", "connect", "partition",
-                                               "time", "account", "launcher_args") if getattr(args, k) is not None}
+        from .launch import OPTION_NAMES
+
+        launch = {k: getattr(args, k) for k in OPTION_NAMES if getattr(args, k) is not None}
         n = None
         if args.n is not None:
             try:
@@ -291,7 +292,7 @@ def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:
     """Wait until every rank has published a telemetry sample taken after now (at most ``timeout`` s)."""
     since, deadline = time.time(), time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all((r.get("time") or 0) > since for r in s.memory()):
+        if all(r.get("state") == "dead" or (r.get("time") or 0) > since for r in s.memory()):  # dead ranks never do
             return
         time.sleep(0.02)
 

@@ -49,7 +49,8 @@ class OutputRelay:
         out.flush()
 
     def _emit(self, rank: int, name: str, text: str) -> None:
-        self._shown.append((rank, name, text))
+        if self.group:  # kept only to be shown again in rank order at the end
+            self._shown.append((rank, name, text))
         self._write(rank, name, text)
 
     def poll(self, final: bool = False) -> None:
@@ -69,7 +70,8 @@ class OutputRelay:
                 self._emit(rank, name, chunk[:-1] if chunk.endswith("\n") else chunk)
             outputs = md.get("outputs") or []
             for out in outputs[self._shown_outputs[rank]:]:
-                self._shown.append((rank, "display", out))
+                if self.group:
+                    self._shown.append((rank, "display", out))
                 self._display(out)
             self._shown_outputs[rank] = len(outputs)
 

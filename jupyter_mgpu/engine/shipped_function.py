@@ -12,6 +12,8 @@ references. The cell's source travels too, so an error on a rank can quote the u
 
 from __future__ import annotations
 
+import functools
+
 import linecache
 import pickle
 import sys
@@ -96,14 +98,19 @@ def pickle_function(fn: Callable, by_value: bool = False) -> bytes:
 def _user_module(name: str) -> bool:
     """A module of the user's own (a ``.py`` beside the notebook), which the ranks may fail to import;
     installed packages and the standard library are importable wherever this kernel's Python is."""
-    import sysconfig
-
     module = sys.modules.get(name)
     path = getattr(module, "__file__", None)
     if module is None or not path or name.startswith(LIBRARY_PREFIXES):
         return False
-    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
-    return not any(path.startswith(p) for p in installed) and "site-packages" not in path
+    return not path.startswith(_installed_paths()) and "site-packages" not in path
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_paths() -> tuple[str, ...]:
+    """Where this Python's standard library and installed packages live (asked once: it is not free)."""
+    import sysconfig
+
+    return tuple({sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")})
 
 
 def _engine_namespace() -> dict:
