@@ -79,7 +79,9 @@ def compare(model: Any, data: Any = None, loss: str = "cross_entropy", batch: in
     into ``microbatches``). ``strategies``: ``single``, ``ddp``, ``fsdp``, ``tp``, ``pp`` (GPipe) and
     ``pp-1f1b``. ``optimizer``: ``sgd``, ``momentum``, ``adam``, ``adamw``. ``timeout`` bounds every
     wait between ranks (default: the session's). ``live`` shows the run as it happens (default: in a
-    notebook). Returns a :class:`~jupyter_mgpu.compare_result.CompareResult`.
+    notebook). Returns a :class:`~jupyter_mgpu.compare_result.CompareResult`; when the run is cut short
+    (stop button, a dead engine) the exception carries the strategies measured so far as
+    ``exc.compare_result`` (``%mgpu_compare`` keeps them in ``_mgpu_compare``).
     """
     s = session or sessmod.current()
     s.check_alive()
@@ -151,6 +153,9 @@ class Comparison:
                 self.panel.show()
             for strategy in self.plan.strategies:
                 self._run_one(strategy)
+        except BaseException as exc:  # stop button, dead engine: the strategies already measured stay at hand
+            exc.compare_result = self.result
+            raise
         finally:
             if s.alive and "tensors" in self.data:
                 try:

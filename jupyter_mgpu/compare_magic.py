@@ -35,9 +35,14 @@ def run_compare_magic(args: Any, user_ns: dict) -> Any:
                                  ("lr", _number(args, "lr", float)), ("seed", _number(args, "seed", int)),
                                  ("samples", _number(args, "samples", int)),
                                  ("timeout", _number(args, "timeout", float))) if v is not None}
-    result = compare(model, data=_variable(user_ns, args.data, "data"), loss=args.loss,
-                     strategies=args.strategies or ",".join(DEFAULT_STRATEGIES), optimizer=args.optimizer,
-                     live=not args.no_live, **options)
+    try:
+        result = compare(model, data=_variable(user_ns, args.data, "data"), loss=args.loss,
+                         strategies=args.strategies or ",".join(DEFAULT_STRATEGIES), optimizer=args.optimizer,
+                         live=not args.no_live, **options)
+    except BaseException as exc:
+        if getattr(exc, "compare_result", None) is not None:  # what ran before the stop is kept
+            user_ns["_mgpu_compare"] = exc.compare_result
+        raise
     user_ns["_mgpu_compare"] = result
     from IPython.display import display
 

@@ -161,7 +161,10 @@ class ScheduleTrace:
                 end = chunk.rfind(b"\n") + 1
                 seen[r] = seen.get(r, 0) + end
                 for line in chunk[:end].splitlines():
-                    rec = json.loads(line)
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:  # a damaged line: skip it, keep following (the final events fix it)
+                        continue
                     if "trace" in rec:  # the first line names the trace the file belongs to
                         mine[r] = rec["trace"] == self.trace_id
                     elif mine.get(r):

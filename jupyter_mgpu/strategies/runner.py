@@ -194,6 +194,7 @@ def _train_step(prepared: Any, group: Any, job: dict[str, Any], x: torch.Tensor,
         start = time.perf_counter()
         loss = prepared.step(bx, by, k)
         seconds = time.perf_counter() - start
+        etrace.end_op()  # publish the step's pipeline events now, outside the timed part
     if measured:
         prepared.watch["tracker"] = None
         result["memory"] = tracker.columns()

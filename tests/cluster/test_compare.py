@@ -218,3 +218,22 @@ def test_the_stop_button_ends_a_comparison_and_the_next_one_runs(s2):
     assert time.monotonic() - start < 20  # not the 400 steps, nor a collective's 60 s timeout
     r = mg.compare("mlp:32x4", batch=8, steps=4, strategies="single,ddp,fsdp,tp,pp", timeout=30, live=False)
     assert all(r.ok(st) and r.matches(st) for st in r.strategies), r.table
+
+
+def test_a_comparison_cut_short_keeps_the_strategies_already_measured(s2, monkeypatch):
+    import importlib
+
+    cmp = importlib.import_module("jupyter_mgpu.compare")  # the package attribute is the function
+
+    real = cmp.Comparison._run_one
+
+    def stop_at_ddp(self, strategy):
+        if strategy == "ddp":
+            raise KeyboardInterrupt
+        return real(self, strategy)
+
+    monkeypatch.setattr(cmp.Comparison, "_run_one", stop_at_ddp)
+    with pytest.raises(KeyboardInterrupt) as info:
+        mg.compare("mlp:32x4", batch=8, steps=4, strategies="single,ddp,tp", timeout=30, live=False)
+    kept = info.value.compare_result
+    assert kept.ok("single") and kept.matches("single") and not kept.ok("ddp"), kept.table
