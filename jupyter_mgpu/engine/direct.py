@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import calls, unix_socket
+from .link import recv_exact
 
 SOCKET_NAME = "direct.{rank}.sock"
 PARTIAL_FRAME_TIMEOUT = 30.0  # a sender that stops mid-frame is dropped, never waited on forever
@@ -51,22 +52,11 @@ def send_frames(sock: socket.socket, parts: list[Any]) -> None:
             views[0] = views[0][sent:]
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise EOFError("the peer closed the direct channel")
-        got += k
-    return buf
-
-
 def recv_frames(sock: socket.socket) -> list[bytearray]:
     """Receive one frame sent by :func:`send_frames`."""
-    (count,) = _COUNT.unpack(_recv_exact(sock, _COUNT.size))
-    head = _recv_exact(sock, count * _LEN.size)
-    return [_recv_exact(sock, _LEN.unpack_from(head, i * _LEN.size)[0]) for i in range(count)]
+    (count,) = _COUNT.unpack(recv_exact(sock, _COUNT.size))
+    head = recv_exact(sock, count * _LEN.size)
+    return [recv_exact(sock, _LEN.unpack_from(head, i * _LEN.size)[0]) for i in range(count)]
 
 
 class Server:

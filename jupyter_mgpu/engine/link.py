@@ -63,6 +63,16 @@ def recv_exact(sock: socket.socket, n: int) -> bytearray:
     return buf
 
 
+def close_listening(sock: socket.socket) -> None:
+    """Close a listening socket so that a thread blocked in its ``accept()`` returns (on Linux ``close``
+    alone leaves that thread waiting and the port open)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def _send_json(sock: socket.socket, obj: dict) -> None:
     data = json.dumps(obj).encode()
     sock.sendall(len(data).to_bytes(4, "big") + data)

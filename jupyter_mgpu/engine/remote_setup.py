@@ -107,22 +107,23 @@ def _engines_root() -> Path:
 
 
 def _clean_stale(root: Path) -> None:
-    """Remove directories of this host's engines that ended without cleaning up (killed)."""
+    """Remove directories of this host's engines that ended without cleaning up (killed). Only this host's:
+    the folder may be on a home shared with other hosts, whose pids mean nothing here."""
     from ..rundir import process_alive
 
+    mine = f"-{host_key()}-"
     for child in root.iterdir():
-        try:
-            pid = int(child.name.rsplit("-", 1)[-1])
-        except ValueError:
+        head, _, pid = child.name.rpartition("-")
+        if not (head + "-").endswith(mine) or not pid.isdigit():
             continue
-        if child.is_dir() and not child.is_symlink() and not process_alive(pid):
+        if child.is_dir() and not child.is_symlink() and not process_alive(int(pid)):
             shutil.rmtree(child, ignore_errors=True)
 
 
 def _private_dir(cluster_id: str, rank: int) -> Path:
     root = _engines_root()
     _clean_stale(root)
-    path = root / f"{cluster_id}-{rank}-{os.getpid()}"
+    path = root / f"{cluster_id}-{rank}-{host_key()}-{os.getpid()}"
     path.mkdir(mode=0o700)
     (path / "exits").mkdir(mode=0o700)
     return path

@@ -95,7 +95,7 @@ def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None) -> list
     for host, e in first.items():
         k = counts[host]
         if use_gpus:
-            if e.info.get("cuda_started"):
+            if any(x.info.get("cuda_started") for x in ranked if x.host == host):
                 raise MgpuError(f"an engine on {host} has already started CUDA, so it cannot be pinned to one GPU; "
                                 "restart that cluster's engines")
             if k > e.info["gpus"]:

@@ -170,7 +170,7 @@ class RankLink:
 
     def close(self) -> None:
         for sock, path in self.listeners:
-            sock.close()
+            lk.close_listening(sock)
             path.unlink(missing_ok=True)
         self.streams.close_all()
         self.link.close()

@@ -95,7 +95,7 @@ class Transfer:
 
     def finish(self, timeout: float = ACCEPT_TIMEOUT) -> None:
         """Close the listener, wait for the ranks' streams, raise the first error."""
-        self.listener.close()
+        self._close_listener()
         deadline = time.monotonic() + timeout
         for t in list(self.threads):
             t.join(max(0.0, deadline - time.monotonic()))
@@ -103,7 +103,10 @@ class Transfer:
             raise MgpuError(f"a transfer with a rank on another host failed: {self.errors[0]}")
 
     def abandon(self) -> None:
-        self.listener.close()
+        self._close_listener()
+
+    def _close_listener(self) -> None:
+        link.close_listening(self.listener)
 
 
 def _raw(t: Any) -> memoryview:
