@@ -63,6 +63,8 @@ class StageRecorder:
             try:
                 return fn(mb, *args, **kwargs)
             finally:
+                if self.stage.device.type == "cuda":  # time when the work ran, not when it was queued
+                    torch.cuda.synchronize(self.stage.device)
                 end = time.time()
                 measure.set_backward(self.watch["tracker"], False)
                 etrace.record(self.step, "compute", kind=kind, mb=mb, start=start, end=end,
