@@ -30,11 +30,17 @@ class Kernel:
         self.kc.wait_for_ready(timeout=60)
 
     def execute(self, code: str, timeout: float = 120) -> tuple[dict, str]:
-        """Run ``code``; returns the reply content and everything printed."""
+        """Run ``code``; returns the reply content and what the cell shows at the end (everything printed
+        since the last ``clear_output``: ``%%mgpu`` shows out-of-order rank output again in rank order)."""
         out = []
-        reply = self.kc.execute_interactive(
-            code, timeout=timeout, output_hook=lambda m: out.append(m["content"].get("text", "") or
-                                                                   "".join(m["content"].get("traceback", []))))
+
+        def hook(m: dict) -> None:
+            if m["msg_type"] == "clear_output":
+                out.clear()
+            else:
+                out.append(m["content"].get("text", "") or "".join(m["content"].get("traceback", [])))
+
+        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
         return reply["content"], "".join(out)
 
     def run_and_interrupt(self, code: str, after: float, presses: int = 1, gap: float = 0.1,
