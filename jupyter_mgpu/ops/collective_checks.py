@@ -48,7 +48,9 @@ def problem(name: str, op: str, metas: list[dict[str, Any]], what: str, max_byte
     n = len(metas)
     bad = [r for r, m in enumerate(metas) if m["type"] != "Tensor"]
     if bad:
-        return f"the input ({what}) is a {metas[bad[0]]['type']}, not a torch.Tensor, on {rank_list(bad)}"
+        kind = metas[bad[0]]["type"]
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        return f"the input ({what}) is {article} {kind}, not a torch.Tensor, on {rank_list(bad)}"
     bad = [r for r, m in enumerate(metas) if not wrong_device(m) and max_bytes is not None and m["nbytes"] > max_bytes]
     if bad:
         r = bad[0]
