@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import sys
 import time
 import weakref
 from typing import Any, Callable, Iterable
@@ -19,6 +20,7 @@ from .deferred_interrupt import deferred_interrupt
 from .direct_channel import ChannelClosed, DirectChannel
 from .engine import calls
 from .engine import memory_figures
+from .engine import rank_namespace
 from .engine import telemetry as tele
 from .engine.shipped_function import ship
 from .errors import EngineDiedError, MgpuError
@@ -98,6 +100,8 @@ class Session:
         self.recovery = GroupRecovery(self)  # no stale collective outlives an interrupt or a failed call
         # seconds the slowest rank spent inside calls, summed over calls: wall time minus this is dispatch
         self.engine_seconds = 0.0
+        # (function, names) already said to be defined both in the notebook and on the ranks
+        self.said_both_sides: set[tuple[str, tuple[str, ...]]] = set()
         for hook in list(session_start_hooks):
             try:
                 hook(self)
@@ -206,6 +210,10 @@ class Session:
             **kwargs: Any) -> Any:
         """Call ``fn(*args, **kwargs)`` on every rank (or ``targets``); results in rank order.
 
+        A notebook function runs in the rank's namespace, as ipyparallel runs one: names it declares
+        ``global`` are read and written there, names the rank defines are the rank's, and what only the
+        notebook defines travels with the function (a name both define is said once).
+
         With ``block=False`` returns a :class:`PendingResult`. Errors on ranks raise one
         :class:`~jupyter_mgpu.errors.RankError`; a dead engine raises at once, not after a hang.
         """
@@ -266,10 +274,23 @@ class Session:
     def _results(self, results: list[dict], ranks: list[int]) -> list[Any]:
         """The values of ``calls.call`` reports in rank order, or one error for every failed rank."""
         self.engine_seconds += max((res.get("seconds", 0.0) for res in results), default=0.0)
+        self._say_both_sides(results)
         failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
         if failures:
             raise self._error(failures, ranks, dict(zip(ranks, results)))
         return [res["value"] for res in results]
+
+    def _say_both_sides(self, results: list[dict]) -> None:
+        """Once per function and names: which value of a name both the notebook and the ranks define is used."""
+        found: dict[str, set[str]] = {}
+        for res in results:
+            for function, names in res.get("shadowed") or ():
+                found.setdefault(function, set()).update(names)
+        for function, names in found.items():
+            key = (function, tuple(sorted(names)))
+            if key not in self.said_both_sides:
+                self.said_both_sides.add(key)
+                print(rank_namespace.both_sides_line(function, sorted(names)), file=sys.stderr)
 
     def _finished_results(self, ar: Any, ranks: list[int]) -> dict[int, Any]:
         """The reports of the ranks whose part of ``ar`` has already come back (one future per rank)."""

@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from . import budget, runtime
+from . import budget, rank_namespace, runtime
 
 CELL_FILENAME = "<mgpu-cell-{n}>"
 _cell_counter = 0
@@ -95,6 +95,9 @@ def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> d
         except BaseException as exc:  # noqa: BLE001 - reported, not swallowed
             result = failure(exc, exc.__traceback__)
         result["seconds"] = time.perf_counter() - start  # time spent in the call itself, for dispatch overheads
+        notes = rank_namespace.take_notes()
+        if notes:  # names a notebook function found both in the notebook and here: the controller says so once
+            result["shadowed"] = notes
         return scope.report(result)
 
 

@@ -3,21 +3,27 @@
 
 Notebook functions, lambdas and closures travel *by value* (cloudpickle) with everything they
 reference from the notebook — other notebook functions included, so ``image(rank)`` calling
-``disk(...)`` works on the ranks as it does in the notebook. Names the notebook does not define are
-looked up in the rank's own namespace (what ``%%mgpu`` cells defined there). Functions of importable
-modules travel by reference, with a by-value copy for ranks that cannot import the module (a ``.py``
-file beside the notebook). A function that cannot be sent is refused in one sentence naming what it
-references. The cell's source travels too, so an error on a rank can quote the user's line.
+``disk(...)`` works on the ranks as it does in the notebook. On the rank a notebook function runs in
+the rank's own namespace, as ipyparallel runs one (see ``engine/rank_namespace.py``): names it
+declares ``global`` are read and written there, names the rank defines are the rank's, and what it
+references from the notebook fills in the names the rank lacks. Functions of importable modules
+travel by reference, with a by-value copy for ranks that cannot import the module (a ``.py`` file
+beside the notebook). A function that cannot be sent is refused in one sentence naming what it
+references. The source lines of every cell the function's code comes from travel too, with the code's
+own file names (whatever cloudpickle does to them), so an error on a rank quotes the user's line.
 """
 
 from __future__ import annotations
 
 import functools
-
+import io
 import linecache
 import pickle
 import sys
+import types
 from typing import Any, Callable
+
+from . import rank_namespace
 
 LIBRARY_PREFIXES = ("jupyter_mgpu.", "torch.", "numpy.", "builtins")
 
@@ -66,9 +72,55 @@ def _refuse(fn: Any, exc: BaseException | None) -> Exception:
                      "open files, locks, sessions or DistTensors")
 
 
+def _named_code(filename: str, make: Callable, args: tuple) -> types.CodeType:
+    """A code object rebuilt on the rank under the file name it had in the notebook."""
+    code = make(*args)
+    return code if code.co_filename == filename else code.replace(co_filename=filename)
+
+
+@functools.lru_cache(maxsize=1)
+def _source_pickler() -> type:
+    """cloudpickle's pickler, keeping each code object's file name and noting which files it saw.
+
+    cloudpickle >= 3.1.3 names every code object it pickles ``<dynamic-code>``; the rank needs the
+    real name to find the shipped source lines (tracebacks, error messages)."""
+    import cloudpickle
+
+    code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
+
+    class SourcePickler(cloudpickle.Pickler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.filenames: set[str] = set()
+
+        def reducer_override(self, obj: Any) -> Any:
+            if type(obj) is types.CodeType:
+                self.filenames.add(obj.co_filename)
+                make, args = code_reduce(obj)
+                return _named_code, (obj.co_filename, make, args)
+            return super().reducer_override(obj)
+
+    return SourcePickler
+
+
+def dumps_by_value(obj: Any) -> tuple[bytes, set[str]]:
+    """``obj`` pickled by cloudpickle with its code's file names kept, and the file names it holds."""
+    import cloudpickle
+
+    buffer = io.BytesIO()
+    pickler = _source_pickler()(buffer, protocol=cloudpickle.DEFAULT_PROTOCOL)
+    pickler.dump(obj)
+    return buffer.getvalue(), pickler.filenames
+
+
 def pickle_function(fn: Callable, by_value: bool = False) -> bytes:
     """``fn`` as bytes the ranks can load: by value for notebook functions, lambdas and closures (or
     with ``by_value``), by reference for functions of importable modules."""
+    return _pickle_function(fn, by_value)[0]
+
+
+def _pickle_function(fn: Callable, by_value: bool = False) -> tuple[bytes, set[str]]:
+    """:func:`pickle_function`, with the file names of the code it pickled by value."""
     import cloudpickle
 
     from ..errors import MgpuError
@@ -79,18 +131,18 @@ def pickle_function(fn: Callable, by_value: bool = False) -> bytes:
     if by_value and module != "__main__" and module in sys.modules:
         cloudpickle.register_pickle_by_value(sys.modules[module])
         try:
-            return cloudpickle.dumps(fn)
+            return dumps_by_value(fn)
         except Exception as exc:  # noqa: BLE001
             raise _refuse(fn, exc) from None
         finally:
             cloudpickle.unregister_pickle_by_value(sys.modules[module])
     if module != "__main__" and not _nested(fn):
         try:
-            return pickle.dumps(fn)
+            return pickle.dumps(fn), set()
         except Exception:  # noqa: BLE001 - e.g. a nested function of a module: by value below
             pass
     try:
-        return cloudpickle.dumps(fn)
+        return dumps_by_value(fn)
     except Exception as exc:  # noqa: BLE001
         raise _refuse(fn, exc) from None
 
@@ -126,34 +178,41 @@ def _engine_namespace() -> dict:
     return sys.modules["__main__"].__dict__
 
 
+def _source_lines(filenames: set[str]) -> dict[str, list[str]]:
+    """The lines of the cells and files the shipped code comes from, as this kernel's linecache has them."""
+    found = {}
+    for name in sorted(filenames):
+        lines = linecache.getlines(name)
+        if lines:
+            found[name] = lines
+    return found
+
+
 class ShippedFunction:
     """A user function on its way to the ranks; called there like the function itself."""
 
     def __init__(self, fn: Callable) -> None:
         self.__name__ = function_name(fn)
         self.module = getattr(fn, "__module__", None) or "__main__"
-        self.blob = pickle_function(fn)
+        self.blob, filenames = _pickle_function(fn)
         self.by_value = self.module == "__main__" or _nested(fn)
         self.fallback: bytes | None = None
         if not self.by_value and _user_module(self.module):
             try:
-                self.fallback = pickle_function(fn, by_value=True)
+                self.fallback, filenames = _pickle_function(fn, by_value=True)
             except Exception:  # noqa: BLE001 - only the by-reference copy then
                 self.fallback = None
-        code = getattr(fn, "__code__", None)
-        self.source: tuple[str, list[str]] | None = None
-        if code is not None and self.by_value:
-            lines = linecache.getlines(code.co_filename)
-            if lines:
-                self.source = (code.co_filename, lines)
+        self.sources = _source_lines(filenames)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_loaded", None)
+        state.pop("_namespace", None)
         return state
 
     def load(self) -> Callable:
-        """The function itself (rank side): unpickled once, notebook names first, then the rank's."""
+        """The function itself (rank side), unpickled once; a notebook function is bound to the rank's
+        namespace (see :func:`running` for the names it takes from the notebook)."""
         fn = self.__dict__.get("_loaded")
         if fn is not None:
             return fn
@@ -164,20 +223,33 @@ class ShippedFunction:
                 raise
             fn = pickle.loads(self.fallback)
             self.by_value = True
+        for filename, lines in self.sources.items():
+            if filename not in linecache.cache:
+                linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+        self._namespace = None
         if self.by_value:
-            globs = getattr(fn, "__globals__", None)
-            if isinstance(globs, dict):
-                for name, value in _engine_namespace().items():
-                    if not name.startswith("__"):
-                        globs.setdefault(name, value)
-        if self.source is not None and self.source[0] not in linecache.cache:
-            filename, lines = self.source
-            linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+            rank_ns = _engine_namespace()
+            if getattr(fn, "__module__", None) == "__main__" and isinstance(getattr(fn, "__globals__", None), dict):
+                self._namespace = rank_namespace.RankBinding(fn, rank_ns)
+                fn = self._namespace.function
+            else:  # a closure of a module: its own globals, with the rank's names for what the module lacks
+                globs = getattr(fn, "__globals__", None)
+                if isinstance(globs, dict):
+                    for name, value in rank_ns.items():
+                        if not name.startswith("__"):
+                            globs.setdefault(name, value)
         self._loaded = fn
         return fn
 
+    def running(self) -> "rank_namespace.Running":
+        """``with shipped.running() as fn:`` — the function, with the notebook's values it needs in the
+        rank's namespace for the duration of the call (a plain context for other functions)."""
+        fn = self.load()
+        return rank_namespace.Running(fn, self.__dict__.get("_namespace"))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.load()(*args, **kwargs)
+        with self.running() as fn:
+            return fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<function {self.__name__} shipped to the ranks>"

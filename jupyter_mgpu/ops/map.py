@@ -45,12 +45,12 @@ def apply(shipped: ShippedFunction, in_ids: list[str | None], out_id: str, keep:
     import torch
 
     try:
-        fn = shipped.load()
+        running = shipped.running()
     except Exception as exc:  # the function's module is missing here, or its pickle is broken
         return {"ok": False, "stage": "unpickle", "ename": type(exc).__name__, "message": str(exc), "line": ""}
     args = [store.get(h) for h in in_ids]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), running as fn:
             value = fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - reported to the controller with the rows it was working on
         return {"ok": False, "stage": "call", "ename": type(exc).__name__, "message": str(exc).strip(),
