@@ -44,12 +44,30 @@ def test_a_second_press_during_the_rebuild_leaves_it_for_the_next_call(own_sessi
         assert s.recovery.dirty is None
 
 
+def _press_stop_once_multiplying(s, rank: int, grown: int, timeout: float = 30.0) -> None:
+    """Press stop 0.3 s after ``rank``'s memory has grown by ``grown`` bytes (its operands exist, so
+    it is inside the multiplication), however long a loaded machine took to get there."""
+    import time
+
+    def watch() -> None:
+        base = s.memory()[rank].get("resident_bytes") or 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (s.memory()[rank].get("resident_bytes") or 0) - base > grown:
+                break
+            time.sleep(0.02)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def test_a_rank_in_a_long_cpp_op_is_rebuilt_around_before_the_next_call(own_session, capsys):
     with own_session(2, timeout=60) as s:
         # rank 1 multiplies in one C++ call for several seconds (SIGINT waits for it); rank 0 waits in a collective
-        long_op = ("if rank == 1:\n    a = torch.randn(6000, 6000)\n    a = a @ a\n"
-                   "dist.all_reduce(torch.ones(1))")
-        _press_stop(1.0)
+        long_op = ("if rank == 1:\n    a = torch.randn(8000, 8000)\n    b = torch.randn(8000, 8000)\n"
+                   "    a = a @ b\ndist.all_reduce(torch.ones(1))")
+        _press_stop_once_multiplying(s, 1, grown=400 * 2**20)  # a and b: 2 × 244 MiB
         with pytest.raises(KeyboardInterrupt) as info:
             s.run_cell(long_op)
         assert "rank 1 still busy (a long C++ operation?): the process group will be rebuilt before the next " \
