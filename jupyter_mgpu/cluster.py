@@ -107,9 +107,6 @@ class Cluster:
         """
         global _spare
         began = time.time()
-        from .engine import allocator_budget
-
-        allocator_budget.build_in_background()  # if the budget shim is missing; nobody waits for it
         rd.clean_stale()
         kernel_pid, kernel_ctime = _kernel_identity()
         spare, _spare = _spare, None
@@ -163,6 +160,11 @@ class Cluster:
             raise
         cluster._write_state("running")
         mark(path, "kernel.ready")
+        from .engine import allocator_budget
+
+        # a missing budget shim (a first start after install, without %load_ext) is compiled from now
+        # on, in the background: this cluster did not wait for it, the next one uses it
+        allocator_budget.build_in_background()
         return cluster
 
     def startup_marks(self) -> dict[str, float]:
@@ -319,16 +321,32 @@ def _spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subpr
     proc = _spawn(path, [
         "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime), "--usethreads",
         f"--ping={CONTROLLER_PING_MS}", f"--HeartMonitor.max_heartmonitor_misses={CONTROLLER_PING_MISSES}",
-        "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}", "--log-level=WARN"])
+        "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}", "--log-level=WARN"], lazy_package=True)
     mark(path, "controller.spawned")
     return proc
 
 
-def _spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
+# ``python -c _BOOTSTRAP <module> <args>`` runs <module> as ``python -m`` would, but the package's own
+# __init__ (the notebook API: ~0.15 s of imports) runs only when one of its names is first used. The
+# controller never uses one: a start saves that CPU while the supervisor imports torch. Not for the
+# supervisor: ``from .. import rendezvous`` and the like in the engine modules ask the package for a
+# name, which loads it anyway (and a submodule named like an API function must not shadow it).
+_BOOTSTRAP = (
+    "import importlib.util as u, runpy, sys\n"
+    "s = u.find_spec('jupyter_mgpu'); p = u.module_from_spec(s)\n"
+    "def __getattr__(name):\n"
+    "    del p.__getattr__; s.loader.exec_module(p); return getattr(p, name)\n"
+    "p.__getattr__ = __getattr__; sys.modules['jupyter_mgpu'] = p\n"
+    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n"
+)
+
+
+def _spawn(path: Path, module_args: list[str], lazy_package: bool = False) -> subprocess.Popen:
     """Start ``python -m <module_args>`` in its own session, logging into the cluster directory."""
+    run = ["-c", _BOOTSTRAP] if lazy_package else ["-m"]
     with open(path / "processes.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            [sys.executable, *run, *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=os.getcwd(), umask=0o077,
         )
 
