@@ -321,32 +321,35 @@ def _spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subpr
     proc = _spawn(path, [
         "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime), "--usethreads",
         f"--ping={CONTROLLER_PING_MS}", f"--HeartMonitor.max_heartmonitor_misses={CONTROLLER_PING_MISSES}",
-        "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}", "--log-level=WARN"], lazy_package=True)
+        "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}", "--log-level=WARN"])
     mark(path, "controller.spawned")
     return proc
 
 
 # ``python -c _BOOTSTRAP <module> <args>`` runs <module> as ``python -m`` would, but the package's own
-# __init__ (the notebook API: ~0.15 s of imports) runs only when one of its names is first used. The
-# controller never uses one: a start saves that CPU while the supervisor imports torch. Not for the
-# supervisor: ``from .. import rendezvous`` and the like in the engine modules ask the package for a
-# name, which loads it anyway (and a submodule named like an API function must not shadow it).
+# __init__ (the notebook API: ~0.13 s of imports on the start's critical path) runs only when one of
+# its names is first used, which the controller and the supervisor never do; a submodule asked for by
+# name (``from .. import rendezvous``) is imported alone. Names the API binds over a submodule of the
+# same name (``mg.memory``) load the whole package, so they mean what they mean in the notebook.
+API_OVER_SUBMODULE = ("bench", "collective", "compare", "memory", "metrics", "trace")
 _BOOTSTRAP = (
-    "import importlib.util as u, runpy, sys\n"
+    "import importlib, importlib.util as u, runpy, sys\n"
     "s = u.find_spec('jupyter_mgpu'); p = u.module_from_spec(s)\n"
+    f"api = {API_OVER_SUBMODULE!r}\n"
     "def __getattr__(name):\n"
-    "    del p.__getattr__; s.loader.exec_module(p); return getattr(p, name)\n"
+    "    if name not in api and not name.startswith('_') and u.find_spec('jupyter_mgpu.' + name):\n"
+    "        return importlib.import_module('jupyter_mgpu.' + name)\n"
+    "    p.__dict__.pop('__getattr__', None); s.loader.exec_module(p); return getattr(p, name)\n"
     "p.__getattr__ = __getattr__; sys.modules['jupyter_mgpu'] = p\n"
     "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n"
 )
 
 
-def _spawn(path: Path, module_args: list[str], lazy_package: bool = False) -> subprocess.Popen:
-    """Start ``python -m <module_args>`` in its own session, logging into the cluster directory."""
-    run = ["-c", _BOOTSTRAP] if lazy_package else ["-m"]
+def _spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
+    """Start ``python -m <module_args>`` (see _BOOTSTRAP) in its own session, logging into the cluster directory."""
     with open(path / "processes.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, *run, *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            [sys.executable, "-c", _BOOTSTRAP, *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=os.getcwd(), umask=0o077,
         )
 
