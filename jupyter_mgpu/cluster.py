@@ -339,7 +339,12 @@ _BOOTSTRAP = (
     "def __getattr__(name):\n"
     "    if name not in api and not name.startswith('_') and u.find_spec('jupyter_mgpu.' + name):\n"
     "        return importlib.import_module('jupyter_mgpu.' + name)\n"
-    "    p.__dict__.pop('__getattr__', None); s.loader.exec_module(p); return getattr(p, name)\n"
+    "    p.__dict__.pop('__getattr__', None)\n"
+    "    try:\n"
+    "        s.loader.exec_module(p)\n"
+    "    except BaseException:\n"  # an interrupt mid-way: the next use loads it again
+    "        p.__getattr__ = __getattr__; raise\n"
+    "    return getattr(p, name)\n"
     "p.__getattr__ = __getattr__; sys.modules['jupyter_mgpu'] = p\n"
     "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n"
 )
