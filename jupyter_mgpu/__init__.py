@@ -111,7 +111,8 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def prewarm() -> None:
-    """Start warming up engines in the background (torch imported once) so the next ``init`` is quick."""
+    """Start a spare controller and supervisor in the background (torch imported once) so the next
+    ``init`` only forks the engines; also starts compiling the CPU budget shim if it is missing."""
     from .cluster import prewarm as _prewarm
 
     _prewarm()

@@ -2,7 +2,9 @@
 
 The controller (stock ipyparallel, schedulers in threads, a short heartbeat) and our supervisor (a
 warm fork server that imports torch once and forks every engine) start at the same time in their
-own sessions; every process watches the kernel's pid and ends within a second of it.
+own sessions; every process watches the kernel's pid and ends within a second of it. ``%load_ext``
+(:func:`prewarm`) starts both ahead as a spare, which the next start takes over: it then only forks
+the engines. Every process marks its moments of the start (``engine/startup_marks.py``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ from . import rundir as rd
 from .deferred_interrupt import deferred_interrupt
 from .devices import DeviceInfo
 from .engine.launcher import ENGINE_FILE
+from .engine.startup_marks import mark
+from .engine.startup_marks import read as read_marks
 from .errors import EngineDiedError, MgpuError
 
-CONTROLLER_PING_MS = 100
+# heartbeat period: an engine counts as registered at the first beat after it starts its heart, so a
+# shorter period is a quicker start; the misses allowed before the hub drops an engine keep its
+# tolerance at 1 s, as with ipyparallel's own 100 ms x 10
+CONTROLLER_PING_MS = 50
+CONTROLLER_PING_MISSES = 20
 STOP_GRACE = 3.0
 
 
@@ -98,22 +106,27 @@ class Cluster:
         A supervisor pre-warmed by :func:`prewarm` (at ``%load_ext``) is used when there is one.
         """
         global _spare
+        began = time.time()
         rd.clean_stale()
         kernel_pid, kernel_ctime = _kernel_identity()
         spare, _spare = _spare, None
-        if spare is not None and spare[1].poll() is None:
-            path, supervisor = spare
+        controller = supervisor = None
+        if spare is not None and spare.usable():
+            path, controller, supervisor = spare.path, spare.controller, spare.supervisor
             cluster_id = path.name
         else:
+            if spare is not None:  # one of its processes died: start afresh
+                spare.discard()
             cluster_id = rd.new_cluster_id()
             path = rd.create(cluster_id)
-            supervisor = None
+        mark(path, "kernel.start", began)
         # engines see what the notebook sees: environment, working directory, import path
         paths = [p for p in sys.path if p and os.path.isdir(p)]
         env = {**os.environ, "MGPU_TELEMETRY_PERIOD": str(spec.telemetry_period)}
         config = {
             "cluster_id": cluster_id,
             "rundir": str(path),
+            "start_time": began,
             "kernel_pid": kernel_pid,
             "kernel_create_time": kernel_ctime,
             "devices": [d.to_dict() for d in spec.devices],
@@ -127,15 +140,14 @@ class Cluster:
         }
         cluster = None
         try:
-            with deferred_interrupt():  # both processes start and are known, or neither
-                controller = _spawn(path, [
-                    "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime), "--usethreads",
-                    f"--ping={CONTROLLER_PING_MS}", "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}",
-                    "--log-level=WARN"])
+            with deferred_interrupt():  # both processes start (or the spare's are taken over) and are known, or neither
+                if controller is None:
+                    controller = _spawn_controller(path, kernel_pid, kernel_ctime)
                 try:
                     rd.write_json(path / "launch.json", config)
                     if supervisor is None:
                         supervisor = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path)])
+                        mark(path, "supervisor.spawned")
                 except BaseException:
                     _kill_group(controller.pid)
                     raise
@@ -147,7 +159,17 @@ class Cluster:
                 cluster.stop()
             raise
         cluster._write_state("running")
+        mark(path, "kernel.ready")
+        from .engine import allocator_budget
+
+        # a missing budget shim (a first start after install, without %load_ext) is compiled from now
+        # on, in the background: this cluster did not wait for it, the next one uses it
+        allocator_budget.build_in_background()
         return cluster
+
+    def startup_marks(self) -> dict[str, float]:
+        """The start's timeline so far (``engine/startup_marks.py``): mark name -> epoch seconds."""
+        return read_marks(self.path)
 
     def _connect(self) -> None:
         deadline = time.monotonic() + max(30.0, self.spec.timeout)
@@ -158,9 +180,11 @@ class Cluster:
                 raise MgpuError(f"the ipyparallel controller did not start within {self.spec.timeout:.0f} s "
                                 f"(see {self.path / 'processes.log'})")
             time.sleep(0.01)
+        mark(self.path, "controller.ready")
         import ipyparallel as ipp
 
         self.client = ipp.Client(str(client_file), timeout=max(10, self.spec.timeout))
+        mark(self.path, "client.connected")
         n = self.world_size
         while len(self.client.ids) < n:
             self._check_alive("while starting")
@@ -172,6 +196,7 @@ class Cluster:
                 )
             self.client.spin()
             time.sleep(0.005)
+        mark(self.path, "engines.registered")
         self.rank_to_engine = {r: r for r in range(n)}  # engines request their rank as id
         if sorted(self.client.ids) != list(range(n)):
             raise MgpuError(f"engines registered with ids {self.client.ids}, expected 0..{n - 1}")
@@ -262,46 +287,115 @@ class Cluster:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-_spare: "tuple[Path, subprocess.Popen] | None" = None
+@dataclass
+class _Spare:
+    """What ``%load_ext`` starts ahead of ``%mgpu_init``: a controller and a supervisor that imports torch."""
+
+    path: Path
+    controller: subprocess.Popen
+    supervisor: subprocess.Popen
+
+    def usable(self) -> bool:
+        return self.controller.poll() is None and self.supervisor.poll() is None
+
+    def discard(self) -> None:
+        import shutil
+
+        for proc in (self.supervisor, self.controller):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in (self.supervisor, self.controller):
+            try:
+                proc.wait(3)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid)
+                proc.wait(2)
+        rd.kill_processes_of(self.path)  # the controller's helpers, if it forked any
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+_spare: _Spare | None = None
+
+
+def _spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subprocess.Popen:
+    proc = _spawn(path, [
+        "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime), "--usethreads",
+        f"--ping={CONTROLLER_PING_MS}", f"--HeartMonitor.max_heartmonitor_misses={CONTROLLER_PING_MISSES}",
+        "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}", "--log-level=WARN"])
+    mark(path, "controller.spawned")
+    return proc
+
+
+# ``python -c _BOOTSTRAP <module> <args>`` runs <module> as ``python -m`` would, but the package's own
+# __init__ (the notebook API: ~0.13 s of imports on the start's critical path) runs only when one of
+# its names is first used, which the controller and the supervisor never do; a submodule asked for by
+# name (``from .. import rendezvous``) is imported alone. Names the API binds over a submodule of the
+# same name (``mg.memory``) load the whole package, so they mean what they mean in the notebook.
+API_OVER_SUBMODULE = ("bench", "collective", "compare", "memory", "metrics", "trace")
+_BOOTSTRAP = (
+    "import importlib, importlib.util as u, runpy, sys\n"
+    "s = u.find_spec('jupyter_mgpu'); p = u.module_from_spec(s)\n"
+    f"api = {API_OVER_SUBMODULE!r}\n"
+    "def __getattr__(name):\n"
+    "    if name not in api and not name.startswith('_') and u.find_spec('jupyter_mgpu.' + name):\n"
+    "        return importlib.import_module('jupyter_mgpu.' + name)\n"
+    "    p.__dict__.pop('__getattr__', None)\n"
+    "    try:\n"
+    "        s.loader.exec_module(p)\n"
+    "    except BaseException:\n"  # an interrupt mid-way: the next use loads it again
+    "        p.__getattr__ = __getattr__; raise\n"
+    "    return getattr(p, name)\n"
+    "p.__getattr__ = __getattr__; sys.modules['jupyter_mgpu'] = p\n"
+    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n"
+)
 
 
 def _spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
-    """Start ``python -m <module_args>`` in its own session, logging into the cluster directory."""
+    """Start ``python -m <module_args>`` (see _BOOTSTRAP) in its own session, logging into the cluster directory."""
     with open(path / "processes.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            [sys.executable, "-c", _BOOTSTRAP, *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=os.getcwd(), umask=0o077,
         )
 
 
 def prewarm() -> None:
-    """Start a spare supervisor now (it imports torch and waits), so the next start skips that cost."""
+    """Start a spare controller and supervisor now (the supervisor imports torch and waits), so the next
+    start skips those costs; also starts compiling the allocator shim in the background if it is missing."""
     global _spare
-    if _spare is not None and _spare[1].poll() is None:
+    if _spare is not None and _spare.usable():
         return
+    discard_spare()
+    from .engine import allocator_budget
+
+    allocator_budget.build_in_background()
     kernel_pid, kernel_ctime = _kernel_identity()
     rd.clean_stale()
     cluster_id = rd.new_cluster_id()
     path = rd.create(cluster_id)
     rd.write_json(path / rd.STATE_FILE, {"cluster_id": cluster_id, "status": "spare", "kernel_pid": kernel_pid,
                                          "kernel_create_time": kernel_ctime})
-    proc = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path), str(kernel_pid), repr(kernel_ctime)])
-    _spare = (path, proc)
+    with deferred_interrupt():  # both processes start and are known, or neither
+        supervisor = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path), str(kernel_pid), repr(kernel_ctime)])
+        try:
+            controller = _spawn_controller(path, kernel_pid, kernel_ctime)
+        except BaseException:
+            _kill_group(supervisor.pid)
+            raise
+        _spare = _Spare(path, controller, supervisor)
+    # the kernel's own share of a start (ipyparallel's client) imported now, while nobody waits
+    import importlib
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=("ipyparallel",), daemon=True).start()
 
 
 def discard_spare() -> None:
-    """Stop the spare supervisor, if any, and remove its directory."""
-    import shutil
-
+    """Stop the spare controller and supervisor, if any, and remove their directory."""
     global _spare
     spare, _spare = _spare, None
     if spare is not None:
-        spare[1].terminate()
-        try:
-            spare[1].wait(3)
-        except subprocess.TimeoutExpired:
-            spare[1].kill()
-        shutil.rmtree(spare[0], ignore_errors=True)
+        spare.discard()
 
 
 def _kill_group(pid: int) -> None:

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 ENGINE_FILE = "profile/security/ipcontroller-engine.json"
+_warmed = False
+SHIM_GRACE = 0.3
 
 
 def _log(rundir: Path, message: str) -> None:
@@ -37,10 +39,13 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
             os.chdir(config["cwd"])
         sys.path[:0] = [p for p in config.get("sys_path", []) if p not in sys.path]
         from . import runtime, watchdog
+        from .startup_marks import mark
 
+        mark(rundir, f"engine.forked.{rank}")
         watchdog.start(config["kernel_pid"], config["kernel_create_time"])
         try:
             runtime.setup(config, rank)
+            mark(rundir, f"pg.joined.{rank}")
         except Exception as exc:  # reported to the kernel through the exits file
             _write_exit(rundir, rank, os.getpid(), None, f"{type(exc).__name__}: {exc}")
             os._exit(4)
@@ -49,6 +54,7 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
         telemetry.maybe_start(runtime.state())
         from ipyparallel.engine.app import IPEngine
 
+        mark(rundir, f"ipengine.start.{rank}")
         IPEngine.launch_instance(
             argv=[
                 f"--file={rundir / ENGINE_FILE}",
@@ -89,22 +95,58 @@ def _write_exit(rundir: Path, rank: int, pid: int, status: int | None, error: st
     write_json(path, record)
 
 
-def _warm_up() -> None:
+def _warm_up(rundir: Path) -> None:
     """Import everything an engine needs, once, leaving CUDA untouched (children inherit it)."""
+    global _warmed
+    if _warmed:
+        return  # a spare supervisor did this already
+    import gc
+
+    from .startup_marks import mark
+
+    mark(rundir, "torch.start")
+    # these imports allocate ~300k objects that live as long as the process: collecting garbage
+    # among them while they are made costs ~15% of the import time (measured); afterwards they are
+    # frozen, so no engine's collector scans them again or touches their pages (copy on write)
+    gc.disable()
+    try:
+        _import_engine_modules()
+        gc.freeze()
+    finally:
+        gc.enable()
+    mark(rundir, "torch.imported")
+    import torch
+
+    assert not torch.cuda.is_initialized()
+    _warmed = True
+
+
+def _import_engine_modules() -> None:
     import ipykernel.ipkernel  # noqa: F401
     import ipykernel.zmqshell  # noqa: F401
     import ipyparallel.engine.app  # noqa: F401
     import ipyparallel.engine.kernel  # noqa: F401
-    import torch
+    import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    from . import allocator_budget, calls, runtime, telemetry  # noqa: F401
+    from . import allocator_budget, calls, cellapi, runtime, telemetry, watchdog  # noqa: F401
 
-    try:  # once here, so the engines forked from this process find the budget shim built
-        allocator_budget.build()
-    except allocator_budget.BuildError:
-        pass  # each engine falls back to the OS limit and says why
-    assert not torch.cuda.is_initialized()
+    # what every engine imports while it registers (its kernel's debugger, shell extras): once here,
+    # not four times over on a start where the engines compete for the cores
+    import sqlite3  # noqa: F401
+
+    import IPython.core.completerlib  # noqa: F401
+    import IPython.core.logger  # noqa: F401
+    import IPython.core.oinspect  # noqa: F401
+    import IPython.extensions.storemagic  # noqa: F401
+    import tornado.gen  # noqa: F401
+    import tornado.locks  # noqa: F401
+    import tornado.queues  # noqa: F401
+
+    try:
+        import ipykernel.debugger  # noqa: F401  (imports debugpy)
+    except Exception:
+        pass
 
 
 def _wait_for(path: Path, timeout: float) -> bool:
@@ -121,11 +163,14 @@ def _wait_for(path: Path, timeout: float) -> bool:
 def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str | None = None) -> None:
     """Supervise one cluster. With a kernel pid, start as a spare: warm up, then wait for launch.json."""
     rundir = Path(rundir_arg)
+    from .startup_marks import mark
+
+    mark(rundir, "supervisor.main")
     if kernel_pid is not None:
         from . import watchdog
 
         watchdog.start(int(kernel_pid), float(kernel_create_time or 0) or None)
-        _warm_up()
+        _warm_up(rundir)
         while not (rundir / "launch.json").exists():
             time.sleep(0.005)
     config = json.loads((rundir / "launch.json").read_text())
@@ -174,16 +219,25 @@ def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str
 
     watchdog.start(config["kernel_pid"], config["kernel_create_time"], on_gone=stop_children)
 
-    _warm_up()
+    _warm_up(rundir)
+    from . import allocator_budget
+
+    # the engines forked below share one decision: the budget shim if built (a compile started in the
+    # background at %load_ext gets SHIM_GRACE more seconds, one begun by this start none), else the OS limit
+    mark(rundir, "shim.settle")
+    allocator_budget.settle(SHIM_GRACE, config.get("start_time"))
+    mark(rundir, "shim.ready")
     if not _wait_for(rundir / ENGINE_FILE, config["timeout"]):
         _log(rundir, "the controller never wrote its connection file")
         sys.exit(2)
+    mark(rundir, "supervisor.engine_file")
 
     for rank in range(len(config["devices"])):
         pid = os.fork()
         if pid == 0:
             _engine_child(rundir, config, rank)
         children[rank] = pid
+    mark(rundir, "supervisor.forked")
     from ..rundir import write_json
 
     write_json(rundir / "engines.json", {str(r): p for r, p in children.items()})

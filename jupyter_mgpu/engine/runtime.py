@@ -104,6 +104,9 @@ def setup(config: dict, rank: int) -> EngineState:
 
     collective_guard.install()
     collective_guard.start(config["rundir"], st)
+    from .startup_marks import mark
+
+    mark(config["rundir"], f"pg.start.{rank}")
     rendezvous.init_process_group(config["rundir"], rank, world, config["backend"], st.timeout, store=st.store)
     return st
 

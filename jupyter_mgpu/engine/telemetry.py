@@ -191,6 +191,10 @@ class Sampler(threading.Thread):
                 if self.seq % CONTROL_EVERY == 0:  # a stat per tick costs more than the sample itself here
                     self.apply_control()
                 self.write_once()
+                if self.seq == 1:
+                    from .startup_marks import mark
+
+                    mark(self.state.rundir, f"telemetry.first.{self.state.rank}")
             except Exception:  # a sampler must never take its engine down
                 pass
             # sleep to the next multiple of the period on the host's clock: every rank writes at the

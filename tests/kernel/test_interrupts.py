@@ -167,9 +167,13 @@ def test_interrupting_init_and_shutdown_leaves_nothing_running():
         def controller_started() -> bool:
             return any("engine.controller" in c for c in _descendants(kernel_pid))
 
-        # the press lands while the cluster starts: its controller runs, its engines are on their way
-        reply, out, took = k.run_and_interrupt("%mgpu_init 2 --timeout 30 --no-dashboard", after=0.2,
-                                               until=controller_started)
+        def engines_forked() -> bool:  # forked engines show their supervisor's command line
+            return sum("engine.launcher" in c for c in _descendants(kernel_pid)) > 1
+
+        # the press lands while the cluster starts: its controller runs (%load_ext started it with the
+        # spare supervisor), its engines are forked and on their way to registering
+        reply, out, took = k.run_and_interrupt("%mgpu_init 2 --timeout 30 --no-dashboard", after=0.0,
+                                               until=engines_forked)
         assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", out
         assert "interrupted while starting the cluster; nothing of it is left running" in out
         end = time.monotonic() + 10
