@@ -13,6 +13,20 @@ from processes import cluster_pids, wait_gone
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Build the allocator shim before any cluster starts, as installing ahead of time would: a cluster
+    started while it is still compiling uses the OS limit for all its ranks, and the shared clusters
+    live for the whole run (the first-start test checks that path with a cache of its own)."""
+    if os.environ.get("JUPYTER_MGPU_BUDGET_SHIM", "1") == "0":
+        return
+    from jupyter_mgpu.engine import allocator_budget
+
+    try:
+        allocator_budget.build()
+    except allocator_budget.BuildError:
+        pass  # no compiler: every cluster says it uses the OS limit, and the tests that need the shim say so
+
+
 @pytest.fixture(scope="session")
 def cluster_pool():
     """``cluster_pool(n)``: a shared n-rank session (timeout 5 s), started on first use.
