@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from . import devices as devmod
 from . import rendezvous
-from .cluster import Cluster, ClusterSpec, describe_exit
+from .cluster import Cluster, ClusterSpec, describe_exit, discard_spare
 from .deferred_interrupt import deferred_interrupt
 from .direct_channel import ChannelClosed, DirectChannel
 from .engine import calls
@@ -473,6 +473,7 @@ def start_session(n: int | None = None, **options: Any) -> Session:
     from . import launch
 
     if launch.requested(options):  # engines from ipyparallel's launchers, on this host or several
+        discard_spare()  # %load_ext's spare controller and supervisor serve local starts only
         return Session(launch.start(n, **_launch_options(options)))
     for key in launch.OPTION_NAMES:
         if options.pop(key, None) not in (None, "", [], ()):
