@@ -16,7 +16,7 @@ export async function during({ page, report, cellIndex }) {
                status: c.node.querySelector('.widget-html-content')?.innerText ?? '' };
     }, cell);
     if (state && (!seen.length || seen[seen.length - 1].counter !== state.counter)) seen.push(state);
-    await page.waitForTimeout(150);
+    await page.waitForTimeout(40);
   }
   report('live', { seen: seen.slice(0, 60) });
 }
