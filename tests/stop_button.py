@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import time
 from typing import Callable
 
@@ -26,7 +27,11 @@ def run_and_interrupt(km: KernelManager, kc: KernelClient, code: str, after: flo
         km.interrupt_kernel()
     out = []
     while True:
-        msg = kc.get_iopub_msg(timeout=timeout)
+        try:
+            msg = kc.get_iopub_msg(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the kernel was not idle {time.monotonic() - pressed:.0f} s after the stop button; "
+                                 f"ranks: {ranks_now()}; printed: {''.join(out)[-2000:]!r}") from None
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         content = msg["content"]
@@ -37,3 +42,17 @@ def run_and_interrupt(km: KernelManager, kc: KernelClient, code: str, after: flo
         reply = kc.get_shell_msg(timeout=timeout)
         if reply["parent_header"].get("msg_id") == msg_id:
             return reply["content"], "".join(out), time.monotonic() - pressed
+
+
+def ranks_now() -> dict[str, list[tuple[int, str, str | None, float]]]:
+    """What every cluster of this user reports (rank, state, op, age of the sample in s), read from its
+    telemetry records: says where a kernel that did not come back from the stop button was waiting."""
+    from jupyter_mgpu import rundir
+    from jupyter_mgpu.engine import telemetry
+
+    found = {}
+    for path in sorted(rundir.base_dir().iterdir()):
+        samples = telemetry.read_samples(path)
+        found[path.name] = [(r, str(v.get("state")), v.get("op"), round(time.time() - (v.get("time") or 0), 1))
+                            for r, v in sorted(samples.items())]
+    return found
