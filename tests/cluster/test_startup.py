@@ -49,9 +49,11 @@ def _new_dirs(before: set) -> list:
     return [p for p in rd.base_dir().iterdir() if p.name not in before]
 
 
-def _stop_rank_then_kill(rank: int, found: dict, stop: threading.Event) -> None:
-    """Freeze ``rank`` as soon as its engine is forked (so it cannot register), then kill it."""
-    before = {p.name for p in rd.base_dir().iterdir()}
+def _stop_rank_then_kill(rank: int, before: set, found: dict, stop: threading.Event) -> None:
+    """Freeze ``rank`` as soon as its engine is forked (so it cannot register), then kill it.
+
+    ``before`` is listed by the caller before the thread starts: listed here, it could already hold the
+    new cluster's directory on a loaded machine, and the rank would never be found."""
     while not stop.is_set():
         for path in _new_dirs(before):
             engines = rd.read_json(path / "engines.json")
@@ -68,11 +70,14 @@ def _stop_rank_then_kill(rank: int, found: dict, stop: threading.Event) -> None:
 def test_a_rank_killed_while_starting_is_named_at_once_and_nothing_is_left(no_current):
     found: dict = {}
     stop = threading.Event()
-    killer = threading.Thread(target=_stop_rank_then_kill, args=(1, found, stop), daemon=True)
+    before = {p.name for p in rd.base_dir().iterdir()}
+    killer = threading.Thread(target=_stop_rank_then_kill, args=(1, before, found, stop), daemon=True)
     killer.start()
     try:
         with pytest.raises(EngineDiedError, match=r"rank 1 died \(killed by SIGKILL\) while starting") as info:
-            sm.init(3, cpu=True, timeout=30)
+            s = sm.init(3, cpu=True, timeout=30)
+            s.shutdown()
+            pytest.fail(f"the test never caught rank 1 while it started (found: {found})")
     finally:
         stop.set()
         killer.join(5)
