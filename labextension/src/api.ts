@@ -11,8 +11,18 @@ export async function stopCluster(
   clusterId: string,
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): Promise<StopPayload> {
-  const url = URLExt.join(settings.baseUrl, 'mgpu', 'api', 'clusters', encodeURIComponent(clusterId));
-  const response = await ServerConnection.makeRequest(url, { method: 'DELETE' }, settings);
+  const url = URLExt.join(
+    settings.baseUrl,
+    'mgpu',
+    'api',
+    'clusters',
+    encodeURIComponent(clusterId)
+  );
+  const response = await ServerConnection.makeRequest(
+    url,
+    { method: 'DELETE' },
+    settings
+  );
   const text = await response.text();
   let body: unknown = null;
   try {

@@ -17,7 +17,9 @@ export function formatBytes(bytes: number): string {
     v /= 1024;
     i++;
   }
-  return i === 0 ? `${v.toFixed(0)} ${UNITS[0]}` : `${v.toFixed(1)} ${UNITS[i]}`;
+  return i === 0
+    ? `${v.toFixed(0)} ${UNITS[0]}`
+    : `${v.toFixed(1)} ${UNITS[i]}`;
 }
 
 /** `used / total`, each in its own unit: `389.4 MiB / 5.2 GiB`. */
@@ -55,8 +57,15 @@ export function statusText(snapshot: SnapshotMessage | null): string {
 }
 
 /** The `%mgpu_init` line the sidebar inserts: one engine per visible GPU, else `fallback` CPU devices. */
-export function initCommand(snapshot: SnapshotMessage | null, fallback = 2): string {
-  if (snapshot && snapshot.devices.source === 'nvml' && snapshot.devices.devices.length > 0) {
+export function initCommand(
+  snapshot: SnapshotMessage | null,
+  fallback = 2
+): string {
+  if (
+    snapshot &&
+    snapshot.devices.source === 'nvml' &&
+    snapshot.devices.devices.length > 0
+  ) {
     return `%mgpu_init ${snapshot.devices.devices.length}`;
   }
   return `%mgpu_init ${fallback}`;

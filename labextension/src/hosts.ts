@@ -5,6 +5,9 @@
 import { RankInfo } from './payloads';
 
 /** The host heading to put before rank `r` when the rank shown before it ran on `previous`; null for none. */
-export function hostHeading(previous: string | null | undefined, r: RankInfo): string | null {
+export function hostHeading(
+  previous: string | null | undefined,
+  r: RankInfo
+): string | null {
   return r.host && r.host !== previous ? r.host : null;
 }

@@ -1,7 +1,11 @@
 /**
  * jupyter-mgpu:plugin: the Multi-GPU sidebar, the status-bar item, their commands and settings.
  */
-import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
 import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -30,7 +34,10 @@ const ICON_SVG =
   '<rect x="2" y="13" width="9" height="8" rx="1"/><rect x="13" y="13" width="9" height="8" rx="1"/>' +
   '</g></svg>';
 
-export const mgpuIcon = new LabIcon({ name: 'jupyter-mgpu:icon', svgstr: ICON_SVG });
+export const mgpuIcon = new LabIcon({
+  name: 'jupyter-mgpu:icon',
+  svgstr: ICON_SVG
+});
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
@@ -63,7 +70,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       try {
         await stopCluster(cluster.cluster_id);
       } catch (err) {
-        await showErrorMessage('Could not stop the cluster', String((err as Error).message ?? err));
+        await showErrorMessage(
+          'Could not stop the cluster',
+          String((err as Error).message ?? err)
+        );
       }
       stream.refresh();
     };
@@ -86,7 +96,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       restorer.add(panel, 'jupyter-mgpu-panel');
     }
 
-    const status = new MgpuStatus(() => void app.commands.execute(CommandIDs.open));
+    const status = new MgpuStatus(
+      () => void app.commands.execute(CommandIDs.open)
+    );
     if (statusBar) {
       statusBar.registerStatusItem('jupyter-mgpu:status', {
         item: status,
@@ -117,7 +129,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => {
         const current = notebooks?.currentWidget;
         if (!current) {
-          void showErrorMessage('No notebook', 'Open a notebook first: %mgpu_init goes into its active cell.');
+          void showErrorMessage(
+            'No notebook',
+            'Open a notebook first: %mgpu_init goes into its active cell.'
+          );
           return;
         }
         const notebook = current.content;
@@ -128,7 +143,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const cell = notebook.activeCell;
         if (cell) {
           const line = initCommand(stream.latest);
-          cell.model.sharedModel.setSource(loaded ? line : `%load_ext jupyter_mgpu\n${line}`);
+          cell.model.sharedModel.setSource(
+            loaded ? line : `%load_ext jupyter_mgpu\n${line}`
+          );
         }
         app.shell.activateById(current.id);
       }
@@ -159,7 +176,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
           apply(s);
           s.changed.connect(apply);
         })
-        .catch(reason => console.error('jupyter-mgpu: failed to load settings', reason));
+        .catch(reason =>
+          console.error('jupyter-mgpu: failed to load settings', reason)
+        );
     }
     stream.start();
   }

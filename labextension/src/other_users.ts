@@ -8,18 +8,28 @@ import { DeviceEntry } from './payloads';
 
 /** `other users 20.0 GiB`, or '' when nobody else holds memory on the device (or NVML cannot say). */
 export function otherUsersText(d: DeviceEntry): string {
-  return d.other_users_bytes ? `other users ${formatBytes(d.other_users_bytes)}` : '';
+  return d.other_users_bytes
+    ? `other users ${formatBytes(d.other_users_bytes)}`
+    : '';
 }
 
 /** The bar's two parts as fractions of the device: [everything but other users', other users']. */
 export function barShares(d: DeviceEntry): [number, number] {
   const used = fraction(d.used_bytes, d.total_bytes);
-  const other = Math.min(used, fraction(d.other_users_bytes ?? 0, d.total_bytes));
+  const other = Math.min(
+    used,
+    fraction(d.other_users_bytes ?? 0, d.total_bytes)
+  );
   return [used - other, other];
 }
 
 /** Add other users' part to a device row of the panel (its bar `outer` and the bar's `fill`). */
-export function showOtherUsers(row: HTMLElement, outer: HTMLElement, fill: HTMLElement, d: DeviceEntry): void {
+export function showOtherUsers(
+  row: HTMLElement,
+  outer: HTMLElement,
+  fill: HTMLElement,
+  d: DeviceEntry
+): void {
   const text = otherUsersText(d);
   if (!text) {
     return;

@@ -5,7 +5,12 @@
 import { Widget } from '@lumino/widgets';
 
 import { formatBytes, formatUsedTotal, fraction } from './format';
-import { ClusterInfo, DeviceEntry, RankInfo, SnapshotMessage } from './payloads';
+import {
+  ClusterInfo,
+  DeviceEntry,
+  RankInfo,
+  SnapshotMessage
+} from './payloads';
 import { hostHeading } from './hosts';
 import { showOtherUsers } from './other_users';
 import { History, scalePoints, toPolyline } from './sparkline';
@@ -95,7 +100,11 @@ export class MgpuPanel extends Widget {
     this.node.appendChild(header);
 
     const toolbar = el('div', 'jp-mgpu-toolbar');
-    const insert = el('button', 'jp-mgpu-button jp-mgpu-insert', 'Insert %mgpu_init');
+    const insert = el(
+      'button',
+      'jp-mgpu-button jp-mgpu-insert',
+      'Insert %mgpu_init'
+    );
     insert.title = 'Insert a %mgpu_init cell into the active notebook';
     insert.onclick = () => this._actions.insertInit();
     this._pause = el('button', 'jp-mgpu-button jp-mgpu-pause', 'Pause');
@@ -108,7 +117,11 @@ export class MgpuPanel extends Widget {
     this.node.appendChild(this._devices);
     this.node.appendChild(el('h3', 'jp-mgpu-section', 'Clusters'));
     this._clusters = el('div', 'jp-mgpu-clusters');
-    this._empty = el('div', 'jp-mgpu-empty', 'No running cluster. Run %mgpu_init in a notebook.');
+    this._empty = el(
+      'div',
+      'jp-mgpu-empty',
+      'No running cluster. Run %mgpu_init in a notebook.'
+    );
     this._clusters.appendChild(this._empty);
     this.node.appendChild(this._clusters);
   }
@@ -129,9 +142,15 @@ export class MgpuPanel extends Widget {
   /** Render one snapshot: devices, clusters (keyed by id), bars and sparklines. */
   render(snap: SnapshotMessage): void {
     this._live.classList.remove('jp-mgpu-error');
-    this._live.textContent = snap.paused ? 'paused' : `live · every ${snap.interval} s`;
+    this._live.textContent = snap.paused
+      ? 'paused'
+      : `live · every ${snap.interval} s`;
     this._pause.textContent = snap.paused ? 'Resume' : 'Pause';
-    this._renderDevices(snap.devices.devices, snap.devices.source, snap.devices.host);
+    this._renderDevices(
+      snap.devices.devices,
+      snap.devices.source,
+      snap.devices.host
+    );
     const keep = new Set<string>();
     for (const c of snap.clusters) {
       for (const r of c.ranks) {
@@ -156,23 +175,40 @@ export class MgpuPanel extends Widget {
     this._empty.style.display = snap.clusters.length ? 'none' : '';
   }
 
-  private _renderDevices(devices: DeviceEntry[], source: string, host: string): void {
+  private _renderDevices(
+    devices: DeviceEntry[],
+    source: string,
+    host: string
+  ): void {
     this._devices.textContent = '';
     if (devices.length === 0) {
       this._devices.appendChild(
-        el('div', 'jp-mgpu-empty', `No GPU on ${host}; CPU virtual devices appear here while a cluster runs.`)
+        el(
+          'div',
+          'jp-mgpu-empty',
+          `No GPU on ${host}; CPU virtual devices appear here while a cluster runs.`
+        )
       );
       return;
     }
     for (const d of devices) {
       const row = el('div', 'jp-mgpu-device');
       row.dataset.deviceId = d.id;
-      const label = source === 'nvml' ? `${d.kind}:${d.index} ${d.name}` : `${d.kind}:${d.index} (rank ${d.rank})`;
+      const label =
+        source === 'nvml'
+          ? `${d.kind}:${d.index} ${d.name}`
+          : `${d.kind}:${d.index} (rank ${d.rank})`;
       row.appendChild(el('span', 'jp-mgpu-label', label));
       const [outer, fill] = bar();
       setBar(fill, d.used_bytes, d.total_bytes);
       row.appendChild(outer);
-      row.appendChild(el('span', 'jp-mgpu-figures', formatUsedTotal(d.used_bytes, d.total_bytes)));
+      row.appendChild(
+        el(
+          'span',
+          'jp-mgpu-figures',
+          formatUsedTotal(d.used_bytes, d.total_bytes)
+        )
+      );
       showOtherUsers(row, outer, fill, d); // a shared GPU: other users' part of the bar, and its figure
       this._devices.appendChild(row);
     }
@@ -193,7 +229,17 @@ export class MgpuPanel extends Widget {
     const sparkAxis = el('div', 'jp-mgpu-spark-axis');
     const ranks = el('div', 'jp-mgpu-ranks');
     const stop = el('button', 'jp-mgpu-button jp-mgpu-stop', 'Stop cluster');
-    const view: ClusterView = { card, title, meta, spark, sparkAxis, ranks, rankViews: new Map(), stop, info: c };
+    const view: ClusterView = {
+      card,
+      title,
+      meta,
+      spark,
+      sparkAxis,
+      ranks,
+      rankViews: new Map(),
+      stop,
+      info: c
+    };
     stop.onclick = () => this._actions.stopCluster(view.info);
     card.append(title, meta, spark, sparkAxis, ranks, stop);
     this._clusters.appendChild(card);
@@ -207,14 +253,22 @@ export class MgpuPanel extends Widget {
     view.card.dataset.status = c.status;
     view.card.dataset.worldSize = String(c.world_size);
     view.title.textContent = `${c.cluster_id} · ${c.status}`;
-    const notebook = c.notebook ? c.notebook.split('/').pop() : 'unknown notebook';
+    const notebook = c.notebook
+      ? c.notebook.split('/').pop()
+      : 'unknown notebook';
     view.meta.title = c.notebook ?? '';
     // pieces that never break inside (no "glo/o"): the line wraps between them only
-    const pieces = [notebook ?? '', `${c.world_size}× ${c.kind}`, c.backend ?? ''].filter(p => p);
+    const pieces = [
+      notebook ?? '',
+      `${c.world_size}× ${c.kind}`,
+      c.backend ?? ''
+    ].filter(p => p);
     if (c.total_bytes > 0) {
       pieces.push(formatUsedTotal(c.used_bytes, c.total_bytes));
     }
-    view.meta.replaceChildren(...pieces.map(p => el('span', 'jp-mgpu-piece', p)));
+    view.meta.replaceChildren(
+      ...pieces.map(p => el('span', 'jp-mgpu-piece', p))
+    );
     view.stop.disabled = c.status === 'stopped' || c.status === 'stopping';
 
     for (const r of c.ranks) {
@@ -238,7 +292,10 @@ export class MgpuPanel extends Widget {
       view.ranks.appendChild(head);
     }
     view.lastHost = r.host;
-    const row = el('div', `jp-mgpu-rank jp-mgpu-rank-color-${r.rank % RANK_COLORS}`);
+    const row = el(
+      'div',
+      `jp-mgpu-rank jp-mgpu-rank-color-${r.rank % RANK_COLORS}`
+    );
     row.dataset.rank = String(r.rank);
     const label = el('span', 'jp-mgpu-label');
     const [outer, fill] = bar();
@@ -262,21 +319,36 @@ export class MgpuPanel extends Widget {
 
   private _renderSpark(view: ClusterView, c: ClusterInfo, now: number): void {
     // scale to the largest value seen in the window (not the budget) so that changes are visible
-    const series = c.ranks.map(r => this._history.get(`${c.cluster_id}/${r.rank}`));
+    const series = c.ranks.map(r =>
+      this._history.get(`${c.cluster_id}/${r.rank}`)
+    );
     const seen = series.flatMap(s => s.map(x => x.v));
     const max = Math.max(1, ...seen) * 1.1;
     // the time axis spans the history there is (whole 10 s, up to 60 s): a young cluster is not a
     // line squeezed into the right edge
     const oldest = Math.min(now, ...series.flatMap(s => s.map(x => x.t)));
-    const span = Math.min(60, Math.max(10, Math.ceil((now - oldest) / 10) * 10));
+    const span = Math.min(
+      60,
+      Math.max(10, Math.ceil((now - oldest) / 10) * 10)
+    );
     view.sparkAxis.textContent = `0 to ${formatBytes(max)} · last ${span} s`;
     for (const old of Array.from(view.spark.querySelectorAll('polyline'))) {
       old.remove();
     }
     for (const r of c.ranks) {
-      const points = scalePoints(this._history.get(`${c.cluster_id}/${r.rank}`), now, max, SPARK_W, SPARK_H, span);
+      const points = scalePoints(
+        this._history.get(`${c.cluster_id}/${r.rank}`),
+        now,
+        max,
+        SPARK_W,
+        SPARK_H,
+        span
+      );
       const line = document.createElementNS(SVG_NS, 'polyline');
-      line.setAttribute('class', `jp-mgpu-spark-line jp-mgpu-rank-stroke-${r.rank % RANK_COLORS}`);
+      line.setAttribute(
+        'class',
+        `jp-mgpu-spark-line jp-mgpu-rank-stroke-${r.rank % RANK_COLORS}`
+      );
       line.setAttribute('points', toPolyline(points));
       line.dataset.rank = String(r.rank);
       view.spark.appendChild(line);

@@ -232,7 +232,9 @@ export function parseDevices(value: unknown): DevicesPayload {
   const o = obj(value, 'devices payload');
   const source = str(o, 'source', 'devices payload');
   if (source !== 'nvml' && source !== 'clusters') {
-    throw new PayloadError(`devices payload.source is ${source}, expected nvml or clusters`);
+    throw new PayloadError(
+      `devices payload.source is ${source}, expected nvml or clusters`
+    );
   }
   return {
     time: num(o, 'time', 'devices payload'),
@@ -254,7 +256,9 @@ export function parseStop(value: unknown): StopPayload {
 }
 
 /** Parse one text frame of the stream; throws PayloadError on anything else. */
-export function parseStreamMessage(text: string): SnapshotMessage | StreamErrorMessage {
+export function parseStreamMessage(
+  text: string
+): SnapshotMessage | StreamErrorMessage {
   let value: unknown;
   try {
     value = JSON.parse(text);

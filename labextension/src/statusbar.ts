@@ -10,7 +10,8 @@ export class MgpuStatus extends Widget {
   constructor(onClick: () => void) {
     super();
     this.addClass('jp-mgpu-status');
-    this.node.title = 'jupyter_mgpu: devices and memory (click to open the Multi-GPU panel)';
+    this.node.title =
+      'jupyter_mgpu: devices and memory (click to open the Multi-GPU panel)';
     this.node.textContent = statusText(null);
     this.node.onclick = onClick;
   }
@@ -19,6 +20,8 @@ export class MgpuStatus extends Widget {
   paused = false;
 
   render(snap: SnapshotMessage | null): void {
-    this.node.textContent = statusText(snap ? { ...snap, paused: this.paused } : null);
+    this.node.textContent = statusText(
+      snap ? { ...snap, paused: this.paused } : null
+    );
   }
 }

@@ -47,7 +47,11 @@ export class MgpuStream {
     this._ws = ws;
     ws.onopen = () => {
       this._retry = 0;
-      this.send({ type: 'configure', interval: this._interval, paused: this._paused });
+      this.send({
+        type: 'configure',
+        interval: this._interval,
+        paused: this._paused
+      });
     };
     ws.onmessage = (ev: MessageEvent) => {
       try {

@@ -1,10 +1,20 @@
-import { formatBytes, formatUsedTotal, fraction, initCommand, statusText } from '../src/format';
+import {
+  formatBytes,
+  formatUsedTotal,
+  fraction,
+  initCommand,
+  statusText
+} from '../src/format';
 import sizeCases from './size_format.json';
 import { parseStreamMessage, SnapshotMessage } from '../src/payloads';
 
 const GiB = 2 ** 30;
 
-function snapshot(devices: Array<[string, number, number]>, paused = false, source = 'clusters'): SnapshotMessage {
+function snapshot(
+  devices: Array<[string, number, number]>,
+  paused = false,
+  source = 'clusters'
+): SnapshotMessage {
   return parseStreamMessage(
     JSON.stringify({
       type: 'snapshot',
@@ -68,7 +78,14 @@ describe('statusText', () => {
     expect(statusText(snap)).toBe('mgpu 4× cpu · 3.1 GiB / 8.0 GiB');
   });
   it('summarises GPUs, paused and empty states', () => {
-    const snap = snapshot([['cuda', 40 * GiB, 80 * GiB], ['cuda', 0, 80 * GiB]], false, 'nvml');
+    const snap = snapshot(
+      [
+        ['cuda', 40 * GiB, 80 * GiB],
+        ['cuda', 0, 80 * GiB]
+      ],
+      false,
+      'nvml'
+    );
     expect(statusText(snap)).toBe('mgpu 2× cuda · 40.0 GiB / 160.0 GiB');
     expect(statusText(snapshot([], true))).toBe('mgpu – (paused)');
     expect(statusText(snapshot([]))).toBe('mgpu –');
@@ -78,9 +95,19 @@ describe('statusText', () => {
 
 describe('initCommand', () => {
   it('pre-fills the GPU count, else the CPU default', () => {
-    expect(initCommand(snapshot([['cuda', 0, 1], ['cuda', 0, 1], ['cuda', 0, 1]], false, 'nvml'))).toBe(
-      '%mgpu_init 3'
-    );
+    expect(
+      initCommand(
+        snapshot(
+          [
+            ['cuda', 0, 1],
+            ['cuda', 0, 1],
+            ['cuda', 0, 1]
+          ],
+          false,
+          'nvml'
+        )
+      )
+    ).toBe('%mgpu_init 3');
     expect(initCommand(snapshot([['cpu', 0, 1]]))).toBe('%mgpu_init 2');
     expect(initCommand(null, 4)).toBe('%mgpu_init 4');
   });

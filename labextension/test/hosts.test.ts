@@ -19,7 +19,12 @@ const rank = (r: number, host: string | null): RankInfo => ({
 
 describe('ranks grouped by host', () => {
   it('starts a heading where the host changes, and only there', () => {
-    const ranks = [rank(0, 'node1'), rank(1, 'node1'), rank(2, 'node2'), rank(3, 'node2')];
+    const ranks = [
+      rank(0, 'node1'),
+      rank(1, 'node1'),
+      rank(2, 'node2'),
+      rank(3, 'node2')
+    ];
     let previous: string | null = null;
     const headings = ranks.map(r => {
       const h = hostHeading(previous, r);

@@ -18,7 +18,9 @@ const gpu = (used: number, other: number | null): DeviceEntry => ({
 
 describe('other users on a shared GPU', () => {
   it('names the amount, never anyone', () => {
-    expect(otherUsersText(gpu(30 * GiB, 20 * GiB))).toBe('other users 20.0 GiB');
+    expect(otherUsersText(gpu(30 * GiB, 20 * GiB))).toBe(
+      'other users 20.0 GiB'
+    );
   });
 
   it('says nothing when nobody else holds memory or NVML cannot tell', () => {
@@ -32,6 +34,8 @@ describe('other users on a shared GPU', () => {
     expect(other).toBeCloseTo(0.25);
     expect(barShares(gpu(40 * GiB, null))).toEqual([0.5, 0]);
     // other users' part never exceeds what the device reports used
-    expect(barShares({ ...gpu(10 * GiB, 0), other_users_bytes: 30 * GiB })).toEqual([0, 0.125]);
+    expect(
+      barShares({ ...gpu(10 * GiB, 0), other_users_bytes: 30 * GiB })
+    ).toEqual([0, 0.125]);
   });
 });

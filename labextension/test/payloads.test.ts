@@ -1,4 +1,10 @@
-import { parseClusters, parseDevices, parseStop, parseStreamMessage, PayloadError } from '../src/payloads';
+import {
+  parseClusters,
+  parseDevices,
+  parseStop,
+  parseStreamMessage,
+  PayloadError
+} from '../src/payloads';
 
 const rank = (r: number) => ({
   rank: r,
@@ -42,13 +48,21 @@ describe('parseClusters', () => {
     expect(parsed.clusters[0]).toEqual(cluster);
   });
   it('rejects a payload with a missing or mistyped key, naming it', () => {
-    expect(() => parseClusters({ time: 1 })).toThrow(/clusters payload.clusters is not a list/);
+    expect(() => parseClusters({ time: 1 })).toThrow(
+      /clusters payload.clusters is not a list/
+    );
     const bad = { ...cluster, ranks: [{ ...rank(0), used_bytes: '12' }] };
-    expect(() => parseClusters({ time: 1, clusters: [bad] })).toThrow(/rank 0.used_bytes is not a number/);
+    expect(() => parseClusters({ time: 1, clusters: [bad] })).toThrow(
+      /rank 0.used_bytes is not a number/
+    );
     expect(() => parseClusters(null)).toThrow(PayloadError);
   });
   it('accepts null for optional fields', () => {
-    const c = { ...cluster, notebook: null, ranks: [{ ...rank(0), pid: null, device: null, sample_age_s: null }] };
+    const c = {
+      ...cluster,
+      notebook: null,
+      ranks: [{ ...rank(0), pid: null, device: null, sample_age_s: null }]
+    };
     const parsed = parseClusters({ time: 1, clusters: [c] });
     expect(parsed.clusters[0].notebook).toBeNull();
     expect(parsed.clusters[0].ranks[0].pid).toBeNull();
@@ -70,14 +84,25 @@ describe('parseDevices', () => {
       own_bytes: 1,
       other_users_bytes: 0
     };
-    expect(parseDevices({ time: 1, host: 'h', source: 'nvml', devices: [dev] }).devices[0]).toEqual(dev);
+    expect(
+      parseDevices({ time: 1, host: 'h', source: 'nvml', devices: [dev] })
+        .devices[0]
+    ).toEqual(dev);
     // a server from before the split sends neither share: unknown, not an error
     const older: Record<string, unknown> = { ...dev };
     delete older.own_bytes;
     delete older.other_users_bytes;
-    expect(parseDevices({ time: 1, host: 'h', source: 'nvml', devices: [older] }).devices[0]).toEqual({
-      ...dev, own_bytes: null, other_users_bytes: null });
-    expect(() => parseDevices({ time: 1, host: 'h', source: 'magic', devices: [] })).toThrow(/source/);
+    expect(
+      parseDevices({ time: 1, host: 'h', source: 'nvml', devices: [older] })
+        .devices[0]
+    ).toEqual({
+      ...dev,
+      own_bytes: null,
+      other_users_bytes: null
+    });
+    expect(() =>
+      parseDevices({ time: 1, host: 'h', source: 'magic', devices: [] })
+    ).toThrow(/source/);
   });
 });
 
@@ -94,15 +119,27 @@ describe('parseStreamMessage', () => {
       })
     );
     expect(snap.type).toBe('snapshot');
-    expect(parseStreamMessage('{"type": "error", "message": "bad"}')).toEqual({ type: 'error', message: 'bad' });
+    expect(parseStreamMessage('{"type": "error", "message": "bad"}')).toEqual({
+      type: 'error',
+      message: 'bad'
+    });
     expect(() => parseStreamMessage('nope')).toThrow(/not JSON/);
-    expect(() => parseStreamMessage('{"type": "other"}')).toThrow(/unknown type/);
+    expect(() => parseStreamMessage('{"type": "other"}')).toThrow(
+      /unknown type/
+    );
   });
 });
 
 describe('parseStop', () => {
   it('parses the stop result', () => {
-    expect(parseStop({ cluster_id: 'x', signalled: [1, 2], killed: [], remaining: [] })).toEqual({
+    expect(
+      parseStop({
+        cluster_id: 'x',
+        signalled: [1, 2],
+        killed: [],
+        remaining: []
+      })
+    ).toEqual({
       cluster_id: 'x',
       signalled: [1, 2],
       killed: [],
