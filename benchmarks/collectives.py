@@ -50,7 +50,7 @@ def _plain_worker(rank: int, n: int, port: int, threads: int, conn) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # as the engines' group (rendezvous.py)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # as the engines' group (engine/process_group.py)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
     while True:
         command = conn.recv()

@@ -145,7 +145,7 @@ def with_mgpu(folder: str, ranks: int, repeat: int, session: object = None) -> d
     import jupyter_mgpu as mg
     from jupyter_mgpu.engine import telemetry
 
-    from jupyter_mgpu.session import start_session
+    from jupyter_mgpu.session.core import start_session
 
     s = session or mg.current(required=False)
     started = None

@@ -27,7 +27,8 @@ os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 import torch  # noqa: E402
 
 import jupyter_mgpu as mg  # noqa: E402
-from jupyter_mgpu.engine import store, telemetry  # noqa: E402
+from jupyter_mgpu.engine import telemetry
+from jupyter_mgpu.engine import shard_store as store  # noqa: E402
 from jupyter_mgpu.ops import matmul_baselines as base  # noqa: E402
 from jupyter_mgpu.ops.matmul_plan import required_placements  # noqa: E402
 

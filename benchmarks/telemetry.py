@@ -29,8 +29,8 @@ import psutil  # noqa: E402
 
 import jupyter_mgpu as mg  # noqa: E402
 from jupyter_mgpu.engine import telemetry as tele  # noqa: E402
-from jupyter_mgpu.memory import monitor  # noqa: E402
-from jupyter_mgpu.widgets.memory import MemoryDashboard  # noqa: E402
+from jupyter_mgpu.monitoring.memory_monitor import monitor  # noqa: E402
+from jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard  # noqa: E402
 
 MiB = 2**20
 

@@ -9,7 +9,7 @@ Side by side in one run on the same machine, ``--size`` MiB (default 1024) of fl
   memory advised as transparent huge pages (``transfer.new_tensor``), the cheapest new memory there is:
   the ceiling for a transfer into new memory on this machine (zeroing the pages + copying);
 - ``mg.scatter``: S(0), the kernel copying each slice straight into the rank's shard block (by address,
-  ``remote_copy.py``): into new blocks (the ranks' block caches emptied first), then again after freeing
+  ``tensors/process_copy.py``): into new blocks (the ranks' block caches emptied first), then again after freeing
   the previous copy (its blocks are reused, warm, as in a loop); ``gather()`` (the kernel reads each
   shard into a new tensor: fresh pages) and ``gather(out=)`` (into a preallocated tensor);
 - ``ipyparallel push`` / ``pull``: the ipyparallel default, one torch tensor slice per engine
@@ -17,7 +17,7 @@ Side by side in one run on the same machine, ``--size`` MiB (default 1024) of fl
 - with ``--two-hosts`` (root): the same scatter and gathers with the notebook on one namespace "host"
   and the ranks on another (``tests/multihost/netns_lab.py``: own network, PID, mount, IPC and UTS
   namespaces, a veth link, engines started over SSH), where no copy by address is possible and the
-  bytes go over one authenticated TCP stream per rank (``remote/streams.py``).
+  bytes go over one authenticated TCP stream per rank (``tensors/sockets.py``).
 
     python benchmarks/transfer.py [--size 1024] [--ranks 4] [--trials 3] [--two-hosts]
 """
@@ -38,7 +38,7 @@ os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 import torch  # noqa: E402
 
 import jupyter_mgpu as mg  # noqa: E402
-from jupyter_mgpu import transfer  # noqa: E402
+from jupyter_mgpu.tensors import shared_blocks as transfer  # noqa: E402
 
 
 def _timed(fn, trials):
@@ -56,7 +56,7 @@ def _drop(name):
 
 def _streamed_rows(x, trials: int) -> list[tuple[str, float, float]]:
     """Scatter and gathers of ``x`` in the current session (every rank on another host)."""
-    from jupyter_mgpu.remote import streams
+    from jupyter_mgpu.tensors import sockets as streams
 
     s = mg.current()
     assert streams.streamed_ranks(s) == set(range(s.world_size)), "a rank is on the notebook's host"

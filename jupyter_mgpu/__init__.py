@@ -8,28 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._version import __version__
-from .devices import DeviceInfo
-from .errors import (
+from jupyter_mgpu._version import __version__
+from jupyter_mgpu.devices import DeviceInfo
+from jupyter_mgpu.errors import (
     CollectiveTimeoutError,
     DeviceOutOfMemoryError,
     EngineDiedError,
     MgpuError,
     RankError,
 )
-from .session import PendingResult, Session, current, init, shutdown
-from .memory import memory, memory_history, reset_peak  # noqa: E402 (replaces the submodule attribute)
-from .collective import CollectiveResult, collective  # noqa: E402 (replaces the submodule attribute)
-from .bench import BenchResult, bench  # noqa: E402 (replaces the submodule attribute)
-from .placement import Block2D, Replicate, Shard  # noqa: E402
-from .tensor import DistTensor, arange, empty_cache, ones, rand, randn, scatter, zeros  # noqa: E402
-from .sharded_matmul import MatmulReport, matmul, plan_matmul  # noqa: E402
-from .tensor_io import from_numpy, from_pandas, load, save  # noqa: E402
-from .mapping import map  # noqa: E402,A004 (mg.map; left out of __all__ so a star import keeps the builtin)
-from .metrics import clear_metrics, metrics, metrics_plot  # noqa: E402
-from .trace import Trace, show, trace  # noqa: E402 (replaces the submodule attribute)
-from .compare import compare  # noqa: E402 (replaces the submodule attribute)
-from .compare_result import CompareResult  # noqa: E402
+from jupyter_mgpu.session.core import PendingResult, Session, current, init, shutdown
+from jupyter_mgpu.monitoring.memory_monitor import memory, memory_history, reset_peak
+from jupyter_mgpu.collectives.collective_run import CollectiveResult, collective
+from jupyter_mgpu.collectives.collective_bench import BenchResult, bench
+from jupyter_mgpu.layout.placement import Block2D, Replicate, Shard
+from jupyter_mgpu.tensors.dist_tensor import DistTensor, arange, empty_cache, ones, rand, randn, scatter, zeros
+from jupyter_mgpu.tensors.sharded_matmul import MatmulReport, matmul, plan_matmul
+from jupyter_mgpu.tensors.io import from_numpy, from_pandas, load, save
+from jupyter_mgpu.tensors.shard_map import map  # noqa: A004 (mg.map; left out of __all__ so a star import keeps the builtin)
+from jupyter_mgpu.monitoring.metrics_log import clear_metrics, metrics, metrics_plot
+from jupyter_mgpu.tracing.capture import Trace, show, trace
+from jupyter_mgpu.comparison.compare_run import compare
+from jupyter_mgpu.comparison.compare_result import CompareResult
 
 __all__ = [
     "__version__",
@@ -86,14 +86,14 @@ __all__ = [
 
 def dashboard(session: Any = None, refresh_rate: float | None = None) -> Any:
     """The live memory dashboard of the current session (a widget; display it anywhere, views stay in sync)."""
-    from .widgets.memory import dashboard as _dashboard
+    from jupyter_mgpu.widgets.memory_dashboard import dashboard as _dashboard
 
     return _dashboard(session, refresh_rate)
 
 
 def __getattr__(name: str) -> Any:
     if name == "MemoryDashboard":  # imported on first use: anywidget is not needed to drive the ranks
-        from .widgets.memory import MemoryDashboard
+        from jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard
 
         return MemoryDashboard
     raise AttributeError(f"module 'jupyter_mgpu' has no attribute {name!r}")
@@ -103,7 +103,7 @@ def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jupyter_mgpu``: register the ``%mgpu_*`` magics."""
     import os
 
-    from .magics import register
+    from jupyter_mgpu.magics.session_magics import register
 
     register(ipython)
     if not os.environ.get("JUPYTER_MGPU_NO_PREWARM") and current(required=False) is None:
@@ -113,13 +113,13 @@ def load_ipython_extension(ipython: Any) -> None:
 def prewarm() -> None:
     """Start a spare controller and supervisor in the background (torch imported once) so the next
     ``init`` only forks the engines; also starts compiling the CPU budget shim if it is missing."""
-    from .cluster import prewarm as _prewarm
+    from jupyter_mgpu.cluster.local import prewarm as _prewarm
 
     _prewarm()
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from .cluster import discard_spare
+    from jupyter_mgpu.cluster.local import discard_spare
 
     shutdown()
     discard_spare()

@@ -11,8 +11,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .engine.memory_figures import format_bytes  # noqa: F401  (one size format for every view)
-from .errors import MgpuError
+from jupyter_mgpu.engine.memory_figures import format_bytes  # noqa: F401  (one size format for every view)
+from jupyter_mgpu.errors import MgpuError
 
 DEFAULT_CPU_DEVICES = 2
 
@@ -172,7 +172,7 @@ def check_cpu_budget(budget: int, n: int) -> None:
 
     import psutil
 
-    from .engine.budget import MIN_BUDGET
+    from jupyter_mgpu.engine.budget import MIN_BUDGET
 
     if budget < MIN_BUDGET:
         raise MgpuError(f"--mem-per-device {format_bytes(budget)} is below the {format_bytes(MIN_BUDGET)} a rank "

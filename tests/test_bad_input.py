@@ -12,7 +12,7 @@ import torch
 from IPython.core.error import UsageError
 
 import jupyter_mgpu as mg
-import jupyter_mgpu.session as sm
+import jupyter_mgpu.session.core as sm
 from jupyter_mgpu.errors import MgpuError
 
 pytestmark = pytest.mark.cluster

@@ -19,7 +19,7 @@ import os
 import re
 import resource
 
-from . import allocator_budget
+from jupyter_mgpu.engine import allocator_budget
 
 # rlimit mode: thread stacks, gloo buffers and allocator slack created after the limit is set
 RUNTIME_HEADROOM = 256 * 1024**2

@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from . import budget, rank_namespace, runtime
+from jupyter_mgpu.engine import budget, rank_namespace, runtime
 
 CELL_FILENAME = "<mgpu-cell-{n}>"
 _cell_counter = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import runtime
+from jupyter_mgpu.engine import runtime
 
 
 def info() -> dict[str, Any]:
@@ -14,7 +14,7 @@ def info() -> dict[str, Any]:
 
 def local(handle: Any) -> Any:
     """This rank's shard of a DistTensor: ``mgpu.local(A)`` with the handle's name or its id string."""
-    from . import store
+    from jupyter_mgpu.engine import shard_store as store
 
     hid = handle if isinstance(handle, str) else getattr(handle, "handle_id", None)
     if hid is None:
@@ -22,4 +22,4 @@ def local(handle: Any) -> Any:
     return store.get(hid)
 
 
-from .training import ShardLoader, log, shard_loader  # noqa: E402  (mgpu.shard_loader, mgpu.log in %%mgpu cells)
+from jupyter_mgpu.engine.training import ShardLoader, log, shard_loader  # noqa: E402  (mgpu.shard_loader, mgpu.log in %%mgpu cells)

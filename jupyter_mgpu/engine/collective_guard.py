@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from . import unix_socket
+from jupyter_mgpu.engine import unix_socket
 
 SOCKET_NAME = "guard.{rank}.sock"
 REQUEST_TIMEOUT = 2.0
@@ -114,7 +114,7 @@ def release(backend: str | None = None) -> int:
 
 def progress(state: Any) -> dict[str, Any]:
     """Whether this rank is inside a call, and how many collectives it has entered during it."""
-    from . import runtime
+    from jupyter_mgpu.engine import runtime
 
     seq0 = getattr(state, "call_seq0", None)
     seq = runtime.sequence_number()

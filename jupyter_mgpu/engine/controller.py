@@ -12,12 +12,12 @@ import sys
 
 def main() -> None:
     kernel_pid, create_time = int(sys.argv[1]), float(sys.argv[2])
-    from .startup_marks import mark
+    from jupyter_mgpu.engine.startup_marks import mark
 
     for arg in sys.argv[3:]:
         if arg.startswith("--profile-dir="):  # <rundir>/profile
             mark(os.path.dirname(arg.split("=", 1)[1]), "controller.main")
-    from . import watchdog
+    from jupyter_mgpu.engine import watchdog
 
     # the controller forks helper processes (schedulers) that do not inherit this thread: end the
     # whole process group (this process started its own session) when the kernel is gone

@@ -38,8 +38,8 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
         if config.get("cwd"):
             os.chdir(config["cwd"])
         sys.path[:0] = [p for p in config.get("sys_path", []) if p not in sys.path]
-        from . import runtime, watchdog
-        from .startup_marks import mark
+        from jupyter_mgpu.engine import runtime, watchdog
+        from jupyter_mgpu.engine.startup_marks import mark
 
         mark(rundir, f"engine.forked.{rank}")
         watchdog.start(config["kernel_pid"], config["kernel_create_time"])
@@ -49,7 +49,7 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
         except Exception as exc:  # reported to the kernel through the exits file
             _write_exit(rundir, rank, os.getpid(), None, f"{type(exc).__name__}: {exc}")
             os._exit(4)
-        from . import telemetry
+        from jupyter_mgpu.engine import telemetry
 
         telemetry.maybe_start(runtime.state())
         from ipyparallel.engine.app import IPEngine
@@ -77,7 +77,7 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
 
 
 def _write_exit(rundir: Path, rank: int, pid: int, status: int | None, error: str | None = None) -> None:
-    from ..rundir import write_json
+    from jupyter_mgpu.rundir import write_json
 
     record: dict = {"rank": rank, "pid": pid, "time": time.time(), "returncode": None, "signal": None}
     if status is not None:
@@ -102,7 +102,7 @@ def _warm_up(rundir: Path) -> None:
         return  # a spare supervisor did this already
     import gc
 
-    from .startup_marks import mark
+    from jupyter_mgpu.engine.startup_marks import mark
 
     mark(rundir, "torch.start")
     # these imports allocate ~300k objects that live as long as the process: collecting garbage
@@ -129,7 +129,7 @@ def _import_engine_modules() -> None:
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    from . import allocator_budget, calls, cellapi, runtime, telemetry, watchdog  # noqa: F401
+    from jupyter_mgpu.engine import allocator_budget, calls, cellapi, runtime, telemetry, watchdog  # noqa: F401
 
     # what every engine imports while it registers (its kernel's debugger, shell extras): once here,
     # not four times over on a start where the engines compete for the cores
@@ -150,7 +150,7 @@ def _import_engine_modules() -> None:
 
 
 def _wait_for(path: Path, timeout: float) -> bool:
-    from ..rundir import complete_json
+    from jupyter_mgpu.rundir import complete_json
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -163,11 +163,11 @@ def _wait_for(path: Path, timeout: float) -> bool:
 def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str | None = None) -> None:
     """Supervise one cluster. With a kernel pid, start as a spare: warm up, then wait for launch.json."""
     rundir = Path(rundir_arg)
-    from .startup_marks import mark
+    from jupyter_mgpu.engine.startup_marks import mark
 
     mark(rundir, "supervisor.main")
     if kernel_pid is not None:
-        from . import watchdog
+        from jupyter_mgpu.engine import watchdog
 
         watchdog.start(int(kernel_pid), float(kernel_create_time or 0) or None)
         _warm_up(rundir)
@@ -215,12 +215,12 @@ def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *a: (stop_children(), os._exit(0)))
 
-    from . import watchdog
+    from jupyter_mgpu.engine import watchdog
 
     watchdog.start(config["kernel_pid"], config["kernel_create_time"], on_gone=stop_children)
 
     _warm_up(rundir)
-    from . import allocator_budget
+    from jupyter_mgpu.engine import allocator_budget
 
     # the engines forked below share one decision: the budget shim if built (a compile started in the
     # background at %load_ext gets SHIM_GRACE more seconds, one begun by this start none), else the OS limit
@@ -238,7 +238,7 @@ def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str
             _engine_child(rundir, config, rank)
         children[rank] = pid
     mark(rundir, "supervisor.forked")
-    from ..rundir import write_json
+    from jupyter_mgpu.rundir import write_json
 
     write_json(rundir / "engines.json", {str(r): p for r, p in children.items()})
     while children:

@@ -2,7 +2,7 @@
 
 A cluster that spans hosts cannot share a runtime directory, so each engine started by one of
 ipyparallel's launchers keeps one TCP connection (a *link*) to the cluster's relay on the kernel's
-host (``remote/hub.py``). Telemetry, traces and metrics travel up it, steering and interrupts down
+host (``launch/relay.py``). Telemetry, traces and metrics travel up it, steering and interrupts down
 it, and the kernel's guard and direct-channel sockets are relayed through it.
 
 Authentication: both ends hold a key derived from ipyparallel's own HMAC key (which only the

@@ -1,4 +1,4 @@
-"""The engine's end of its link to the notebook's host (see ``link.py`` and ``remote/hub.py``).
+"""The engine's end of its link to the notebook's host (see ``link.py`` and ``launch/relay.py``).
 
 Two daemon threads in a remote engine, independent of its main thread (which may sit in a C++
 collective for minutes):
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import link as lk
+from jupyter_mgpu.engine import link as lk
 
 TICK = 0.05  # seconds between looks at the telemetry record
 LOG_EVERY = 4  # ticks between walks of the trace and metrics folders
@@ -165,7 +165,7 @@ class Agent:
             self.end(0)
 
     def _open(self, channel: int, name: str) -> None:
-        from . import unix_socket
+        from jupyter_mgpu.engine import unix_socket
 
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

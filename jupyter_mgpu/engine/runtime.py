@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import rendezvous
+from jupyter_mgpu.engine import process_group as rendezvous
 
 
 @dataclass
@@ -91,20 +91,20 @@ def setup(config: dict, rank: int) -> EngineState:
         store=config.get("store"),
     )
     if dev["kind"] == "cuda":
-        from . import cuda_device
+        from jupyter_mgpu.engine import cuda_device
 
         st.device = cuda_device.bind(config.get("mem_per_device"))
     else:
-        from . import budget
+        from jupyter_mgpu.engine import budget
 
         st.device = torch.device("cpu")
         st.data_limit = budget.apply(st.budget_bytes)
     STATE = st
-    from . import collective_guard
+    from jupyter_mgpu.engine import collective_guard
 
     collective_guard.install()
     collective_guard.start(config["rundir"], st)
-    from .startup_marks import mark
+    from jupyter_mgpu.engine.startup_marks import mark
 
     mark(config["rundir"], f"pg.start.{rank}")
     rendezvous.init_process_group(config["rundir"], rank, world, config["backend"], st.timeout, store=st.store)
@@ -123,7 +123,7 @@ def namespace() -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from . import cellapi
+    from jupyter_mgpu.engine import cellapi
 
     st = state()
     return {
@@ -139,7 +139,7 @@ def namespace() -> dict[str, Any]:
 def populate(user_ns: dict) -> None:
     """Put :func:`namespace` into an engine's user namespace (run at engine start)."""
     user_ns.update(namespace())
-    from . import direct
+    from jupyter_mgpu.engine import direct_channel as direct
 
     direct.start(user_ns)
 
@@ -161,7 +161,7 @@ def describe() -> dict[str, Any]:
         "resident_bytes": proc.memory_info().rss,
     }
     if st.device_kind == "cuda":
-        from . import cuda_device
+        from jupyter_mgpu.engine import cuda_device
 
         info.update(cuda_device.memory())
     return info

@@ -7,7 +7,7 @@ reads such shards the same way. When a shard's last view dies its block goes bac
 (like CUDA's caching allocator: "reserved" vs "allocated"), so the next scatter of that size writes
 into pages that are already there: fresh pages cost several times a copy on these machines.
 
-Where the kernel may copy into the rank's memory by address (``remote_copy.py``), blocks are private
+Where the kernel may copy into the rank's memory by address (``tensors/process_copy.py``), blocks are private
 memory in transparent huge pages instead of memfds: fresh huge pages fault in several times faster.
 
 Blocks count against the device budget, cached ones included, like tensors (``budget.charge``):
@@ -24,7 +24,7 @@ import threading
 import weakref
 from typing import Any
 
-from . import budget, runtime
+from jupyter_mgpu.engine import budget, runtime
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
@@ -39,7 +39,7 @@ _next_id = [1]
 
 class Block:
     """``size`` bytes mapped in this rank: a memfd the kernel maps too (``shared``), or private memory in
-    huge pages that the kernel writes and reads with ``process_vm_writev/readv`` (``remote_copy.py``)."""
+    huge pages that the kernel writes and reads with ``process_vm_writev/readv`` (``tensors/process_copy.py``)."""
 
     def __init__(self, size: int, shared: bool = True) -> None:
         self.id = _next_id[0]
@@ -73,7 +73,7 @@ class Block:
 
 def _room() -> int | None:
     """Bytes of the budget this rank may still give a block (None: no budget)."""
-    from . import budget
+    from jupyter_mgpu.engine import budget
 
     return budget.room(runtime.state().budget_bytes)
 

@@ -23,7 +23,7 @@ import sys
 import types
 from typing import Any, Callable
 
-from . import rank_namespace
+from jupyter_mgpu.engine import rank_namespace
 
 LIBRARY_PREFIXES = ("jupyter_mgpu.", "torch.", "numpy.", "builtins")
 
@@ -62,7 +62,7 @@ def _culprit(fn: Any) -> str | None:
 
 
 def _refuse(fn: Any, exc: BaseException | None) -> Exception:
-    from ..errors import MgpuError
+    from jupyter_mgpu.errors import MgpuError
 
     reason = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else "cannot be pickled"
     culprit = _culprit(fn) if exc is not None else None
@@ -123,7 +123,7 @@ def _pickle_function(fn: Callable, by_value: bool = False) -> tuple[bytes, set[s
     """:func:`pickle_function`, with the file names of the code it pickled by value."""
     import cloudpickle
 
-    from ..errors import MgpuError
+    from jupyter_mgpu.errors import MgpuError
 
     if not callable(fn):
         raise MgpuError(f"this needs a function to call on the ranks, got {type(fn).__name__}")

@@ -62,13 +62,13 @@ def reset_peak() -> None:
             f.write("5")
     except OSError:
         pass
-    from . import runtime
+    from jupyter_mgpu.engine import runtime
 
     if runtime.STATE is not None and runtime.STATE.device_kind == "cuda":
         import torch
 
         torch.cuda.reset_peak_memory_stats()
-    from . import allocator_budget
+    from jupyter_mgpu.engine import allocator_budget
 
     allocator_budget.reset_peak()
 
@@ -109,11 +109,11 @@ def sample(state: Any) -> dict[str, Any]:
         out["host"] = host
         out["device"] = f"{host}:{out['device']}"
     if state.device_kind == "cuda":
-        from . import cuda_device
+        from jupyter_mgpu.engine import cuda_device
 
         out.update(cuda_device.memory())
     else:
-        from . import allocator_budget, budget
+        from jupyter_mgpu.engine import allocator_budget, budget
 
         if budget.mode() == "allocator":  # the budget's own count: live tensor bytes, as on a GPU
             used = allocator_budget.allocated()
@@ -192,7 +192,7 @@ class Sampler(threading.Thread):
                     self.apply_control()
                 self.write_once()
                 if self.seq == 1:
-                    from .startup_marks import mark
+                    from jupyter_mgpu.engine.startup_marks import mark
 
                     mark(self.state.rundir, f"telemetry.first.{self.state.rank}")
             except Exception:  # a sampler must never take its engine down
@@ -225,7 +225,7 @@ def maybe_start(state: Any) -> "Sampler | None":
 def set_period(period: float) -> None:
     """Change this rank's sampling period (seconds); 0 pauses sampling (the thread then does no work)."""
     global _sampler
-    from . import runtime
+    from jupyter_mgpu.engine import runtime
 
     if isinstance(period, bool) or not isinstance(period, (int, float)) or not (
             period == 0 or MIN_PERIOD <= period <= MAX_PERIOD):

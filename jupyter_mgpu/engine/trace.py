@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any, Iterable
 
-from . import runtime
+from jupyter_mgpu.engine import runtime
 
 ACTIONS = ("hold", "send", "recv", "compute", "reduce", "free")
 HOST = -1  # the controller (notebook) as a peer: scatter receives from it, gather sends to it

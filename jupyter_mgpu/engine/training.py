@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any, Iterator
 
-from . import runtime
+from jupyter_mgpu.engine import runtime
 
 METRICS_DIR = "metrics"
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable
 
-from ..rundir import process_alive
+from jupyter_mgpu.rundir import process_alive
 
 
 def start(kernel_pid: int, kernel_create_time: float | None, on_gone: Callable[[], None] | None = None,

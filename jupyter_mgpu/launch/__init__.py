@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .options import LAUNCHERS, LaunchOptions, parse
+from jupyter_mgpu.launch.options import LAUNCHERS, LaunchOptions, parse
 
 OPTION_NAMES = ("launcher", "hosts", "per_host", "interface", "connect", "partition", "time", "account",
                 "launcher_args")
@@ -25,7 +25,7 @@ def requested(options: dict[str, Any]) -> bool:
 def start(n: int | None, *, cpu: bool = False, backend: str | None = None, mem_per_device: int | None = None,
           timeout: float = 60.0, telemetry_period: float = 0.1, **launch: Any) -> Any:
     """Start (or join) a cluster of launcher-started engines; a :class:`HostCluster`."""
-    from .host_cluster import HostCluster
+    from jupyter_mgpu.launch.host_cluster import HostCluster
 
     opts = parse(n, **launch)
     return HostCluster.start(opts, cpu=cpu, backend=backend, mem_per_device=mem_per_device, timeout=timeout,

@@ -5,7 +5,7 @@ unchanged.
 Start: pick the interface (``--interface``, else the one that reaches the engines' hosts), start
 ipyparallel's controller there and the engines with the user's launcher, wait for them to register,
 ask each where it runs (``engine/remote_setup.identify``), order ranks by host then local device,
-start the relay (``remote/hub.py``) and the rendezvous store on rank 0, set every engine up, then
+start the relay (``launch/relay.py``) and the rendezvous store on rank 0, set every engine up, then
 close the store to newcomers. Anything wrong stops everything that was started, on every host, and
 says so in one sentence naming the host.
 """
@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import rundir as rd
-from ..cluster import ClusterSpec, _kernel_identity, _kill_group, _spawn, state_record
-from ..engine import link, netif, remote_setup
-from ..errors import MgpuError
-from ..remote import hub
-from . import ipp_cluster, ranks
-from .options import LaunchOptions
+from jupyter_mgpu import rundir as rd
+from jupyter_mgpu.cluster.local import ClusterSpec, _kernel_identity, _kill_group, _spawn, state_record
+from jupyter_mgpu.engine import link, netif
+from jupyter_mgpu.engine import launched_setup as remote_setup
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.launch import relay as hub
+from jupyter_mgpu.launch import ipp_cluster, ranks
+from jupyter_mgpu.launch.options import LaunchOptions
 
 REGISTER_TIMEOUT = 60.0  # at least this long for engines to register (batch queues, SSH)
 SETUP_TIMEOUT = 120.0  # at least this long for torch to load and the group to meet everywhere
@@ -134,7 +135,7 @@ class HostCluster:
                telemetry_period: float) -> None:
         import ipyparallel as ipp
 
-        from .. import rendezvous
+        from jupyter_mgpu.engine import process_group as rendezvous
 
         opts = self.opts
         self.loop = ipp_cluster.LoopThread()
@@ -225,7 +226,7 @@ class HostCluster:
         rd.write_json(self.path / hub.CONFIG_FILE, {
             "key": key.hex(), "address": self.address, "world_size": self.opts.n or len(self.client.ids),
             "kernel_pid": kernel_pid, "kernel_create_time": kernel_ctime})
-        self.supervisor = _spawn(self.path, ["jupyter_mgpu.remote.hub", str(self.path)])
+        self.supervisor = _spawn(self.path, ["jupyter_mgpu.launch.relay", str(self.path)])
         deadline = time.monotonic() + 15
         while not rd.complete_json(self.path / hub.PORT_FILE):
             if self.supervisor.poll() is not None or time.monotonic() > deadline:
@@ -341,7 +342,7 @@ class HostCluster:
 
     def stop(self) -> None:
         """End every engine (through its link, then the launcher's own way), the relay and the controller."""
-        from ..deferred_interrupt import deferred_interrupt
+        from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 
         with deferred_interrupt():
             self._stop()

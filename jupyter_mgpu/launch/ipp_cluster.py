@@ -5,7 +5,7 @@ launcher (its command wrapped in our kernel watchdog, ``engine/controller.py``),
 through the launcher the user named (``local``, ``ssh``, ``mpi``, ``slurm``, ``pbs``) with
 ipyparallel's own options, or ``--connect`` joins a running cluster. The engines are stock
 ``ipengine``; what makes them ranks happens afterwards, through ipyparallel
-(``engine/remote_setup.py``).
+(``engine/launched_setup.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import MgpuError
-from .options import LaunchOptions
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.launch.options import LaunchOptions
 
 CONTROLLER_PING_MS = 100
 REMOTE_ENGINES_DIR = ".local/share/jupyter/runtime/jupyter-mgpu-engines"  # relative to the SSH user's home

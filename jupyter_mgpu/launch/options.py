@@ -13,7 +13,7 @@ import shlex
 import stat
 from dataclasses import dataclass, field
 
-from ..errors import MgpuError
+from jupyter_mgpu.errors import MgpuError
 
 LAUNCHERS = ("local", "ssh", "mpi", "slurm", "pbs")
 _HOST_RE = re.compile(r"^(?:[A-Za-z0-9_.-]+@)?[A-Za-z0-9_.-]+$")

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..devices import DeviceInfo, format_bytes
-from ..engine.budget import MIN_BUDGET
-from ..errors import MgpuError
+from jupyter_mgpu.devices import DeviceInfo, format_bytes
+from jupyter_mgpu.engine.budget import MIN_BUDGET
+from jupyter_mgpu.errors import MgpuError
 
 
 @dataclass

@@ -20,7 +20,7 @@ import re
 import time
 from typing import Any, Callable
 
-from .collectives import reduce_op
+from jupyter_mgpu.ops.collective_run import reduce_op
 
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -115,7 +115,7 @@ def pattern(rank: int, count: int, dtype: Any, device: Any, offset: int = 0) -> 
 
 
 def _expected_reduction(op: str, n: int, count: int, dtype: Any, device: Any, offset: int = 0) -> Any:
-    from .collective_schedule import combine, finish
+    from jupyter_mgpu.ops.collective_schedule import combine, finish
 
     acc = pattern(0, count, dtype, device, offset)
     for j in range(1, n):
@@ -139,7 +139,7 @@ def _one(name: str, count: int, n: int, rank: int, op: str, root: int, dtype: An
     import torch
     import torch.distributed as dist
 
-    from .collectives import _sync
+    from jupyter_mgpu.ops.collective_run import _sync
 
     part = count // n if name in _WHOLE_ARRAY else count
     rop = reduce_op(op)
@@ -238,7 +238,7 @@ def bench_rank(names: list[str], sizes: list[int], iters: int = 20, warmup: int 
     import torch
     import torch.distributed as dist
 
-    from ..engine import runtime
+    from jupyter_mgpu.engine import runtime
 
     st = runtime.state()
     rank, n = dist.get_rank(), dist.get_world_size()

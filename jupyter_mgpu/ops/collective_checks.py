@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..devices import format_bytes
-from ..remote_errors import rank_list
+from jupyter_mgpu.devices import format_bytes
+from jupyter_mgpu.session.rank_errors import rank_list
 
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 REDUCING = ("reduce", "all_reduce", "reduce_scatter")

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..placement import split as _split
-from .collectives import chunks
+from jupyter_mgpu.layout.placement import split as _split
+from jupyter_mgpu.ops.collective_run import chunks
 
 
 @dataclass

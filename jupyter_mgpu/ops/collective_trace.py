@@ -96,8 +96,8 @@ def names(tag: str) -> dict[str, str]:
 
 def begin(name: str, x: Any, tag: str, op: str) -> None:
     """Before the collective: name the tensors and record that this rank holds its input."""
-    from ..engine import runtime
-    from ..engine import trace as etrace
+    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import trace as etrace
 
     st = runtime.state()
     shape, item = tuple(x.shape), x.element_size()
@@ -112,8 +112,8 @@ def end(name: str, x: Any, tag: str, src: int) -> None:
     """After the collective returned: record its sends, receives, reductions and what this rank holds now."""
     import math
 
-    from ..engine import runtime
-    from ..engine import trace as etrace
+    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import trace as etrace
 
     st = runtime.state()
     shape, item = tuple(x.shape), x.element_size()

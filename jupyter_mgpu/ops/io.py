@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import placement as pl
-from ..engine import runtime, store
+from jupyter_mgpu.layout import placement as pl
+from jupyter_mgpu.engine import runtime
+from jupyter_mgpu.engine import shard_store as store
 
 
 def _me(shape: tuple[int, ...], placement: pl.Placement) -> pl.ShardInfo:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..engine import runtime, store, telemetry
+from jupyter_mgpu.engine import runtime, telemetry
+from jupyter_mgpu.engine import shard_store as store
 
 
 def _probe() -> Any:

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .. import placement as pl
-from ..devices import format_bytes as _fmt
+from jupyter_mgpu.layout import placement as pl
+from jupyter_mgpu.devices import format_bytes as _fmt
 
 STRATEGIES = ("ring", "summa", "inner", "row", "col")
 ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}

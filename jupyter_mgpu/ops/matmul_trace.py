@@ -1,6 +1,6 @@
 """Trace events of a sharded matmul on one rank: the strategy's steps turned into blocks of A, B and C.
 
-``ops/matmul.py`` reports each step through ``Steps.hook(step, action, **info)`` (block index,
+``ops/sharded_matmul.py`` reports each step through ``Steps.hook(step, action, **info)`` (block index,
 chunk, panel, peer); :class:`MatmulTracer` knows the shapes, placements and parameters, so it turns
 those into global index boxes: which block of B a ring rank receives from whom, which panel of A a
 SUMMA rank gets along its grid row, which C block a compute step writes. Temporary copies (ring
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import placement as pl
-from ..engine import runtime
-from ..engine import trace as etrace
-from .matmul_plan import RING_SLOTS, summa_panels
+from jupyter_mgpu.layout import placement as pl
+from jupyter_mgpu.engine import runtime
+from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.ops.matmul_plan import RING_SLOTS, summa_panels
 
 
 def _nb(box: Any, item: int) -> int:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .manager import ClusterManager, ClusterNotFound
+from jupyter_mgpu.server.manager import ClusterManager, ClusterNotFound
 
 __all__ = ["ClusterManager", "ClusterNotFound"]
 
 
 def _load_jupyter_server_extension(server_app: Any) -> None:
-    from .handlers import setup_handlers
+    from jupyter_mgpu.server.handlers import setup_handlers
 
     setup_handlers(server_app.web_app)
     server_app.log.info("jupyter_mgpu server extension loaded at %smgpu/api/",

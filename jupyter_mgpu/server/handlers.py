@@ -25,7 +25,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.utils import url_path_join
 
-from .manager import ClusterManager, ClusterNotFound
+from jupyter_mgpu.server.manager import ClusterManager, ClusterNotFound
 
 MIN_INTERVAL = 0.2
 MAX_INTERVAL = 60.0

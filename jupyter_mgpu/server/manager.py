@@ -22,10 +22,10 @@ from typing import Any, Callable
 
 import psutil
 
-from .. import rundir as rd
-from ..engine.memory_figures import figures, used_of_limit
-from ..engine.telemetry import read_samples
-from . import gpu_memory
+from jupyter_mgpu import rundir as rd
+from jupyter_mgpu.engine.memory_figures import figures, used_of_limit
+from jupyter_mgpu.engine.telemetry import read_samples
+from jupyter_mgpu.server import gpu_memory
 
 CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 STOP_GRACE = 3.0

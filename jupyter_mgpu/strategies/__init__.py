@@ -1,6 +1,6 @@
 """Parallel training strategies run with torch's own APIs on the ranks, measured side by side.
 
-``mg.compare`` (controller, ``jupyter_mgpu/compare.py``) plans a comparison with the pure modules
+``mg.compare`` (controller, ``jupyter_mgpu/comparison/compare_run.py``) plans a comparison with the pure modules
 here (``model_spec``, ``plan``, ``expected``: no torch) and runs one strategy at a time on the ranks
 through ``runner.run``, which builds the model split of ``single``, ``ddp`` (DistributedDataParallel),
 ``fsdp`` (FSDP2 ``fully_shard``), ``tp`` (``parallelize_module``, Colwise/Rowwise pairs) or ``pp``

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import weights
-from .step import Context, Prepared, local_step, make_optimizer
+from jupyter_mgpu.strategies import weights
+from jupyter_mgpu.strategies.step import Context, Prepared, local_step, make_optimizer
 
 
 def build(ctx: Context) -> Prepared:

@@ -36,8 +36,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import model_spec as ms
-from .plan import OPTIMIZERS, ComparePlan, schedule_of
+from jupyter_mgpu.strategies import model_spec as ms
+from jupyter_mgpu.strategies.plan import OPTIMIZERS, ComparePlan, schedule_of
 
 F32 = 4
 

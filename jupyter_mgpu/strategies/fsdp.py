@@ -7,8 +7,8 @@ reduce-scattered after. Every rank trains on an equal share of each batch, like 
 
 from __future__ import annotations
 
-from . import weights
-from .step import Context, Prepared, local_step, make_optimizer
+from jupyter_mgpu.strategies import weights
+from jupyter_mgpu.strategies.step import Context, Prepared, local_step, make_optimizer
 
 
 def build(ctx: Context) -> Prepared:

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import MgpuError
-from . import model_spec as ms
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.strategies import model_spec as ms
 
 M32 = 0xFFFFFFFF
 

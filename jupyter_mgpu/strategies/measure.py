@@ -210,7 +210,7 @@ def set_backward(t: Any, on: bool) -> None:
 
 def device_bytes() -> dict[str, int]:
     """This process's device memory now: ``current``, ``peak`` and ``data`` (VmData; CPU) in bytes."""
-    from ..engine import allocator_budget, budget, runtime, telemetry
+    from jupyter_mgpu.engine import allocator_budget, budget, runtime, telemetry
 
     st = runtime.STATE
     if st is not None and st.device_kind == "cuda":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import MgpuError
+from jupyter_mgpu.errors import MgpuError
 
 # elementwise activations the strategies accept (torch.nn class names); what autograd saves for each
 SAVES_INPUT = ("GELU", "SiLU", "Mish", "Softplus", "LeakyReLU", "ReLU6", "Hardtanh")

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import MgpuError
-from . import model_spec as ms
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.strategies import model_spec as ms
 
 STRATEGIES = ("single", "ddp", "fsdp", "tp", "pp", "pp-gpipe", "pp-1f1b")
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}  # state tensors kept per parameter

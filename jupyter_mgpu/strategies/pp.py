@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from ..engine import trace as etrace
-from . import measure, weights
-from .step import Context, Prepared, loss_fn, make_optimizer, set_dropout_rows
+from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.strategies import measure, weights
+from jupyter_mgpu.strategies.step import Context, Prepared, loss_fn, make_optimizer, set_dropout_rows
 
 
 def _op_bytes(ops: list[Any]) -> tuple[int, int | None]:

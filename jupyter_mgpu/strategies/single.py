@@ -3,8 +3,8 @@ strategy must match (same initial weights, same batches, same maths)."""
 
 from __future__ import annotations
 
-from . import weights
-from .step import Context, Prepared, local_step, make_optimizer
+from jupyter_mgpu.strategies import weights
+from jupyter_mgpu.strategies.step import Context, Prepared, local_step, make_optimizer
 
 
 def build(ctx: Context) -> Prepared:

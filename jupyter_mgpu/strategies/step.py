@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .layers import SeededDropout
+from jupyter_mgpu.strategies.layers import SeededDropout
 
 
 @dataclass
@@ -91,7 +91,7 @@ def local_step(ctx: Context, module: nn.Module, opt: torch.optim.Optimizer, shar
 
     ``watch["tracker"]``, when set, is told when the backward runs.
     """
-    from .measure import set_backward
+    from jupyter_mgpu.strategies.measure import set_backward
 
     loss = loss_fn(ctx)
 

@@ -8,8 +8,8 @@ joins the result (and one in the backward for the pair's input gradient). Layers
 
 from __future__ import annotations
 
-from . import weights
-from .step import Context, Prepared, local_step, make_optimizer
+from jupyter_mgpu.strategies import weights
+from jupyter_mgpu.strategies.step import Context, Prepared, local_step, make_optimizer
 
 
 def build(ctx: Context) -> Prepared:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import layers as lay
-from . import model_spec as ms
+from jupyter_mgpu.strategies import layers as lay
+from jupyter_mgpu.strategies import model_spec as ms
 
 
 def sequential(ctx: Any, indices: Iterable[int], tp_cols: dict[int, int] | None = None) -> nn.Sequential:

@@ -14,7 +14,7 @@ import html
 import math
 from typing import Any
 
-from .colors import EMPTY, rank_color, text_color
+from jupyter_mgpu.widgets.colors import EMPTY, rank_color, text_color
 
 MAX_TRACKED_RANKS = 52  # bits that a float64 imaginary part holds exactly
 UNKNOWN = "#bdbdbd"  # a non-zero value whose origin is not known (a rank mask past 52 ranks)

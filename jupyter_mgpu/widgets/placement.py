@@ -14,11 +14,11 @@ from typing import Any
 
 import traitlets
 
-from ..errors import MgpuError
-from . import placement_data as pdata
-from . import standalone_page
-from .placement_svg import frame_svg
-from .transport import TransportWidget, module_source
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.widgets import placement_data as pdata
+from jupyter_mgpu.widgets import standalone_page
+from jupyter_mgpu.widgets.placement_svg import frame_svg
+from jupyter_mgpu.widgets.transport import TransportWidget, module_source
 
 ESM = module_source("placement.js")  # the shared transport controls, then the placement view
 
@@ -116,7 +116,7 @@ def tensor_html(tensor: Any) -> str:
 
 def text_diagram(shape: Any, placement: Any, world_size: int, dims: Any = None, width: int = 48) -> str:
     """A character grid of the placement (rank numbers per tile; ``*`` where every rank holds it)."""
-    from .. import placement_layout as lay
+    from jupyter_mgpu.layout import tiles as lay
 
     panels = lay.placement_layout(shape, placement, world_size, dims)
     lines = []

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .. import placement as pl
-from .. import placement_layout as lay
-from .. import trace_replay as tr
-from ..devices import format_bytes
-from .colors import rank_color
+from jupyter_mgpu.layout import placement as pl
+from jupyter_mgpu.layout import tiles as lay
+from jupyter_mgpu.tracing import replay as tr
+from jupyter_mgpu.devices import format_bytes
+from jupyter_mgpu.widgets.colors import rank_color
 
 
 def _project(box: Sequence[Sequence[int]], dims: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, int]]:

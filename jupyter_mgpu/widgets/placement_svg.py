@@ -8,8 +8,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..devices import format_bytes
-from .placement_data import visible_at
+from jupyter_mgpu.devices import format_bytes
+from jupyter_mgpu.widgets.placement_data import visible_at
 
 
 def _geometry(data: dict[str, Any]) -> tuple[list[tuple[float, float, float, float, int, int]], float, float]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import traitlets
 
-from .transport import TransportWidget, module_source
+from jupyter_mgpu.widgets.transport import TransportWidget, module_source
 
 
 class FramePlayer(TransportWidget):

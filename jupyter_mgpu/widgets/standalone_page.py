@@ -9,7 +9,7 @@ import os
 import tempfile
 from typing import Any
 
-from ..errors import MgpuError
+from jupyter_mgpu.errors import MgpuError
 
 
 def page(esm: str, state: dict[str, Any], title: str) -> str:

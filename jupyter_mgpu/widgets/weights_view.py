@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import placement_layout as lay
-from ..devices import format_bytes
-from ..errors import MgpuError
-from ..strategies import model_spec as ms
-from .colors import rank_color
+from jupyter_mgpu.layout import tiles as lay
+from jupyter_mgpu.devices import format_bytes
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.strategies import model_spec as ms
+from jupyter_mgpu.widgets.colors import rank_color
 
 MAX_WEIGHTS = 4
 
@@ -61,7 +61,7 @@ def weights_data(held: dict[int, list[dict[str, Any]]], layers: list[dict[str, A
 
 def weights_view(result: Any, strategy: str, layers: Any = None) -> Any:
     """The placement view of ``strategy``'s weights (default: the first two Linear layers; at most 4)."""
-    from .placement import PlacementWidget
+    from jupyter_mgpu.widgets.placement import PlacementWidget
 
     raw = result.raw.get(strategy)
     if not raw:

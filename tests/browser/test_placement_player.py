@@ -33,7 +33,7 @@ CELLS = [
 
 def _big_trace_page(path):
     """A standalone page of a 2,400-event trace on 8 ranks (synthetic events, the real data path)."""
-    from jupyter_mgpu import trace_replay as tr
+    from jupyter_mgpu.tracing import replay as tr
     from jupyter_mgpu.widgets.placement import save_html
     from jupyter_mgpu.widgets.placement_data import trace_data
 

@@ -13,8 +13,8 @@ import torch
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import DeviceOutOfMemoryError, MgpuError
-from jupyter_mgpu.ops import matmul as mm
-from jupyter_mgpu.ops import shards
+from jupyter_mgpu.ops import sharded_matmul as mm
+from jupyter_mgpu.ops import dist_tensor as shards
 
 pytestmark = pytest.mark.cluster
 
@@ -106,7 +106,7 @@ def test_predicted_extra_memory_is_measured_exactly_for_every_strategy(session_o
 
 
 def test_budget_bad_input():
-    from jupyter_mgpu.session import _build_spec
+    from jupyter_mgpu.session.core import _build_spec
 
     with pytest.raises(MgpuError, match=r"^--mem-per-device 1(\.0)? MiB is below the 16(\.0)? MiB a rank needs "
                                         r"to start"):

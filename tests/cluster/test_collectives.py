@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.collective import holdings_equal
+from jupyter_mgpu.collectives.collective_run import holdings_equal
 from jupyter_mgpu.errors import EngineDiedError, MgpuError, RankError
-from jupyter_mgpu.ops import collectives as coll
+from jupyter_mgpu.ops import collective_run as coll
 from jupyter_mgpu.ops import demo_inputs
 
 pytestmark = pytest.mark.cluster

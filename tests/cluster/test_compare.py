@@ -91,7 +91,7 @@ def test_who_holds_which_part_of_each_weight(s2):
 def test_the_schedule_is_followed_live_while_the_pipeline_trains(s2):
     import sys
 
-    compare_module = sys.modules["jupyter_mgpu.compare"]
+    compare_module = sys.modules["jupyter_mgpu.comparison.compare_run"]
     seen: dict = {}
     orig_start = compare_module.Comparison._run_one
 
@@ -223,7 +223,7 @@ def test_the_stop_button_ends_a_comparison_and_the_next_one_runs(s2):
 def test_a_comparison_cut_short_keeps_the_strategies_already_measured(s2, monkeypatch):
     import importlib
 
-    cmp = importlib.import_module("jupyter_mgpu.compare")  # the package attribute is the function
+    cmp = importlib.import_module("jupyter_mgpu.comparison.compare_run")  # the package attribute is the function
 
     real = cmp.Comparison._run_one
 

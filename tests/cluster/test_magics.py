@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ipshell import shell
 
-import jupyter_mgpu.session as sm
+import jupyter_mgpu.session.core as sm
 from processes import cluster_pids, wait_gone
 
 pytestmark = pytest.mark.cluster

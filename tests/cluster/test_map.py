@@ -16,7 +16,7 @@ ROWS, DIM = 1001, 24
 
 
 def _shard_ids():
-    from jupyter_mgpu.engine import store
+    from jupyter_mgpu.engine import shard_store as store
 
     return store.ids()
 
@@ -48,7 +48,7 @@ def test_cosine_similarity_of_loaded_pairs_equals_one_process(session_of, pairs,
     ref = F.cosine_similarity(torch.from_numpy(a), torch.from_numpy(b), dim=1)
     torch.testing.assert_close(sims.gather(), ref, rtol=1e-5, atol=1e-6)
     del A, B, sims
-    mg.tensor.flush_frees(s)
+    mg.tensors.dist_tensor.flush_frees(s)
     no_leaks(s, before)
 
 

@@ -19,7 +19,7 @@ SHAPES = {"square": (64, 64, 64), "rectangular": (96, 40, 150), "uneven": (101, 
 
 
 def _ids():
-    from jupyter_mgpu.engine import store
+    from jupyter_mgpu.engine import shard_store as store
 
     return store.ids()
 
@@ -76,7 +76,7 @@ def _live_grid_groups():
     """Whether this rank's cached SUMMA row/column groups belong to the current process group."""
     import torch.distributed as dist
 
-    from jupyter_mgpu.ops import matmul
+    from jupyter_mgpu.ops import sharded_matmul as matmul
 
     return all(g in dist.distributed_c10d._world.pg_group_ranks for g in matmul._grid_groups(2, 2))
 
@@ -106,7 +106,7 @@ def test_ring_moves_what_the_plan_says_and_no_rank_holds_all_of_b(s4):
     assert all(p < b_bytes + 2 * b_bytes // 4 for p in C.report.peak_bytes), C.report.peak_bytes
     assert all(p >= 2 * b_bytes // 4 for p in C.report.peak_bytes)  # at least the input shards
     assert C.report.time > 0 and C.report.gflops > 0
-    assert mg.sharded_matmul.max_error(C, 1, 2) <= tolerance("float32", n)
+    assert mg.tensors.sharded_matmul.max_error(C, 1, 2) <= tolerance("float32", n)
     text = repr(C.report)
     assert "ring" in text and "peak (measured)" in text and "peak (predicted)" in text
 
@@ -174,7 +174,7 @@ def test_naive_concat_runs_out_of_memory_where_mg_matmul_fits(own_session):
         C = mg.matmul(A, B)
         assert C.report.strategy == C.plan.strategy
         assert max(C.report.peak_bytes) < 0.75 * m * k_n * 4  # well under the full C rank 0 could not hold
-        assert mg.sharded_matmul.max_error(C, 1, 2) <= tolerance("float32", k)
+        assert mg.tensors.sharded_matmul.max_error(C, 1, 2) <= tolerance("float32", k)
 
 
 def test_mgpu_matmul_magic(s4, capsys):

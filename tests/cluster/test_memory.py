@@ -12,9 +12,9 @@ import pytest
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.memory import live_threads as reader_threads
-from jupyter_mgpu.memory import monitor
-from jupyter_mgpu.widgets import memory as wm
+from jupyter_mgpu.monitoring.memory_monitor import live_threads as reader_threads
+from jupyter_mgpu.monitoring.memory_monitor import monitor
+from jupyter_mgpu.widgets import memory_dashboard as wm
 
 pytestmark = pytest.mark.cluster
 
@@ -163,7 +163,7 @@ def test_bad_input_gets_one_sentence(s2):
     for rate in (0, -1, 1e6, "fast", True):
         with pytest.raises(MgpuError, match="refresh_rate must be between 0.1 and 20 updates per second"):
             mg.dashboard(refresh_rate=rate)
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     saved, sm._current = sm._current, None
     try:

@@ -165,7 +165,7 @@ def test_restart_replaces_the_running_cluster(own_session):
 def test_bad_init_input_starts_nothing():
     import psutil
 
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     saved = sm._current
@@ -187,7 +187,7 @@ def test_bad_init_input_starts_nothing():
 
 
 def test_with_block_shuts_down():
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     saved = sm._current
     sm._current = None

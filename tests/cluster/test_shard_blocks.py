@@ -11,8 +11,10 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu import remote_copy, transfer
-from jupyter_mgpu.engine import shared_blocks, store
+from jupyter_mgpu.tensors import process_copy as remote_copy
+from jupyter_mgpu.tensors import shared_blocks as transfer
+from jupyter_mgpu.engine import shared_blocks
+from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.errors import DeviceOutOfMemoryError
 
 pytestmark = pytest.mark.cluster

@@ -13,8 +13,8 @@ import time
 import psutil
 import pytest
 
-import jupyter_mgpu.cluster as cl
-import jupyter_mgpu.session as sm
+import jupyter_mgpu.cluster.local as cl
+import jupyter_mgpu.session.core as sm
 from jupyter_mgpu import rundir as rd
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 from processes import cluster_pids, wait_gone

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu import transfer
+from jupyter_mgpu.tensors import shared_blocks as transfer
 from jupyter_mgpu.engine import seeding
 from jupyter_mgpu.errors import MgpuError
 
@@ -16,7 +16,7 @@ PLACEMENTS = [mg.Shard(0), mg.Shard(1), mg.Replicate(), mg.Block2D()]
 
 
 def _shard_ids():
-    from jupyter_mgpu.engine import store
+    from jupyter_mgpu.engine import shard_store as store
 
     return store.ids()
 
@@ -78,7 +78,7 @@ def test_redistribute_between_every_pair_of_placements(session_of, n):
         X = mg.scatter(x, src)
         for dst in PLACEMENTS:
             Y = X.redistribute(dst)
-            assert Y.placement == mg.placement.normalize(dst, 2, n)
+            assert Y.placement == mg.layout.placement.normalize(dst, 2, n)
             assert torch.equal(Y.gather(), x), (src, dst)
 
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu import placement as pl
-from jupyter_mgpu import trace_replay as tr
+from jupyter_mgpu.layout import placement as pl
+from jupyter_mgpu.tracing import replay as tr
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.ops import collectives as coll
-from jupyter_mgpu.ops import shards
+from jupyter_mgpu.ops import collective_run as coll
+from jupyter_mgpu.ops import dist_tensor as shards
 
 pytestmark = pytest.mark.cluster
 
@@ -116,7 +116,7 @@ def test_collective_replay_ends_in_what_the_ranks_really_hold(s4, name):
 
 
 def coll_equal(a, b):
-    from jupyter_mgpu.collective import holdings_equal
+    from jupyter_mgpu.collectives.collective_run import holdings_equal
 
     return holdings_equal(a, b)
 

@@ -54,7 +54,7 @@ def test_200_cells_and_100_collectives_of_64mib_do_not_grow_memory(s4):
 
 
 def test_16_ranks_start_all_reduce_and_stop():
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     saved = sm._current
     sm._current = None

@@ -42,7 +42,7 @@ def _gone(pids: list[int], timeout: float = 15) -> list[int]:
 
 @pytest.fixture(scope="module")
 def local2():
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     saved = sm._current
     s = sm._current = sm.start_session(2, launcher="local", cpu=True, mem_per_device="256MiB", timeout=20)
@@ -74,7 +74,8 @@ def test_ranks_are_labelled_by_host_and_meet_over_the_tcp_store(local2):
 
 
 def _store_state():
-    from jupyter_mgpu.engine import runtime, tcp_store
+    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import tcp_rendezvous as tcp_store
 
     return runtime.state().store, tcp_store.listening()
 
@@ -117,7 +118,7 @@ def test_telemetry_crosses_the_link_often_and_fast(local2):
 
         import torch
 
-        from jupyter_mgpu.engine import store
+        from jupyter_mgpu.engine import shard_store as store
 
         store.put("held-by-test", torch.ones(nbytes // 4))
         return time.time()
@@ -207,7 +208,7 @@ def test_a_rank_blocked_in_a_collective_is_released_and_the_group_rebuilt(local2
 
 
 def test_a_killed_engine_is_named_and_nothing_is_left():
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     s = sm.start_session(2, launcher="local", cpu=True, mem_per_device="256MiB", timeout=60)
     pids = _cluster_pids(s)
@@ -225,7 +226,7 @@ def test_a_killed_engine_is_named_and_nothing_is_left():
 
 def test_a_silent_engine_is_named_after_ten_seconds():
     """An engine (or its host) that stops answering without closing its connection: the link goes silent."""
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     s = sm.start_session(2, launcher="local", cpu=True, mem_per_device="256MiB", timeout=60)
     pids = _cluster_pids(s)
@@ -245,7 +246,7 @@ def test_a_silent_engine_is_named_after_ten_seconds():
 
 
 def test_launch_options_are_checked_before_anything_starts():
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     before = set(p.pid for p in psutil.Process().children(recursive=True))
     for kwargs, message in [
@@ -270,7 +271,7 @@ def test_launch_options_are_checked_before_anything_starts():
 def test_connect_joins_a_running_ipyparallel_cluster(tmp_path):
     import ipyparallel as ipp
 
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     cluster = ipp.Cluster(n=2, profile_dir=str(tmp_path / "profile"), cluster_id="mgpu-connect", log_level=40)
     cluster.start_cluster_sync()
@@ -290,7 +291,7 @@ def test_connect_joins_a_running_ipyparallel_cluster(tmp_path):
 
 
 def test_connect_refuses_a_missing_or_foreign_connection_file(tmp_path):
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     missing = tmp_path / "cluster-none.json"
     with pytest.raises(MgpuError, match=r"--connect: .*cluster-none\.json does not exist"):
@@ -313,7 +314,7 @@ def test_connect_refuses_a_missing_or_foreign_connection_file(tmp_path):
 
 
 def test_every_view_names_the_ranks_hosts(local2):
-    from jupyter_mgpu.widgets.metrics import _figure
+    from jupyter_mgpu.widgets.metrics_plot import _figure
 
     host = socket.gethostname()
     r = mg.collective("all_reduce", lambda rank: torch.ones(4) * (rank + 1))

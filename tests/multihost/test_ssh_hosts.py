@@ -128,7 +128,7 @@ ok += [sorted(r['rank'] for r in mg.metrics()) == [0, 1, 2]]
 
 def test_dashboard_and_sidebar_receive_every_hosts_samples(started, kernel):
     code = """
-from jupyter_mgpu.widgets.memory import MemoryDashboard
+from jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard
 from jupyter_mgpu.server.manager import ClusterManager
 s = mg.current()
 dash = MemoryDashboard(s, refresh_rate=10)

@@ -157,7 +157,7 @@ def test_a_restart_shows_stopped_then_restarting_never_dead_ranks(fake_clusters)
 
 
 def test_the_limit_is_runtime_plus_budget_as_in_the_dashboard(fake_clusters):
-    from jupyter_mgpu.widgets.memory import device_row
+    from jupyter_mgpu.widgets.memory_dashboard import device_row
 
     path = fake_clusters.make("111-aaaa0022", world_size=1, used=400 << 20, budget=512 << 20)
     sample_file = path / "telemetry" / "rank0.json"

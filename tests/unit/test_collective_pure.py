@@ -10,10 +10,10 @@ import torch
 
 from jupyter_mgpu.ops import collective_bench as cb
 from jupyter_mgpu.ops import collective_schedule as sched
-from jupyter_mgpu.ops import collectives as coll
+from jupyter_mgpu.ops import collective_run as coll
 from jupyter_mgpu.ops import demo_inputs as demo
 from jupyter_mgpu.widgets import colors
-from jupyter_mgpu.widgets.collective import before_after_svg, frame_svg, tracked_schedule
+from jupyter_mgpu.widgets.collective_view import before_after_svg, frame_svg, tracked_schedule
 from jupyter_mgpu.widgets.player import FramePlayer
 
 
@@ -274,7 +274,7 @@ def test_player_steps_plays_and_pauses_without_a_browser():
 
 
 def _bench_result(wrong=0):
-    from jupyter_mgpu.bench import BenchResult
+    from jupyter_mgpu.collectives.collective_bench import BenchResult
 
     rows = []
     for name in ("all_reduce", "all_gather"):

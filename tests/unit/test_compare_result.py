@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from jupyter_mgpu.compare_result import CompareResult
+from jupyter_mgpu.comparison.compare_result import CompareResult
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.schedule import ScheduleTrace, steps_of
+from jupyter_mgpu.comparison.pipeline_schedule import ScheduleTrace, steps_of
 from jupyter_mgpu.strategies import expected as ex
 from jupyter_mgpu.strategies import model_spec as ms
 from jupyter_mgpu.strategies import plan as pm
-from jupyter_mgpu.widgets.schedule import ScheduleWidget, caption, schedule_data, standalone_html, static_svg
+from jupyter_mgpu.widgets.pipeline_schedule import ScheduleWidget, caption, schedule_data, standalone_html, static_svg
 
 MiB = 2**20
 

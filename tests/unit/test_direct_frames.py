@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from jupyter_mgpu.engine import direct
+from jupyter_mgpu.engine import direct_channel as direct
 
 
 @pytest.mark.parametrize("parts", [

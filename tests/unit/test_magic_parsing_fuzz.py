@@ -9,8 +9,8 @@ from IPython.core.error import UsageError
 
 from jupyter_mgpu.devices import parse_size
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.magics import MgpuMagics, _parse
-from jupyter_mgpu.session import parse_targets
+from jupyter_mgpu.magics.session_magics import MgpuMagics, _parse
+from jupyter_mgpu.session.core import parse_targets
 
 tokens = st.sampled_from(["4", "0", "-1", "--cpu", "--devices", "0,2", "--backend", "gloo", "nccl",
                           "--mem-per-device", "2GiB", "lots", "--timeout", "5", "--restart", "--targets",

@@ -9,10 +9,10 @@ import time
 import pytest
 import traitlets
 
-import jupyter_mgpu.memory  # noqa: F401  (the module, for _frame)
+import jupyter_mgpu.monitoring.memory_monitor  # noqa: F401  (the module, for _frame)
 from jupyter_mgpu.engine import telemetry as tele
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.widgets import memory as wm
+from jupyter_mgpu.widgets import memory_dashboard as wm
 from jupyter_mgpu.widgets.colors import rank_color
 
 GiB = 2**30
@@ -85,7 +85,7 @@ def test_bad_refresh_rates_get_one_sentence(rate):
 
 
 def test_no_session_is_one_sentence(monkeypatch):
-    import jupyter_mgpu.session as sm
+    import jupyter_mgpu.session.core as sm
 
     monkeypatch.setattr(sm, "_current", None)
     with pytest.raises(MgpuError, match=r"^no multi-GPU session is running, so there is no memory to show; start"):
@@ -141,7 +141,7 @@ def test_dataframe_view_needs_pandas():
     import sys
 
     rows = [{"rank": 0, "time": 1.0, "state": "idle"}]
-    frame = sys.modules["jupyter_mgpu.memory"]._frame
+    frame = sys.modules["jupyter_mgpu.monitoring.memory_monitor"]._frame
     if importlib.util.find_spec("pandas") is None:
         with pytest.raises(MgpuError, match="as_frame=True needs pandas"):
             frame(rows)

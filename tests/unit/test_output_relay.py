@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import IPython.display
 
-from jupyter_mgpu.stream import OutputRelay, grouped_by_rank
+from jupyter_mgpu.session.output_relay import OutputRelay, grouped_by_rank
 
 
 def _relay(group: bool) -> tuple[OutputRelay, list[dict]]:

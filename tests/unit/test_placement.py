@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_mgpu import placement as pl
+from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import matmul_plan as mp
 
 shapes = st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple)

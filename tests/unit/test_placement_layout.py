@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_mgpu import placement as pl
-from jupyter_mgpu import placement_layout as lay
+from jupyter_mgpu.layout import placement as pl
+from jupyter_mgpu.layout import tiles as lay
 from jupyter_mgpu.widgets.colors import rank_color
 from jupyter_mgpu.widgets.placement import text_diagram
 from jupyter_mgpu.widgets.placement_data import view_data

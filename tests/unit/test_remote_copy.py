@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_mgpu import placement as pl
-from jupyter_mgpu import remote_copy
+from jupyter_mgpu.layout import placement as pl
+from jupyter_mgpu.tensors import process_copy as remote_copy
 
 
 @settings(max_examples=60, deadline=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_mgpu import placement as pl
+from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.widgets.placement import PlacementWidget, side_by_side
 from jupyter_mgpu.widgets.placement_data import view_data
 

@@ -9,25 +9,25 @@ import subprocess
 import sys
 
 import jupyter_mgpu
-from jupyter_mgpu.cluster import _BOOTSTRAP, API_OVER_SUBMODULE
+from jupyter_mgpu.cluster.local import _BOOTSTRAP
 
 
-def test_the_api_names_over_submodules_are_listed():
+def test_no_api_name_shares_its_name_with_a_submodule():
     shadowing = {n for n in dir(jupyter_mgpu) if not n.startswith("_")
                  and importlib.util.find_spec(f"jupyter_mgpu.{n}") is not None
                  and not inspect.ismodule(getattr(jupyter_mgpu, n))}
-    assert shadowing == set(API_OVER_SUBMODULE)
+    assert shadowing == set()
 
 
 CHECKS = """
 import inspect
 p = sys.modules['jupyter_mgpu']
-from jupyter_mgpu import rendezvous                  # a submodule by name: alone
+from jupyter_mgpu import devices                     # a submodule by name: alone
 import jupyter_mgpu.engine.startup_marks
-assert inspect.ismodule(rendezvous) and 'jupyter_mgpu.session' not in sys.modules, 'package loaded too early'
+assert inspect.ismodule(devices) and 'jupyter_mgpu.session.core' not in sys.modules, 'package loaded too early'
 import jupyter_mgpu as mg
 assert inspect.isfunction(mg.memory)                 # an API name over a submodule: the API's
-assert 'jupyter_mgpu.session' in sys.modules and mg.init.__module__ == 'jupyter_mgpu.session'
+assert 'jupyter_mgpu.session.core' in sys.modules and mg.init.__module__ == 'jupyter_mgpu.session.core'
 assert mg.__getattr__.__module__ == 'jupyter_mgpu'   # the package's own (MemoryDashboard on first use)
 from jupyter_mgpu import trace, shutdown
 assert not inspect.ismodule(trace) and callable(shutdown)

@@ -1,9 +1,9 @@
 import pytest
 
 from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, MgpuError, RankError
-from jupyter_mgpu.remote_errors import build_error
-from jupyter_mgpu.rendezvous import check_timeout, choose_backend
-from jupyter_mgpu.session import parse_targets
+from jupyter_mgpu.session.rank_errors import build_error
+from jupyter_mgpu.engine.process_group import check_timeout, choose_backend
+from jupyter_mgpu.session.core import parse_targets
 
 
 @pytest.mark.parametrize(

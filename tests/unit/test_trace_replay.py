@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from jupyter_mgpu import trace_replay as tr
+from jupyter_mgpu.tracing import replay as tr
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.ops import collective_trace as ct
 from jupyter_mgpu.widgets.placement import PlacementWidget, save_html, standalone_html

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler
 
 from jupyter_mgpu.engine import runtime, training
-from jupyter_mgpu.metrics import MetricRecords, MetricsReader
+from jupyter_mgpu.monitoring.metrics_log import MetricRecords, MetricsReader
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 // Pipeline schedule player (anywidget ES module, transport.js prepended by widgets/transport.py):
 // stages × time of one training step, drawn from the ranks' real forward/backward/send/recv events.
 // Frame i shows step frames[i][0] with its first frames[i][1] boxes (in start order), the newest
-// outlined, and the sends already received as arrows. Mirrors static_svg in widgets/schedule.py.
+// outlined, and the sends already received as arrows. Mirrors static_svg in widgets/pipeline_schedule.py.
 // Also used, unchanged, by the standalone HTML page (a tiny in-page model stands in for the widget's).
 
 const W = 880, LEFT = 120, RIGHT = 96, TOP = 46, ROW = 30, GAP = 6;

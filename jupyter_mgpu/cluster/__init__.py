@@ -1,0 +1,1 @@
+"""One host's cluster: the controller, the supervisor that forks the engines, start and stop."""

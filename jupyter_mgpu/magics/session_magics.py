@@ -1,0 +1,309 @@
+"""``%mgpu_*`` magics: parse arguments (named like ipyparallel's ``%px``), call the API, display."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from jupyter_mgpu.session import core as sessmod
+from jupyter_mgpu.devices import format_bytes
+from jupyter_mgpu.errors import Interrupted, MgpuError
+from jupyter_mgpu.session.output_relay import grouped_by_rank
+
+
+def _parse(magic: Any, line: str) -> Any:
+    """parse_argstring with a one-sentence UsageError for anything it cannot read."""
+    try:
+        shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"cannot read the arguments {line!r}: {exc}") from None
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as exc:
+        raise UsageError(str(exc).strip().splitlines()[-1]) from None
+    except SystemExit:  # argparse exits on some malformed input
+        raise UsageError(f"cannot read the arguments {line!r}; see %{magic.__name__}?") from None
+
+
+class StatusTable:
+    """``%mgpu_status`` output: an HTML table in notebooks, aligned text elsewhere."""
+
+    COLUMNS = ("rank", "engine_id", "pid", "device", "backend", "memory", "state")
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.rows = rows
+
+    def _cells(self, row: dict[str, Any]) -> list[str]:
+        used, total = row.get("memory_used"), row.get("memory_total")
+        memory = (f"{format_bytes(used)} / {format_bytes(total)}" if used is not None and total
+                  else (format_bytes(used) if used is not None else "?"))
+        state = row["state"] + (f" ({row['op']})" if row.get("op") and row["state"] == "busy" else "")
+        return [str(row["rank"]), str(row["engine_id"]), str(row["pid"]), row["device"], row["backend"],
+                memory, state]
+
+    def __repr__(self) -> str:
+        table = [list(self.COLUMNS)] + [self._cells(r) for r in self.rows]
+        widths = [max(len(r[i]) for r in table) for i in range(len(self.COLUMNS))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        head = "".join(f"<th>{c}</th>" for c in self.COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>" for r in self.rows
+        )
+        return f"<table class='mgpu-status'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+@magics_class
+class MgpuMagics(Magics):
+    """The magics ``%load_ext jupyter_mgpu`` registers."""
+
+    @magic_arguments()
+    @argument("n", nargs="?", default=None, help="number of devices (default: every visible GPU, or 2 CPU virtual devices)")
+    @argument("--cpu", action="store_true", help="use CPU virtual devices even where GPUs are visible")
+    @argument("--devices", default=None, help="device indices to use, e.g. 0,2")
+    @argument("--backend", default=None, help="torch.distributed backend (gloo on CPU, nccl on GPU)")
+    @argument("--mem-per-device", default=None, help="memory budget per device, e.g. 2GiB")
+    @argument("--timeout", default=None, help="collective timeout in seconds (default 60)")
+    @argument("--restart", action="store_true", help="replace a running cluster")
+    @argument("--no-dashboard", action="store_true", help="do not show the memory dashboard")
+    @argument("--launcher", default=None,
+              help="start the engines with ipyparallel's launcher: local, ssh, mpi, slurm or pbs (docs/multihost.md)")
+    @argument("--hosts", default=None, help="engines over SSH, per host: node1:4,node2:4 (ranks in this order)")
+    @argument("--per-host", default=None, help="engines per host (slurm: --ntasks-per-node; mpi: --npernode)")
+    @argument("--interface", default=None, help="network interface the cluster uses on every host, e.g. eth1 or ib0")
+    @argument("--connect", default=None, help="an ipyparallel cluster already running: its cluster-<id>.json file")
+    @argument("--partition", default=None, help="batch queue (slurm partition, pbs queue)")
+    @argument("--time", default=None, help="batch time limit, e.g. 1:00:00")
+    @argument("--account", default=None, help="slurm account")
+    @argument("--launcher-args", default=None,
+              help="extra arguments for the launcher's program (ssh, mpiexec, sbatch or qsub), quoted")
+    @line_magic
+    def mgpu_init(self, line: str = "") -> Any:
+        """Start one ipyparallel engine per device, joined in a torch.distributed process group."""
+        args = _parse(self.mgpu_init, line)
+        from jupyter_mgpu.launch import OPTION_NAMES
+
+        launch = {k: getattr(args, k) for k in OPTION_NAMES if getattr(args, k) is not None}
+        n = None
+        if args.n is not None:
+            try:
+                n = int(args.n)
+            except ValueError:
+                raise UsageError(f"the number of devices must be a whole number, got {args.n!r}") from None
+        timeout = None
+        if args.timeout is not None:
+            try:
+                timeout = float(args.timeout)
+            except ValueError:
+                raise UsageError(f"--timeout takes seconds, got {args.timeout!r}") from None
+        start = time.perf_counter()
+        try:
+            s = sessmod.init(n, cpu=args.cpu, devices=args.devices, backend=args.backend,
+                             mem_per_device=args.mem_per_device, timeout=timeout, restart=args.restart, **launch)
+        except Interrupted:
+            raise
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted while starting the cluster; nothing of it is left running, "
+                              "run %mgpu_init again") from None
+        took = time.perf_counter() - start
+        dev = s.devices[0]
+        what = "GPU" if dev.kind == "cuda" else "CPU virtual device"
+        mem = f", budget {format_bytes(dev.total_memory)} each" if dev.kind == "cpu" else ""
+        hosts = sorted(set(getattr(s.cluster, "hosts", {}).values()))
+        where = f" on {len(hosts)} host{'s' if len(hosts) != 1 else ''} ({', '.join(hosts)})" if hosts else ""
+        print(f"mgpu: {s.world_size} engines ready ({s.world_size} × {what}, {s.backend}{mem}){where} in {took:.1f} s")
+        if not args.no_dashboard:
+            self._show_dashboard()
+        return None
+
+    def _show_dashboard(self) -> None:
+        try:
+            from jupyter_mgpu.widgets import memory_dashboard as memory
+        except ImportError:
+            return
+        try:
+            from IPython.display import display
+
+            display(memory.dashboard())
+        except Exception:  # a missing widget front end must not fail the init
+            pass
+
+    @line_magic
+    def mgpu_status(self, line: str = "") -> StatusTable:
+        """Show rank, engine id, pid, device, backend, memory and state of every rank."""
+        if line.strip():
+            raise UsageError(f"%mgpu_status takes no arguments, got {line.strip()!r}")
+        s = sessmod.current()
+        _wait_for_fresh_samples(s)  # a rank that finished the last cell a moment ago is idle, not "busy"
+        return StatusTable(s.status())
+
+    @line_magic
+    def mgpu_shutdown(self, line: str = "") -> None:
+        """Stop the engines and controller of the current session and free their memory."""
+        if line.strip():
+            raise UsageError(f"%mgpu_shutdown takes no arguments, got {line.strip()!r}")
+        s = sessmod.current(required=False)
+        if s is None:
+            print("mgpu: no session is running")
+            return
+        try:
+            s.shutdown()
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted, but the engines were stopped all the same") from None
+        print("mgpu: engines stopped")
+
+    @magic_arguments()
+    @argument("--targets", "-t", default=None, help="ranks to run on, e.g. 0,2 or 1:3 (default: all)")
+    @argument("--block", dest="block", action="store_true", default=True, help="wait for the result (default)")
+    @argument("--noblock", dest="block", action="store_false", help="return at once with a PendingResult")
+    @argument("--stream", dest="stream", action="store_true", default=True, help="stream output live (default)")
+    @argument("--no-stream", dest="stream", action="store_false", help="print output when the cell ends")
+    @cell_magic
+    def mgpu(self, line: str, cell: str) -> Any:
+        """Run the cell on every rank (``rank``, ``world_size``, ``device``, ``torch``, ``dist`` defined)."""
+        args = _parse(self.mgpu, line)
+        s = sessmod.current()
+        from jupyter_mgpu.tensors.dist_tensor import bind_handles  # DistTensors the cell names become usable: mgpu.local(A)
+
+        bind_handles(self.shell.user_ns, cell, s)
+        if not args.block:
+            return s.run_cell(cell, targets=args.targets, block=False, stream=args.stream)
+        ranks = sessmod.parse_targets(args.targets, s.world_size)
+        with grouped_by_rank():  # live lines as they come; at the end, the cell's output grouped by rank
+            values = s.run_cell(cell, targets=ranks, block=True, stream=True)
+        for rank, value in zip(ranks, values):
+            if value is not None:
+                print(f"Out[rank {rank}]: {value}")
+        return None
+
+    @magic_arguments()
+    @argument("name", help="broadcast, reduce, all_reduce, all_gather, reduce_scatter, scatter, gather, "
+              "all_to_all, barrier or send_recv")
+    @argument("--op", default="sum", help="reduce op: sum, product, min, max, avg (reduce, all_reduce, reduce_scatter)")
+    @argument("--src", "--root", dest="src", default=None, help="root rank of broadcast, scatter (and of reduce, gather)")
+    @argument("--dst", default=None, help="root rank of reduce, gather (torch's name)")
+    @argument("--shape", default=None, help="shape of the demo tensors, e.g. 12x12 (default 11x11)")
+    @argument("--dtype", default="float32", help="dtype of the demo tensors")
+    @argument("--inputs", default=None, help="a notebook variable: a function rank -> tensor, or a DistTensor")
+    @argument("--no-animate", action="store_true", help="do not show the logical-schedule player")
+    @line_magic
+    def mgpu_collective(self, line: str = "") -> None:
+        """Run a collective on every rank and show each rank's data before and after, plus its schedule."""
+        from jupyter_mgpu.collectives.collective_run import collective
+
+        args = _parse(self.mgpu_collective, line)
+        roots = {}
+        for key in ("src", "dst"):
+            value = getattr(args, key)
+            if value is not None:
+                try:
+                    roots[key] = int(value)
+                except ValueError:
+                    raise UsageError(f"--{key} takes a rank number, got {value!r}") from None
+        inputs = None
+        if args.inputs is not None:
+            if args.inputs not in self.shell.user_ns:
+                raise UsageError(f"--inputs names no notebook variable: {args.inputs!r} is not defined")
+            inputs = self.shell.user_ns[args.inputs]
+        result = collective(args.name, inputs, op=args.op, shape=args.shape, dtype=args.dtype, **roots)
+        result.show(animate=not args.no_animate)
+
+    @magic_arguments()
+    @argument("collectives", nargs="+", help="collectives to time, e.g. all_reduce all_gather")
+    @argument("--sizes", default="1K:1M", help="sizes as a range 1K:256M (x factor each step) or a list 1K,1M")
+    @argument("--factor", default="2", help="growth factor of a size range (default 2)")
+    @argument("--iters", default="20", help="timed iterations per size (default 20)")
+    @argument("--warmup", default="5", help="untimed warm-up iterations per size (default 5)")
+    @argument("--op", default="sum", help="reduce op of reduce, all_reduce, reduce_scatter")
+    @argument("--root", default="0", help="root rank of broadcast, reduce, gather, scatter")
+    @argument("--dtype", default="float32", help="element type (default float32)")
+    @argument("--no-plot", action="store_true", help="show the table only")
+    @line_magic
+    def mgpu_bench(self, line: str = "") -> None:
+        """Benchmark collectives like nccl-tests: table of time, algbw, busbw, #wrong and a busbw plot.
+
+        The :class:`~jupyter_mgpu.collectives.collective_bench.BenchResult` stays in ``_mgpu_bench`` (rows with per-iteration times).
+        """
+        from jupyter_mgpu.collectives.collective_bench import bench
+
+        args = _parse(self.mgpu_bench, line)
+        numbers = {}
+        for key, kind in (("factor", float), ("iters", int), ("warmup", int), ("root", int)):
+            try:
+                numbers[key] = kind(getattr(args, key))
+            except ValueError:
+                raise UsageError(f"--{key} takes a number, got {getattr(args, key)!r}") from None
+        result = bench(args.collectives, args.sizes, op=args.op, dtype=args.dtype, **numbers)
+        self.shell.user_ns["_mgpu_bench"] = result
+        result.show(plot=not args.no_plot)
+
+    @magic_arguments()
+    @argument("sizes", nargs="+", help="M, or M K N: multiply an MxK by a KxN random matrix")
+    @argument("--strategy", default="auto", help="auto, row, col, inner, ring or summa (default auto)")
+    @argument("--dtype", default="float32", help="float32, float64, bfloat16 (float16 on GPUs)")
+    @argument("--grid", default=None, help="SUMMA grid rows x cols, e.g. 2x2")
+    @argument("--seed", default="0", help="seed of A (B uses seed + 1)")
+    @argument("--check", action="store_true", help="verify against torch.mm of the same inputs (on the ranks)")
+    @argument("--gather", action="store_true", help="gather C into the notebook as _mgpu_C")
+    @line_magic
+    def mgpu_matmul(self, line: str = "") -> Any:
+        """Create random A and B on the ranks, multiply them sharded, show the plan and the measured cost."""
+        from jupyter_mgpu.magics.matmul_magic import run_matmul_magic
+
+        args = _parse(self.mgpu_matmul, line)
+        return run_matmul_magic(args, self.shell.user_ns)
+
+    @magic_arguments()
+    @argument("--model", default="mlp:1024x8", help="a bundled model such as mlp:4096x8, or a notebook nn.Sequential")
+    @argument("--strategies", default=None, help="e.g. ddp,fsdp,tp,pp (also single, pp-1f1b); default all five")
+    @argument("--data", default=None, help="a notebook variable holding (X, y); default synthetic data")
+    @argument("--loss", default="cross_entropy", help="cross_entropy or mse")
+    @argument("--optimizer", default="adam", help="sgd, momentum, adam or adamw")
+    @argument("--batch", default=None, help="samples per step (default 64)")
+    @argument("--steps", default=None, help="training steps per strategy (default 6)")
+    @argument("--microbatches", default=None, help="pipeline micro-batches (default 4)")
+    @argument("--lr", default=None, help="learning rate (default 0.001)")
+    @argument("--samples", default=None, help="rows of synthetic data")
+    @argument("--seed", default=None, help="seed of the bundled model's weights and the synthetic data")
+    @argument("--timeout", default=None, help="seconds any wait between ranks may take (default: the session's)")
+    @argument("--no-live", action="store_true", help="do not show the live view while it runs")
+    @argument("--no-plot", action="store_true", help="show the table only")
+    @line_magic
+    def mgpu_compare(self, line: str = "") -> None:
+        """Train one model under single, DDP, FSDP, tensor and pipeline parallel and measure them side by side.
+
+        The :class:`~jupyter_mgpu.comparison.compare_result.CompareResult` stays in ``_mgpu_compare``.
+        """
+        from jupyter_mgpu.magics.compare_magic import run_compare_magic
+
+        args = _parse(self.mgpu_compare, line)
+        return run_compare_magic(args, self.shell.user_ns)
+
+
+def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:
+    """Wait until every rank has published a telemetry sample taken after now (at most ``timeout`` s)."""
+    since, deadline = time.time(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(r.get("state") == "dead" or (r.get("time") or 0) > since for r in s.memory()):  # dead ranks never do
+            return
+        time.sleep(0.02)
+
+
+def _show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_offset: Any = None) -> Any:
+    """Show jupyter_mgpu errors as one line, without the controller-side traceback."""
+    stb = [f"{etype.__name__}: {evalue}"]
+    shell._showtraceback(etype, evalue, stb)
+    return stb
+
+
+def register(ipython: Any) -> None:
+    ipython.register_magics(MgpuMagics)
+    ipython.set_custom_exc((MgpuError, Interrupted), _show_mgpu_error)

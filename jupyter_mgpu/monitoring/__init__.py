@@ -1,0 +1,1 @@
+"""Readers in the kernel of what the ranks publish out of band: live memory and logged metrics."""

@@ -1,1 +1,0 @@
-"""Clusters across hosts, kernel side: the relay to remote engines (``hub``) and data streams (``streams``)."""

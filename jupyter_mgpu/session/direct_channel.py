@@ -1,0 +1,125 @@
+"""The kernel's end of the direct channel (see ``engine/direct_channel.py``): blocking calls, one hop.
+
+``Session.run`` sends a blocking, non-streaming call here when no ipyparallel task is still queued on
+those ranks, so calls keep their order whichever path they take. Everything else (``%%mgpu`` cells
+with live output, ``block=False``) goes through ipyparallel as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import select
+import socket
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from jupyter_mgpu.engine import unix_socket
+from jupyter_mgpu.engine import direct_channel as direct
+
+CONNECT_TIMEOUT = 5.0
+
+
+class ChannelClosed(Exception):
+    """A rank's end of the direct channel closed (its engine is gone)."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__(f"rank {rank} closed the direct channel")
+        self.rank = rank
+
+
+class DirectChannel:
+    """One Unix-socket connection per rank, opened on first use."""
+
+    def __init__(self, rundir: str | Path) -> None:
+        self.rundir = Path(rundir)
+        self.socks: dict[int, socket.socket] = {}
+        self.ids = itertools.count(1)
+        self.lock = threading.Lock()  # one call at a time: two threads' frames must not interleave
+
+    def available(self, ranks: list[int]) -> bool:
+        """Whether every rank in ``ranks`` has (or can open) a connection."""
+        try:
+            with self.lock:
+                for r in ranks:
+                    self._sock(r)
+        except OSError:
+            return False
+        return True
+
+    def _sock(self, rank: int) -> socket.socket:
+        s = self.socks.get(rank)
+        if s is None:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(CONNECT_TIMEOUT)
+            try:
+                unix_socket.connect(s, direct.socket_path(self.rundir, rank))
+            except OSError:
+                s.close()
+                raise
+            s.settimeout(None)  # a busy engine reads the request when it is free; waits are bounded by check()
+            self.socks[rank] = s
+        return s
+
+    def forget(self, rank: int) -> None:
+        s = self.socks.pop(rank, None)
+        if s is not None:
+            s.close()
+
+    def close(self) -> None:
+        for r in list(self.socks):
+            self.forget(r)
+
+    def _send(self, rank: int, parts: list[Any]) -> None:
+        for attempt in (0, 1):  # an engine drops a connection that stalled mid-frame: open a new one once
+            try:
+                direct.send_frames(self._sock(rank), parts)
+                return
+            except KeyboardInterrupt:
+                self.forget(rank)  # a half-sent frame: the engine drops this connection
+                raise
+            except OSError:
+                self.forget(rank)
+                if attempt:
+                    raise ChannelClosed(rank) from None
+
+    def call(self, ranks: list[int], bufs: list[Any], check: Callable[[list[int], dict[int, Any]], None],
+             poll: float = 0.05) -> dict[int, Any]:
+        """Send one request to ``ranks`` and wait for every reply; ``check(pending, replies so far)``
+        runs between polls.
+
+        ``check`` raises to stop waiting (a dead rank, a timeout); replies to earlier, abandoned
+        requests are read and dropped. Raises :class:`ChannelClosed` if a rank's socket closes.
+        """
+        with self.lock:
+            rid = next(self.ids)
+            header = json.dumps({"id": rid}).encode()
+            for r in ranks:
+                self._send(r, [header, *bufs])
+            try:
+                return self._replies(rid, ranks, check, poll)
+            except KeyboardInterrupt:  # a reply may be half read: start those connections afresh
+                for r in ranks:
+                    self.forget(r)
+                raise
+
+    def _replies(self, rid: int, ranks: list[int], check: Callable[[list[int], dict[int, Any]], None],
+                 poll: float) -> dict[int, Any]:
+        results: dict[int, Any] = {}
+        by_fd = {self.socks[r].fileno(): r for r in ranks}
+        while len(results) < len(ranks):
+            pending = [r for r in ranks if r not in results]
+            ready, _, _ = select.select([self.socks[r] for r in pending], [], [], poll)
+            for s in ready:
+                r = by_fd[s.fileno()]
+                try:
+                    parts = direct.recv_frames(s)
+                except (EOFError, OSError):
+                    self.forget(r)
+                    raise ChannelClosed(r) from None
+                if json.loads(bytes(parts[0])).get("id") == rid:
+                    results[r] = direct.load_value(parts[1:])
+            if not ready:  # a quiet poll: is anyone dead, is the time up?
+                check([r for r in ranks if r not in results], results)
+        return results

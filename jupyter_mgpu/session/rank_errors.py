@@ -1,0 +1,121 @@
+"""Turn per-rank failure reports into one error a person can read.
+
+Four engines failing the same way give one sentence naming the ranks, the error and the user's own
+line — not four 30-frame tracebacks. Out-of-memory and collective timeouts get their own wording.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_mgpu.devices import format_bytes
+from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, RankError
+
+
+REBUILT_NOTE = "the process group was rebuilt; tensors kept, in-flight collectives dropped"
+
+
+def rank_list(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _where(info: dict[str, Any]) -> str:
+    frames = info.get("frames") or []
+    if not frames:
+        return ""
+    f = frames[-1]
+    place = "the cell" if f["file"] == "<cell>" else f"{f['name']}() in {f['file']}"
+    code = f": {f['code']}" if f.get("code") else ""
+    return f" at line {f['line']} of {place}{code}"
+
+
+def oom_message(rank: int, info: dict[str, Any], budget: int | None, kind: str) -> str:
+    what = "device memory"
+    limit = f" (budget {format_bytes(budget)})" if budget and kind == "cpu" else (
+        f" ({format_bytes(budget)})" if budget else "")
+    req = info.get("requested_bytes")
+    doing = f"allocating {format_bytes(req)}" if req else f"running {info.get('op') or 'its code'}"
+    return f"rank {rank} ran out of {what}{limit} while {doing}{_where(info)}"
+
+
+def _left_waiting(ranks: list[int], released: list[int] | None, timeout: float | None) -> str:
+    """``ranks 0, 2 were left waiting in a collective and released at once`` (or after the timeout)."""
+    msg = f"{rank_list(ranks)} {'was' if len(ranks) == 1 else 'were'} left waiting in a collective"
+    if released:
+        return msg + " and released at once"
+    return msg + (f" and released after the {timeout:.0f} s timeout" if timeout else " and timed out")
+
+
+def build_error(failures: dict[int, dict[str, Any]], *, rebuilt: bool = False, **details: Any) -> RankError:
+    """One :class:`RankError` (or a subclass) describing every failed rank, saying if the group was rebuilt."""
+    err = _build_error(failures, rebuilt=rebuilt, **details)
+    if rebuilt and REBUILT_NOTE not in str(err):
+        err = type(err)(f"{err}; {REBUILT_NOTE}", err.ranks, err.errors)
+    return err
+
+
+def _build_error(
+    failures: dict[int, dict[str, Any]],
+    *,
+    succeeded: list[int] | None = None,
+    budgets: dict[int, int] | None = None,
+    device_kind: str = "cpu",
+    sequence_numbers: dict[int, int | None] | None = None,  # collectives entered during the call
+    timeout: float | None = None,
+    rebuilt: bool = False,
+    released: list[int] | None = None,  # ranks released from a collective a failed rank never entered
+) -> RankError:
+    budgets = budgets or {}
+    failed = sorted(failures)
+    oom = [r for r in failed if failures[r].get("oom")]
+    if oom:
+        r = oom[0]
+        msg = oom_message(r, failures[r], budgets.get(r), device_kind)
+        same = [x for x in oom if failures[x].get("requested_bytes") == failures[r].get("requested_bytes")]
+        if len(same) > 1:
+            msg = msg.replace(f"rank {r} ran", f"{rank_list(same)} ran", 1).replace(")", " each)", 1)
+        others = [x for x in failed if x not in same]
+        waiting = [x for x in others if failures[x].get("collective_failure")]
+        if waiting:
+            msg += f"; {_left_waiting(waiting, released, timeout)}"
+        if set(others) - set(waiting):
+            msg += f"; {rank_list(sorted(set(others) - set(waiting)))} failed too"
+        return DeviceOutOfMemoryError(msg, failed, failures)
+    timed = [r for r in failed if failures[r].get("collective_failure")]
+    if timed and len(timed) == len(failed):
+        missing = []
+        if sequence_numbers:
+            known = {r: s for r, s in sequence_numbers.items() if s is not None}
+            if known:
+                top = max(known.values())
+                missing = sorted(r for r, s in known.items() if s < top)
+        if not missing and succeeded:
+            missing = sorted(succeeded)
+        after = f" after {timeout:.0f} s" if timeout else ""
+        msg = f"a collective timed out{after} on {rank_list(timed)}"
+        if missing:
+            msg += f": {rank_list(missing)} never joined it"
+        msg += _where(failures[timed[0]])
+        msg += (f"; {REBUILT_NOTE}" if rebuilt else
+                "; the process group may be unusable now, run %mgpu_init --restart")
+        return CollectiveTimeoutError(msg, failed, failures)
+    real = [r for r in failed if not failures[r].get("collective_failure")]
+    if timed and real:
+        # one rank failed on its own; the others were stuck waiting for it in a collective
+        inner = _build_error({r: failures[r] for r in real}, succeeded=None, budgets=budgets,
+                            device_kind=device_kind)
+        return type(inner)(f"{inner}; {_left_waiting(timed, released, timeout)}", failed, failures)
+    if all(failures[r].get("interrupted") for r in failed):
+        return RankError(f"interrupted on {rank_list(failed)}", failed, failures)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for r in failed:
+        groups.setdefault((failures[r]["ename"], failures[r]["evalue"]), []).append(r)
+    parts = []
+    for (ename, evalue), ranks in groups.items():
+        text = evalue.strip().splitlines()[0] if evalue.strip() else ""
+        parts.append(f"{ename} on {rank_list(ranks)}{': ' + text if text else ''}{_where(failures[ranks[0]])}")
+    msg = "; ".join(parts)
+    if succeeded:
+        msg += f" ({rank_list(succeeded)} succeeded)"
+    return RankError(msg, failed, failures)

@@ -1,0 +1,165 @@
+"""Keep the process group clean: after an interrupt, a failed call or a timeout, no stale collective
+survives to be matched with a later one (which gives wrong numbers, silently).
+
+Three moments, all on the kernel side of :class:`~jupyter_mgpu.session.core.Session`:
+
+- **while waiting** for a call in which some ranks already failed: a rank still running that has
+  entered more collectives than a failed rank did waits for a partner that will never come; it is
+  released at once (``engine/collective_guard.py``) instead of after the collective timeout;
+- **after the stop button**: ranks in Python code stop on SIGINT; ranks still busy a moment later
+  (blocked in C++) are released; then every rank leaves its old process group and joins a new one;
+- **before the next call**, when that rebuild could not run yet (a rank still busy, or the stop button
+  pressed again during it): it runs first, so nothing ever uses a group with an abandoned collective.
+
+Shards and user variables live on the ranks, not in the group: they are kept.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from jupyter_mgpu.engine import collective_guard as guard
+from jupyter_mgpu.errors import Interrupted, MgpuError
+from jupyter_mgpu.session.rank_errors import REBUILT_NOTE, rank_list
+
+if TYPE_CHECKING:
+    from jupyter_mgpu.session.core import Session
+
+INTERRUPT_GRACE = 0.5  # ranks in Python code answer SIGINT well within this
+FAILURE_GRACE = 0.3  # after a rank failed, how long the others may still finish on their own
+SETTLE = 3.0  # how long released ranks get to leave their call
+
+
+class GroupRecovery:
+    """The clean-group guarantee of one session."""
+
+    def __init__(self, session: "Session") -> None:
+        self.session = session
+        self.dirty: str | None = None  # why the group must be rebuilt before the next call
+        self.released: set[int] = set()  # ranks released during the call being waited on
+        self._failure_seen: float | None = None
+        self.generation = 0
+
+    # -- asking the ranks --------------------------------------------------------------------
+    def _ask(self, ranks: list[int], command: str) -> dict[int, dict[str, Any] | None]:
+        rundir = self.session.runtime_dir
+        return {r: guard.ask(rundir, r, command) for r in ranks}
+
+    def busy(self, ranks: list[int]) -> list[int]:
+        """Ranks still inside a call (a rank that cannot be asked counts as busy)."""
+        return [r for r, p in self._ask(ranks, "progress").items() if p is None or p.get("in_call")]
+
+    def wait_idle(self, ranks: list[int], seconds: float) -> list[int]:
+        """Wait up to ``seconds`` for ``ranks`` to leave their calls; the ranks still busy."""
+        end = time.monotonic() + seconds
+        busy = self.busy(ranks)
+        while busy and time.monotonic() < end:
+            time.sleep(0.02)
+            busy = self.busy(busy)
+        return busy
+
+    def release(self, ranks: list[int]) -> None:
+        """Make the pending collectives of ``ranks`` fail now (their peers' fail too)."""
+        self._ask(ranks, "release")
+        self.released.update(ranks)
+
+    # -- while waiting for a call -------------------------------------------------------------
+    def start_call(self) -> None:
+        self.released = set()
+        self._failure_seen = None
+
+    def watch(self, done: dict[int, dict[str, Any]], pending: list[int]) -> None:
+        """Release pending ranks stuck in a collective that a rank which already failed never entered."""
+        failed = [res for res in done.values() if isinstance(res, dict) and not res.get("ok")
+                  and not res.get("interrupted")]
+        if not failed or not pending:
+            return
+        now = time.monotonic()
+        if self._failure_seen is None:
+            self._failure_seen = now
+        if now - self._failure_seen < FAILURE_GRACE:
+            return
+        counts = [res.get("seq_delta") for res in failed if res.get("seq_delta") is not None]
+        if not counts:
+            return
+        fewest = min(counts)
+        progress = self._ask([r for r in pending if r not in self.released], "progress")
+        stuck = [r for r, p in progress.items()
+                 if p and p.get("in_call") and (p.get("collectives") or 0) > fewest]
+        if stuck:
+            self.release(stuck)
+
+    def needs_rebuild(self, results: dict[int, dict[str, Any]]) -> bool:
+        """After a failed call: whether the ranks may disagree on which collectives they ran."""
+        if self.released or any(r.get("collective_failure") or r.get("interrupted") for r in results.values()):
+            return True
+        deltas = {r.get("seq_delta") for r in results.values() if r.get("seq_delta") is not None}
+        return len(deltas) > 1
+
+    def after_failure(self, results: dict[int, dict[str, Any]]) -> bool:
+        """Rebuild the group after a failed call when needed; True if it was rebuilt now."""
+        if not self.needs_rebuild(results):
+            return False
+        self.dirty = "a failed collective"
+        return self.rebuild()  # if the ranks do not meet now, the next call tries again first
+
+    # -- after the stop button ----------------------------------------------------------------
+    def after_interrupt(self, ranks: list[int]) -> Interrupted:
+        """Bring the group back after an interrupt of a call on ``ranks``: release what SIGINT could
+        not reach, then rebuild. Returns the exception to raise, which says what happened."""
+        s = self.session
+        everyone = list(range(s.world_size))
+        self.dirty = "the interrupt"
+        busy = self.wait_idle(everyone, INTERRUPT_GRACE)
+        if busy:
+            self.release(everyone)
+            busy = self.wait_idle(everyone, SETTLE)
+        where = f"interrupted on {rank_list(ranks)}"
+        if busy:
+            return Interrupted(f"{where}; {rank_list(busy)} still busy (a long C++ operation?): the process "
+                               "group will be rebuilt before the next call")
+        if self.rebuild():
+            return Interrupted(f"{where}; {REBUILT_NOTE}")
+        return Interrupted(f"{where}; the process group will be rebuilt before the next call")
+
+    # -- before the next call -----------------------------------------------------------------
+    def ensure_clean(self) -> None:
+        """Rebuild the group first if an earlier interrupt left that undone; raise if impossible."""
+        if self.dirty is None:
+            return
+        s = self.session
+        everyone = list(range(s.world_size))
+        if self.busy(everyone):
+            self.release(everyone)
+        if self.wait_idle(everyone, s.timeout):
+            self._give_up("a rank stayed busy")
+        reason = self.dirty
+        if not self.rebuild():
+            self._give_up("the ranks did not meet again")
+        print(f"mgpu: after {reason}, {REBUILT_NOTE}", file=sys.stderr)
+
+    def _give_up(self, why: str) -> None:
+        s = self.session
+        s.broken = f"its process group could not be rebuilt after {self.dirty} ({why})"
+        raise MgpuError(f"this session's {s.broken}; run %mgpu_init --restart")
+
+    # -- rebuilding ---------------------------------------------------------------------------
+    def rebuild(self) -> bool:
+        """Every rank leaves its process group and joins a fresh one (all ranks must be idle)."""
+        from jupyter_mgpu.engine import runtime
+
+        s = self.session
+        self.generation += 1
+        ar = s._view(list(range(s.world_size))).apply_async(runtime.rebuild_process_group, self.generation)
+        ar.wait(s.timeout + 5)
+        if not ar.ready():
+            return False
+        try:
+            ar.get()
+        except Exception:
+            return False
+        self.dirty = None
+        self.released = set()
+        return True

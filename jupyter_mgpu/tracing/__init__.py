@@ -1,0 +1,1 @@
+"""``mg.trace`` and ``mg.show``: record what the ranks really do, and replay it."""
