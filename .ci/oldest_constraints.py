@@ -16,8 +16,16 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-LEANED_ON = ("cloudpickle", "ipyparallel", "ipykernel", "ipywidgets", "anywidget", "plotly", "jupyterlab",
-             "jupyter_server")
+LEANED_ON = (
+    "cloudpickle",
+    "ipyparallel",
+    "ipykernel",
+    "ipywidgets",
+    "anywidget",
+    "plotly",
+    "jupyterlab",
+    "jupyter_server",
+)
 
 
 def lowest(requirements: list[str]) -> dict[str, str]:

@@ -38,7 +38,7 @@ import time
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 os.environ.setdefault("JUPYTER_MGPU_NO_PREWARM", "1")
 
-from jupyter_mgpu.ops import collective_bench as cb  # noqa: E402  (pure: factors, sizes, summaries)
+from jupyter_mgpu.ops import collective_bench as cb
 
 NAMES = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"]
 
@@ -138,6 +138,7 @@ def via_magic(ip, name: str, size: int, iters: int, warmup: int) -> dict:
 
 def dispatch(ip, s, trials: int) -> list[tuple[str, float, float]]:
     """Median wall time and time spent on the ranks (slowest rank, summed over the call's round trips)."""
+
     def noop() -> None:
         return None
 
@@ -146,10 +147,14 @@ def dispatch(ip, s, trials: int) -> list[tuple[str, float, float]]:
     for label, fn in [
         ("ipyparallel apply_sync(no-op) [baseline]", lambda: view.apply_sync(noop)),
         ("Session.run(no-op)", lambda: s.run(noop)),
-        ("%mgpu_bench barrier --iters 1", lambda: _captured_text(
-            ip, "mgpu_bench barrier --sizes 0 --iters 1 --warmup 0 --no-plot")),
-        ("%mgpu_collective barrier --shape 1", lambda: _captured_text(
-            ip, "mgpu_collective barrier --shape 1 --no-animate")),
+        (
+            "%mgpu_bench barrier --iters 1",
+            lambda: _captured_text(ip, "mgpu_bench barrier --sizes 0 --iters 1 --warmup 0 --no-plot"),
+        ),
+        (
+            "%mgpu_collective barrier --shape 1",
+            lambda: _captured_text(ip, "mgpu_collective barrier --shape 1 --no-animate"),
+        ),
     ]:
         fn()
         walls, on_ranks = [], []
@@ -224,10 +229,12 @@ def main() -> None:
         for name in names:
             for size in sizes:  # batches rotate (and which goes first), so a slow spell hits all alike
                 for b in range(args.repeat):
-                    runs = [("mgpu", lambda: via_magic(ip, name, size, args.iters, args.warmup)),
-                            ("plain", lambda: plain.run(name, size, args.iters, args.warmup)),
-                            ("control", lambda: control.run(name, size, args.iters, args.warmup))]
-                    for who, fn in runs[b % 3:] + runs[:b % 3]:
+                    runs = [
+                        ("mgpu", lambda: via_magic(ip, name, size, args.iters, args.warmup)),
+                        ("plain", lambda: plain.run(name, size, args.iters, args.warmup)),
+                        ("control", lambda: control.run(name, size, args.iters, args.warmup)),
+                    ]
+                    for who, fn in runs[b % 3 :] + runs[: b % 3]:
                         batches.setdefault((name, size, who), []).append(fn())
         for script in (plain, control):
             script.close()
@@ -237,20 +244,25 @@ def main() -> None:
             script.close() if any(p.is_alive() for p in script.procs) else None
         s.shutdown()
 
-    print(f"\n# {args.ranks} ranks, gloo, float32; per collective and size {args.repeat} batches of each recipe in turn, each of "
-          f"{args.iters} timed iterations after {args.warmup} warm-up (barrier before each; an iteration's time is its "
-          "slowest rank's).")
-    print("# busbw from the median iteration time of all batches pooled; 'ratio' = %mgpu_bench / plain of those; "
-          "[90% CI] of that ratio, resampling whole batch pairs (2000 draws); 'A/A' = the same ratio between a second, "
-          "identical plain script and the first (its own process group, run in the same rotation): what two "
-          "identical recipes differ by on this machine")
-    head = f"{'collective':<15}{'size':>6}{'%mgpu_bench':>13}{'plain spawn':>13}{'ratio':>7}{'  [90% CI]':<15}" \
-           f"{'A/A':>6}{'median us mgpu':>16}{'plain':>10}{'#wrong':>8}"
+    print(
+        f"\n# {args.ranks} ranks, gloo, float32; per collective and size {args.repeat} batches of each recipe in turn, each of "
+        f"{args.iters} timed iterations after {args.warmup} warm-up (barrier before each; an iteration's time is its "
+        "slowest rank's)."
+    )
+    print(
+        "# busbw from the median iteration time of all batches pooled; 'ratio' = %mgpu_bench / plain of those; "
+        "[90% CI] of that ratio, resampling whole batch pairs (2000 draws); 'A/A' = the same ratio between a second, "
+        "identical plain script and the first (its own process group, run in the same rotation): what two "
+        "identical recipes differ by on this machine"
+    )
+    head = (
+        f"{'collective':<15}{'size':>6}{'%mgpu_bench':>13}{'plain spawn':>13}{'ratio':>7}{'  [90% CI]':<15}"
+        f"{'A/A':>6}{'median us mgpu':>16}{'plain':>10}{'#wrong':>8}"
+    )
     print(head)
     print("-" * len(head))
     for name in names:
         for size in sizes:
-            key = (name, size)
             ms, ps = batches.get((name, size, "mgpu"), []), batches.get((name, size, "plain"), [])
             if not ms or not ps:
                 continue
@@ -262,10 +274,14 @@ def main() -> None:
             cs = batches.get((name, size, "control"), [])
             aa = t_p / _pooled_median(cs) if cs else float("nan")
             flag = "" if size < (1 << 20) or ratio >= 0.9 else "  <- below 90%"
-            print(f"{name:<15}{_size(size):>6}{bus_m:>13.4f}{bus_p:>13.4f}{ratio:>7.2f}{f'  [{lo:.2f}, {hi:.2f}]':<15}"
-                  f"{aa:>6.2f}{t_m * 1e6:>16.1f}{t_p * 1e6:>10.1f}{sum(m['wrong'] for m in ms):>8d}{flag}")
-    print(f"\n# dispatch latency at {args.ranks} ranks (median of {args.dispatch_trials}); on ranks = time the "
-          "slowest rank spent inside the call(s); overhead = wall - on ranks (target <= 5 ms)")
+            print(
+                f"{name:<15}{_size(size):>6}{bus_m:>13.4f}{bus_p:>13.4f}{ratio:>7.2f}{f'  [{lo:.2f}, {hi:.2f}]':<15}"
+                f"{aa:>6.2f}{t_m * 1e6:>16.1f}{t_p * 1e6:>10.1f}{sum(m['wrong'] for m in ms):>8d}{flag}"
+            )
+    print(
+        f"\n# dispatch latency at {args.ranks} ranks (median of {args.dispatch_trials}); on ranks = time the "
+        "slowest rank spent inside the call(s); overhead = wall - on ranks (target <= 5 ms)"
+    )
     print(f"{'call':<44}{'wall (ms)':>11}{'on ranks (ms)':>15}{'overhead (ms)':>15}")
     for label, wall, busy in lat:
         print(f"{label:<44}{wall * 1e3:>11.2f}{busy * 1e3:>15.2f}{(wall - busy) * 1e3:>15.2f}")

@@ -37,8 +37,9 @@ def make_data(folder: str, rows: int, dim: int, seed: int = 0, chunk: int = 100_
 
     rng = np.random.default_rng(seed)
     for name in ("a", "b"):
-        out = np.lib.format.open_memmap(os.path.join(folder, f"{name}.npy"), mode="w+", dtype=np.float32,
-                                        shape=(rows, dim))
+        out = np.lib.format.open_memmap(
+            os.path.join(folder, f"{name}.npy"), mode="w+", dtype=np.float32, shape=(rows, dim)
+        )
         for start in range(0, rows, chunk):
             stop = min(rows, start + chunk)
             out[start:stop] = rng.standard_normal((stop - start, dim), dtype=np.float32)
@@ -96,9 +97,9 @@ def forum_worker(rank: int, world: int, pkl: str, port: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     dist.barrier()
     t0 = time.perf_counter()
-    df = pd.read_pickle(pkl)                                     # every rank reads the whole dataframe
+    df = pd.read_pickle(pkl)  # every rank reads the whole dataframe
     mine = df.iloc[np.array_split(np.arange(len(df)), world)[rank]]
-    a = torch.stack([torch.tensor(row) for row in mine["a"]])    # converted row by row
+    a = torch.stack([torch.tensor(row) for row in mine["a"]])  # converted row by row
     b = torch.stack([torch.tensor(row) for row in mine["b"]])
     sims = F.cosine_similarity(a, b, dim=1)
     sizes = [len(p) for p in np.array_split(np.arange(len(df)), world)]
@@ -111,7 +112,7 @@ def forum_worker(rank: int, world: int, pkl: str, port: int, out: str) -> None:
     else:
         dist.send(sims, 0)
     dist.barrier()
-    work = time.perf_counter() - t0                              # read + convert + compute + gather
+    work = time.perf_counter() - t0  # read + convert + compute + gather
     with open(f"{out}.rank{rank}.json", "w") as f:
         json.dump({"peak": peak_rss(), "work": work}, f)
     dist.destroy_process_group()
@@ -144,8 +145,7 @@ def with_mgpu(folder: str, ranks: int, repeat: int, session: object = None) -> d
 
     import jupyter_mgpu as mg
     from jupyter_mgpu.engine import telemetry
-
-    from jupyter_mgpu.session.core import start_session
+    from jupyter_mgpu.session.lifecycle import start_session
 
     s = session or mg.current(required=False)
     started = None
@@ -170,13 +170,21 @@ def with_mgpu(folder: str, ranks: int, repeat: int, session: object = None) -> d
         best_compute = min(best_compute, t2 - t1)
         del a, b, sims
     np.save(os.path.join(folder, "mgpu.npy"), result.numpy())
-    return {"total": best_total, "compute": best_compute, "peaks": peaks, "start": started,
-            "controller_peak": peak_rss(), "session": s, "started_here": started is not None}
+    return {
+        "total": best_total,
+        "compute": best_compute,
+        "peaks": peaks,
+        "start": started,
+        "controller_peak": peak_rss(),
+        "session": s,
+        "started_here": started is not None,
+    }
 
 
 def _subprocess(args: list[str]) -> dict:
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), *args], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), *args], capture_output=True, text=True, check=False
+    )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if out.returncode or not lines:
         raise RuntimeError(f"{args[0]} failed: {out.stderr.strip()[-2000:]}")
@@ -206,22 +214,37 @@ def forum_estimate(fits: list[tuple[int, dict]], rows: int) -> dict:
     sizes = ", ".join(f"{n:,}" for n, _ in fits)
     works = ", ".join(f"{r['work']:.1f}" for _, r in fits)
     if n_max >= rows:
-        return {"method": "measured", "at": rows, "total": r_max["total"], "peaks": r_max["peaks"],
-                "note": f"measured at {rows:,} rows"}
+        return {
+            "method": "measured",
+            "at": rows,
+            "total": r_max["total"],
+            "peaks": r_max["peaks"],
+            "note": f"measured at {rows:,} rows",
+        }
     grows = len(fits) >= 2 and all(b[1]["work"] > a[1]["work"] for a, b in zip(fits, fits[1:]))
     a, b = fit_line([(float(n), r["work"]) for n, r in fits]) if len(fits) >= 2 else (0.0, 0.0)
     if not grows or b <= 0:
         why = "only one size" if len(fits) < 2 else f"its work at {sizes} rows took {works} s, not growing with rows"
-        return {"method": "not extrapolated", "at": n_max, "total": r_max["total"], "peaks": r_max["peaks"],
-                "note": f"measured at {n_max:,} rows and not extrapolated ({why}); the comparison is made at "
-                        f"{n_max:,} rows"}
+        return {
+            "method": "not extrapolated",
+            "at": n_max,
+            "total": r_max["total"],
+            "peaks": r_max["peaks"],
+            "note": f"measured at {n_max:,} rows and not extrapolated ({why}); the comparison is made at "
+            f"{n_max:,} rows",
+        }
     start = min(r["total"] - r["work"] for _, r in fits)
     (n1, r1) = fits[0]
     peaks = [p2 + max(0.0, (p2 - p1) / (n_max - n1)) * (rows - n_max) for p1, p2 in zip(r1["peaks"], r_max["peaks"])]
-    return {"method": "extrapolated", "at": rows, "total": start + a + b * rows, "peaks": peaks,
-            "note": f"extrapolated to {rows:,} rows from a least-squares line through its work at {sizes} rows "
-                    f"({works} s; it grows with the rows): {a:.2f} s + {b * 1e6:.2f} s per million rows, "
-                    f"plus its start-up ({start:.1f} s); peak memory along the line through the two ends"}
+    return {
+        "method": "extrapolated",
+        "at": rows,
+        "total": start + a + b * rows,
+        "peaks": peaks,
+        "note": f"extrapolated to {rows:,} rows from a least-squares line through its work at {sizes} rows "
+        f"({works} s; it grows with the rows): {a:.2f} s + {b * 1e6:.2f} s per million rows, "
+        f"plus its start-up ({start:.1f} s); peak memory along the line through the two ends",
+    }
 
 
 def _subset(folder: str, rows: int) -> str:
@@ -235,8 +258,15 @@ def _subset(folder: str, rows: int) -> str:
     return sub
 
 
-def run(rows: int = 1_000_000, dim: int = 300, ranks: int = 4, forum_rows: tuple[int, ...] = (50_000, 100_000, 200_000),
-        repeat: int = 2, folder: str | None = None, threads: int = 2) -> dict:
+def run(
+    rows: int = 1_000_000,
+    dim: int = 300,
+    ranks: int = 4,
+    forum_rows: tuple[int, ...] = (50_000, 100_000, 200_000),
+    repeat: int = 2,
+    folder: str | None = None,
+    threads: int = 2,
+) -> dict:
     """Measure all three; returns the table rows and the comparison (printed by :func:`print_table`)."""
     import numpy as np
 
@@ -244,8 +274,9 @@ def run(rows: int = 1_000_000, dim: int = 300, ranks: int = 4, forum_rows: tuple
     folder = folder or tempfile.mkdtemp(prefix="mgpu-cosine-")
     try:
         make_data(folder, rows, dim)
-        single_res = min((_subprocess(["--single", folder, str(threads)]) for _ in range(repeat)),
-                         key=lambda r: r["total"])
+        single_res = min(
+            (_subprocess(["--single", folder, str(threads)]) for _ in range(repeat)), key=lambda r: r["total"]
+        )
         mg_res = with_mgpu(folder, ranks, repeat)
         ref = np.load(os.path.join(folder, "single.npy"))
         got = np.load(os.path.join(folder, "mgpu.npy"))
@@ -255,8 +286,7 @@ def run(rows: int = 1_000_000, dim: int = 300, ranks: int = 4, forum_rows: tuple
         for n in sorted(set(min(r, rows) for r in forum_rows)):
             pkl = make_forum_pickle(folder, n)
             out = os.path.join(folder, f"forum_{n}.npy")
-            res = min((_subprocess(["--forum", pkl, str(ranks), out]) for _ in range(repeat)),
-                      key=lambda r: r["total"])
+            res = min((_subprocess(["--forum", pkl, str(ranks), out]) for _ in range(repeat)), key=lambda r: r["total"])
             forum_err = max(forum_err, float(np.abs(np.load(out) - ref[:n]).max()))
             fits.append((n, res))
             os.unlink(pkl)
@@ -265,21 +295,43 @@ def run(rows: int = 1_000_000, dim: int = 300, ranks: int = 4, forum_rows: tuple
         if forum_res["at"] < rows:  # compare where the forum recipe really ran
             mg_at = with_mgpu(_subset(folder, forum_res["at"]), ranks, repeat, mg_res["session"])
         table = [
-            {"name": "one process", "total": single_res["total"], "compute": single_res["compute"],
-             "peaks": single_res["peaks"], "err": 0.0,
-             "note": f"np.load + F.cosine_similarity, {threads} threads"},
-            {"name": "forum recipe", "total": forum_res["total"], "compute": None, "peaks": forum_res["peaks"],
-             "err": forum_err, "note": f"{ranks} spawned workers, each unpickles the whole dataframe and converts "
-                                       f"its rows one by one; {forum_res['note']}"},
-            {"name": "mg.load + mg.map + gather", "total": mg_res["total"], "compute": mg_res["compute"],
-             "peaks": mg_res["peaks"], "err": mg_err,
-             "note": f"{ranks} ranks, session running" + (f"; mg.init took {mg_res['start']:.1f} s"
-                                                          if mg_res["start"] else "")},
+            {
+                "name": "one process",
+                "total": single_res["total"],
+                "compute": single_res["compute"],
+                "peaks": single_res["peaks"],
+                "err": 0.0,
+                "note": f"np.load + F.cosine_similarity, {threads} threads",
+            },
+            {
+                "name": "forum recipe",
+                "total": forum_res["total"],
+                "compute": None,
+                "peaks": forum_res["peaks"],
+                "err": forum_err,
+                "note": f"{ranks} spawned workers, each unpickles the whole dataframe and converts "
+                f"its rows one by one; {forum_res['note']}",
+            },
+            {
+                "name": "mg.load + mg.map + gather",
+                "total": mg_res["total"],
+                "compute": mg_res["compute"],
+                "peaks": mg_res["peaks"],
+                "err": mg_err,
+                "note": f"{ranks} ranks, session running"
+                + (f"; mg.init took {mg_res['start']:.1f} s" if mg_res["start"] else ""),
+            },
         ]
         if mg_res["started_here"]:
             mg_res["session"].shutdown()
-        return {"rows": table, "method": forum_res["method"], "at": forum_res["at"], "forum_total": forum_res["total"],
-                "mg_total_at": mg_at["total"], "start": mg_res["start"]}
+        return {
+            "rows": table,
+            "method": forum_res["method"],
+            "at": forum_res["at"],
+            "forum_total": forum_res["total"],
+            "mg_total_at": mg_at["total"],
+            "start": mg_res["start"],
+        }
     finally:
         if own:
             import shutil
@@ -300,8 +352,10 @@ def print_table(result: dict, rows: int, dim: int) -> str:
     import textwrap
 
     single, forum_row, mgpu = result["rows"]
-    lines = [f"cosine similarity of {rows:,} pairs × {dim} float32",
-             f"{'recipe':<31} {'wall s':>7} {'compute s':>10}  {'peak MiB per process':<24} {'max |err|':>9}"]
+    lines = [
+        f"cosine similarity of {rows:,} pairs × {dim} float32",
+        f"{'recipe':<31} {'wall s':>7} {'compute s':>10}  {'peak MiB per process':<24} {'max |err|':>9}",
+    ]
     for i, r in enumerate(result["rows"], 1):
         peaks = "/".join(f"{p / MiB:.0f}" for p in r["peaks"])
         comp = f"{r['compute']:.3f}" if r["compute"] is not None else "-"
@@ -310,17 +364,24 @@ def print_table(result: dict, rows: int, dim: int) -> str:
         lines += textwrap.wrap(f"[{i}] {r['note']}", WIDTH, subsequent_indent="    ")
     at, method = result["at"], result["method"]
     speedup = result["forum_total"] / result["mg_total_at"]
-    how = {"measured": f"both measured at {at:,} rows",
-           "extrapolated": "the forum recipe's time extrapolated, see [2]",
-           "not extrapolated": f"both measured at {at:,} rows: the forum recipe's timings do not grow with the "
-                               "rows, so they are not extrapolated, see [2]"}[method]
-    lines += textwrap.wrap(f"end to end: mg is {_times(speedup)} than the forum recipe ({how})", WIDTH,
-                           subsequent_indent="    ")
+    how = {
+        "measured": f"both measured at {at:,} rows",
+        "extrapolated": "the forum recipe's time extrapolated, see [2]",
+        "not extrapolated": f"both measured at {at:,} rows: the forum recipe's timings do not grow with the "
+        "rows, so they are not extrapolated, see [2]",
+    }[method]
+    lines += textwrap.wrap(
+        f"end to end: mg is {_times(speedup)} than the forum recipe ({how})", WIDTH, subsequent_indent="    "
+    )
     if result.get("start") and method != "not extrapolated":
-        lines.append(f"counting the cluster's start (mg.init {result['start']:.1f} s): "
-                     f"{_times(result['forum_total'] / (result['mg_total_at'] + result['start']))}")
-    lines.append(f"against one process: mg end to end {single['total'] / mgpu['total']:.2f}× its speed, "
-                 f"mg.map's compute {mgpu['compute'] / single['compute']:.2f}× its time")
+        lines.append(
+            f"counting the cluster's start (mg.init {result['start']:.1f} s): "
+            f"{_times(result['forum_total'] / (result['mg_total_at'] + result['start']))}"
+        )
+    lines.append(
+        f"against one process: mg end to end {single['total'] / mgpu['total']:.2f}× its speed, "
+        f"mg.map's compute {mgpu['compute'] / single['compute']:.2f}× its time"
+    )
     lines.append(f"results equal within float32 tolerance: {max(forum_row['err'], mgpu['err']) < 1e-5}")
     text = "\n".join(lines)
     print(text)
@@ -341,14 +402,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--dim", type=int, default=300)
     p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--forum-rows", default="50000,100000,200000",
-                   help="sizes the forum recipe runs at (all rows: measured; fewer: extrapolated if its times grow)")
+    p.add_argument(
+        "--forum-rows",
+        default="50000,100000,200000",
+        help="sizes the forum recipe runs at (all rows: measured; fewer: extrapolated if its times grow)",
+    )
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--threads", type=int, default=2, help="threads of the single process (cores)")
     args = p.parse_args(argv)
     os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
-    result = run(args.rows, args.dim, args.ranks, tuple(int(x) for x in args.forum_rows.split(",")), args.repeat,
-                 threads=args.threads)
+    result = run(
+        args.rows,
+        args.dim,
+        args.ranks,
+        tuple(int(x) for x in args.forum_rows.split(",")),
+        args.repeat,
+        threads=args.threads,
+    )
     print_table(result, args.rows, args.dim)
 
 

@@ -24,13 +24,13 @@ import time
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 
-import torch  # noqa: E402
+import torch
 
-import jupyter_mgpu as mg  # noqa: E402
+import jupyter_mgpu as mg
+from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import telemetry
-from jupyter_mgpu.engine import shard_store as store  # noqa: E402
-from jupyter_mgpu.ops import matmul_baselines as base  # noqa: E402
-from jupyter_mgpu.ops.matmul_plan import required_placements  # noqa: E402
+from jupyter_mgpu.ops import matmul_baselines as base
+from jupyter_mgpu.ops.matmul_plan import required_placements
 
 MiB = 2**20
 
@@ -82,16 +82,20 @@ def main() -> None:
                 del A, B
             A = mg.randn(n, n, placement=mg.Shard(0), seed=1)
             Br = mg.randn(n, n, placement=mg.Replicate(), seed=2)
-            res = min((s.run(base.naive_concat, A.handle_id, Br.handle_id, label="naive") for _ in range(args.repeat)),
-                      key=lambda r: max(x["time"] for x in r))
-            rows.append(("naive: row blocks, repl. B, torch.cat", max(x["time"] for x in res),
-                         [x["peak_bytes"] for x in res]))
+            res = min(
+                (s.run(base.naive_concat, A.handle_id, Br.handle_id, label="naive") for _ in range(args.repeat)),
+                key=lambda r: max(x["time"] for x in r),
+            )
+            rows.append(
+                ("naive: row blocks, repl. B, torch.cat", max(x["time"] for x in res), [x["peak_bytes"] for x in res])
+            )
             del Br
             B = mg.randn(n, n, placement=mg.Shard(0), seed=2)
-            res = min((s.run(base.dtensor_mm, A.handle_id, B.handle_id, 0, 0, label="dtensor") for _ in range(args.repeat)),
-                      key=lambda r: max(x["time"] for x in r))
-            rows.append(("DTensor mm S(0)xS(0) -> S(0)", max(x["time"] for x in res),
-                         [x["peak_bytes"] for x in res]))
+            res = min(
+                (s.run(base.dtensor_mm, A.handle_id, B.handle_id, 0, 0, label="dtensor") for _ in range(args.repeat)),
+                key=lambda r: max(x["time"] for x in r),
+            )
+            rows.append(("DTensor mm S(0)xS(0) -> S(0)", max(x["time"] for x in res), [x["peak_bytes"] for x in res]))
             del A, B
             tables.append((n, rows, t_mm))
     finally:
@@ -100,13 +104,18 @@ def main() -> None:
     for n, rows, t_mm in tables:
         bound = 3 * n * n // p * 4
         flops = 2 * n**3
-        print(f"\nN={n} float32, {p} ranks (1 thread each) on {os.cpu_count()} cores; "
-              f"3N²/P bound = {bound / MiB:.1f} MiB; best of {args.repeat}")
-        print(f"{'method':44} {'time s':>8} {'GFLOP/s':>8} {'x torch.mm':>10} {'peak/rank MiB (max)':>20} "
-              f"{'/bound':>7}")
+        print(
+            f"\nN={n} float32, {p} ranks (1 thread each) on {os.cpu_count()} cores; "
+            f"3N²/P bound = {bound / MiB:.1f} MiB; best of {args.repeat}"
+        )
+        print(
+            f"{'method':44} {'time s':>8} {'GFLOP/s':>8} {'x torch.mm':>10} {'peak/rank MiB (max)':>20} {'/bound':>7}"
+        )
         for name, t, peaks in rows:
-            print(f"{name:44} {t:8.3f} {flops / t / 1e9:8.1f} {t / t_mm:10.2f} {max(peaks) / MiB:20.1f} "
-                  f"{max(peaks) / bound:7.2f}")
+            print(
+                f"{name:44} {t:8.3f} {flops / t / 1e9:8.1f} {t / t_mm:10.2f} {max(peaks) / MiB:20.1f} "
+                f"{max(peaks) / bound:7.2f}"
+            )
 
 
 if __name__ == "__main__":

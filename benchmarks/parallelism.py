@@ -23,7 +23,7 @@ import time
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.devices import format_bytes, parse_size
+from jupyter_mgpu.units import format_bytes, parse_size
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "comm_buffers")
 TOLERANCE = 0.25
@@ -40,8 +40,11 @@ def ratio(m: float | None, e: float | None) -> str:
 def table(r: mg.CompareResult) -> tuple[list[str], list[str]]:
     """The printed table (markdown) and the list of failed checks."""
     exp = {(e["strategy"], e["rank"]): e for e in r.expected}
-    head = ["strategy", "rank", "status"] + [f"{c} MiB (exp, ×)" for c in CATEGORIES] + \
-           ["device peak MiB", "step s", "bytes/step MiB (exp, ×)", "bubble (exp)", "Δ loss vs single"]
+    head = (
+        ["strategy", "rank", "status"]
+        + [f"{c} MiB (exp, ×)" for c in CATEGORIES]
+        + ["device peak MiB", "step s", "bytes/step MiB (exp, ×)", "bubble (exp)", "Δ loss vs single"]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     bad = []
     for row in r.table:
@@ -53,12 +56,17 @@ def table(r: mg.CompareResult) -> tuple[list[str], list[str]]:
         for c in CATEGORIES:
             cells.append(f"{mib(row[c])} ({mib(e[c])}, {ratio(row[c], e[c])})")
             if e[c] and abs(row[c] / e[c] - 1) > TOLERANCE:
-                bad.append(f"{row['strategy']} rank {row['rank']} {c}: measured {mib(row[c])} MiB, "
-                           f"expected {mib(e[c])} MiB")
+                bad.append(
+                    f"{row['strategy']} rank {row['rank']} {c}: measured {mib(row[c])} MiB, expected {mib(e[c])} MiB"
+                )
         bubble = "–" if row.get("bubble") is None else f"{100 * row['bubble']:.0f}% ({100 * e['bubble']:.0f}%)"
-        cells += [mib(row["device_peak"]), f"{row['step_time']:.2f}" if row["step_time"] else "–",
-                  f"{mib(row['bytes'])} ({mib(e['bytes'])}, {ratio(row['bytes'], e['bytes'])})", bubble,
-                  "–" if row.get("loss_diff") is None else f"{row['loss_diff']:+.1e}"]
+        cells += [
+            mib(row["device_peak"]),
+            f"{row['step_time']:.2f}" if row["step_time"] else "–",
+            f"{mib(row['bytes'])} ({mib(e['bytes'])}, {ratio(row['bytes'], e['bytes'])})",
+            bubble,
+            "–" if row.get("loss_diff") is None else f"{row['loss_diff']:+.1e}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines, bad
 
@@ -76,23 +84,48 @@ def main() -> int:
     ap.add_argument("--check-model", default="mlp:256x8", help="small model for the loss check against single")
     args = ap.parse_args()
     budget = parse_size(args.mem_per_device)
-    print(f"# {args.model}, {args.ranks} ranks × {format_bytes(budget)} budget, batch {args.batch}, "
-          f"{args.microbatches} micro-batches, {args.steps} steps, {args.optimizer}")
+    print(
+        f"# {args.model}, {args.ranks} ranks × {format_bytes(budget)} budget, batch {args.batch}, "
+        f"{args.microbatches} micro-batches, {args.steps} steps, {args.optimizer}"
+    )
     start = time.perf_counter()
     with mg.init(args.ranks, cpu=True, mem_per_device=args.mem_per_device, timeout=120) as s:
-        r = mg.compare(args.model, batch=args.batch, steps=args.steps, strategies=args.strategies,
-                       microbatches=args.microbatches, optimizer=args.optimizer, live=False, session=s)
+        r = mg.compare(
+            args.model,
+            batch=args.batch,
+            steps=args.steps,
+            strategies=args.strategies,
+            microbatches=args.microbatches,
+            optimizer=args.optimizer,
+            live=False,
+            session=s,
+        )
         need = next(sum(e[c] for c in CATEGORIES) for e in r.expected if e["strategy"] == r.strategies[0])
-        print(f"# {r.strategies[0]} needs {format_bytes(need)} by the formulas = {need / budget:.1f}× the budget; "
-              f"comparison took {time.perf_counter() - start:.0f} s\n")
+        print(
+            f"# {r.strategies[0]} needs {format_bytes(need)} by the formulas = {need / budget:.1f}× the budget; "
+            f"comparison took {time.perf_counter() - start:.0f} s\n"
+        )
     lines, bad = table(r)
     with mg.init(args.ranks, cpu=True, timeout=60) as s:  # loss check: the same maths at a size single can run
-        small = mg.compare(args.check_model, batch=args.batch, steps=args.steps, strategies=args.strategies,
-                           microbatches=args.microbatches, optimizer=args.optimizer, live=False, session=s)
+        small = mg.compare(
+            args.check_model,
+            batch=args.batch,
+            steps=args.steps,
+            strategies=args.strategies,
+            microbatches=args.microbatches,
+            optimizer=args.optimizer,
+            live=False,
+            session=s,
+        )
     print("\n".join(lines))
-    print(f"\n# loss after {args.steps} steps vs single on {args.check_model} (no budget): " +
-          ", ".join(f"{st} {small.loss_diff(st):.1e}" for st in small.strategies if st != "single"
-                    and small.loss_diff(st) is not None))
+    print(
+        f"\n# loss after {args.steps} steps vs single on {args.check_model} (no budget): "
+        + ", ".join(
+            f"{st} {small.loss_diff(st):.1e}"
+            for st in small.strategies
+            if st != "single" and small.loss_diff(st) is not None
+        )
+    )
     fit = {st: r.ok(st) for st in r.strategies}
     want = {"single": False, "ddp": False, "fsdp": True, "tp": True, "pp": True}
     for st, ok in fit.items():

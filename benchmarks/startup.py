@@ -44,9 +44,12 @@ print("BUDGET", json.dumps(budget))
 print("RESULT", took)
 """
 
-PREWARMED = MGPU.replace("t0 = time.time()", "mg.prewarm()          # what %load_ext jupyter_mgpu does\n"
-                         "time.sleep(4)         # the user reads the notebook, types %mgpu_init ...\n"
-                         "t0 = time.time()")
+PREWARMED = MGPU.replace(
+    "t0 = time.time()",
+    "mg.prewarm()          # what %load_ext jupyter_mgpu does\n"
+    "time.sleep(4)         # the user reads the notebook, types %mgpu_init ...\n"
+    "t0 = time.time()",
+)
 
 NAIVE = """
 import json, socket, time, ipyparallel as ipp
@@ -76,7 +79,7 @@ COLD, WARM, FIRST, NAIVE_NAME = "mg.init (cold)", "mg.init after %load_ext", "mg
 
 
 def _ranks(marks: dict[str, float], prefix: str) -> list[float]:
-    return [v for k, v in marks.items() if k.startswith(prefix) and k[len(prefix):].isdigit()]
+    return [v for k, v in marks.items() if k.startswith(prefix) and k[len(prefix) :].isdigit()]
 
 
 def phases(name: str, m: dict[str, float]) -> dict[str, tuple[float, float]]:
@@ -121,8 +124,9 @@ def drop_page_cache() -> bool:
 
 def trial(template: str, n: int, env_extra: dict | None = None) -> tuple[float, dict[str, float], object]:
     env = {**os.environ, "JUPYTER_MGPU_FORCE_CPU": "1", **(env_extra or {})}
-    out = subprocess.run([sys.executable, "-c", template.format(n=n)], capture_output=True, text=True,
-                         timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", template.format(n=n)], capture_output=True, text=True, timeout=300, env=env
+    )
     took, marks, budget = None, {}, None
     for line in out.stdout.splitlines():
         if line.startswith("RESULT"):
@@ -140,8 +144,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--first-start", action="store_true", help="add a first start after install (empty shim "
-                    "cache, page cache dropped where permitted)")
+    ap.add_argument(
+        "--first-start",
+        action="store_true",
+        help="add a first start after install (empty shim cache, page cache dropped where permitted)",
+    )
     args = ap.parse_args()
     recipes = {COLD: MGPU, WARM: PREWARMED, NAIVE_NAME: NAIVE}
     if args.first_start:
@@ -177,9 +184,11 @@ def main() -> None:
         print(f"{k:<26} {med[k]:>9.2f} {min(v):>7.2f} {max(v):>7.2f} {med[NAIVE_NAME] / med[k]:>8.1f}x")
     if args.first_start:
         n_dropped = sum(dropped)
-        print(f"first start: own empty shim cache per trial; page cache dropped before {n_dropped} of "
-              f"{len(dropped)} trials" + ("" if n_dropped == len(dropped) else
-                                           " (could not write /proc/sys/vm/drop_caches: not root)"))
+        print(
+            f"first start: own empty shim cache per trial; page cache dropped before {n_dropped} of "
+            f"{len(dropped)} trials"
+            + ("" if n_dropped == len(dropped) else " (could not write /proc/sys/vm/drop_caches: not root)")
+        )
     print("\nphases: began → ended, s from the call (median over trials; negative = before it, at %load_ext)")
     for k in recipes:
         modes = "/".join(sorted(budgets[k])) if budgets[k] else ""

@@ -25,12 +25,12 @@ import time
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 
-import psutil  # noqa: E402
+import psutil
 
-import jupyter_mgpu as mg  # noqa: E402
-from jupyter_mgpu.engine import telemetry as tele  # noqa: E402
-from jupyter_mgpu.monitoring.memory_monitor import monitor  # noqa: E402
-from jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard  # noqa: E402
+import jupyter_mgpu as mg
+from jupyter_mgpu.engine import telemetry as tele
+from jupyter_mgpu.monitoring.memory_monitor import monitor
+from jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard
 
 MiB = 2**20
 
@@ -172,7 +172,7 @@ def accuracy(s: mg.Session) -> tuple[int, int]:
 
 def stats(xs: list[float]) -> str:
     xs = sorted(xs)
-    p90 = xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
+    p90 = xs[min(len(xs) - 1, round(0.9 * (len(xs) - 1)))]
     return f"{statistics.median(xs):>9.1f} {p90:>9.1f} {xs[-1]:>9.1f}"
 
 
@@ -195,22 +195,32 @@ def main() -> None:
         s.shutdown()
 
     on, off = statistics.median(ov["on"]), statistics.median(ov["off"])
-    print(f"(a) overhead: {args.ranks} ranks, {args.iters} × matmul {args.size}², ms per matmul on the slowest rank, "
-          f"{args.trials} alternating trials each")
+    print(
+        f"(a) overhead: {args.ranks} ranks, {args.iters} × matmul {args.size}², ms per matmul on the slowest rank, "
+        f"{args.trials} alternating trials each"
+    )
     print(f"{'telemetry':<34} {'median':>9} {'min':>9} {'max':>9}")
     print(f"{'off (samplers stopped)':<34} {off:>9.2f} {min(ov['off']):>9.2f} {max(ov['off']):>9.2f}")
     print(f"{'on (10 Hz + reader + dashboard)':<34} {on:>9.2f} {min(ov['on']):>9.2f} {max(ov['on']):>9.2f}")
     cpu_on, cpu_off = statistics.median(ov["cpu on"]), statistics.median(ov["cpu off"])
-    print(f"slowdown: median {100 * (on / off - 1):+.2f} %, best-of {100 * (min(ov['on']) / min(ov['off']) - 1):+.2f} %"
-          "  (target <= 1 %)")
-    print(f"CPU per matmul (engines + kernel, ms): off {cpu_off:.2f}, on {cpu_on:.2f} ({100 * (cpu_on / cpu_off - 1):+.2f} %)")
+    print(
+        f"slowdown: median {100 * (on / off - 1):+.2f} %, best-of {100 * (min(ov['on']) / min(ov['off']) - 1):+.2f} %"
+        "  (target <= 1 %)"
+    )
+    print(
+        f"CPU per matmul (engines + kernel, ms): off {cpu_off:.2f}, on {cpu_on:.2f} ({100 * (cpu_on / cpu_off - 1):+.2f} %)"
+    )
     cores = os.cpu_count() or 1
-    print(f"telemetry threads' CPU during the 'on' loops (samplers + reader + dashboard, by /proc schedstat): "
-          f"median {statistics.median(ov['share']):.2f} %, max {max(ov['share']):.2f} % of this {cores}-core machine "
-          "(the most the loop can lose to them)")
-    print(f"idle cluster CPU, % of one core: off {idle['off']:.2f}, on {idle['on']:.2f}; telemetry costs "
-          f"{idle['on'] - idle['off']:.2f} % of one core = {(idle['on'] - idle['off']) / cores:.2f} % of this "
-          f"{cores}-core machine")
+    print(
+        f"telemetry threads' CPU during the 'on' loops (samplers + reader + dashboard, by /proc schedstat): "
+        f"median {statistics.median(ov['share']):.2f} %, max {max(ov['share']):.2f} % of this {cores}-core machine "
+        "(the most the loop can lose to them)"
+    )
+    print(
+        f"idle cluster CPU, % of one core: off {idle['off']:.2f}, on {idle['on']:.2f}; telemetry costs "
+        f"{idle['on'] - idle['off']:.2f} % of one core = {(idle['on'] - idle['off']) / cores:.2f} % of this "
+        f"{cores}-core machine"
+    )
     print()
     print("(b) latency from an allocation on a rank to the dashboard's model, ms (target <= 250)")
     print(f"{'rank state':<34} {'median':>9} {'p90':>9} {'max':>9}")

@@ -17,8 +17,8 @@ import time
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 
-import jupyter_mgpu as mg  # noqa: E402
-from jupyter_mgpu.ops.matmul_plan import required_placements  # noqa: E402
+import jupyter_mgpu as mg
+from jupyter_mgpu.ops.matmul_plan import required_placements
 
 
 def per_event_cost(n: int = 200_000) -> tuple[float, float]:
@@ -35,9 +35,20 @@ def per_event_cost(n: int = 200_000) -> tuple[float, float]:
     etrace._REC = None
     t0 = time.perf_counter()
     for e in events[:20_000]:
-        json.dumps({"rank": 0, "op": e[0], "label": e[1], "step": e[2], "action": e[3],
-                    "blocks": [{"tensor": b[0], "box": [list(r) for r in b[1]], "buf": b[2]} for b in e[4]],
-                    "bytes": e[5], "time": e[7], "seq": e[8], "peer": e[6]})
+        json.dumps(
+            {
+                "rank": 0,
+                "op": e[0],
+                "label": e[1],
+                "step": e[2],
+                "action": e[3],
+                "blocks": [{"tensor": b[0], "box": [list(r) for r in b[1]], "buf": b[2]} for b in e[4]],
+                "bytes": e[5],
+                "time": e[7],
+                "seq": e[8],
+                "peer": e[6],
+            }
+        )
     pub = (time.perf_counter() - t0) / 20_000
     return rec / n, pub
 
@@ -73,14 +84,18 @@ def main() -> None:
                 B.free()
     finally:
         s.shutdown()
-    print(f"\nmg.matmul with and without mg.trace(): {args.ranks} ranks on {os.cpu_count()} cores, float32, "
-          f"best of {args.repeat} (alternating)")
+    print(
+        f"\nmg.matmul with and without mg.trace(): {args.ranks} ranks on {os.cpu_count()} cores, float32, "
+        f"best of {args.repeat} (alternating)"
+    )
     print(f"{'N':>6} {'strategy':10} {'untraced s':>11} {'traced s':>9} {'overhead':>9} {'events':>7}")
     for n, strategy, t_off, t_on, events in rows:
         print(f"{n:>6} {strategy:10} {t_off:11.4f} {t_on:9.4f} {100 * (t_on / t_off - 1):8.1f}% {events:7d}")
     rec, pub = per_event_cost()
-    print(f"\nper event: record {rec * 1e6:.2f} µs, publish (live JSON line) {pub * 1e6:.2f} µs; "
-          "bound on the overhead = events × (record + publish) / untraced time:")
+    print(
+        f"\nper event: record {rec * 1e6:.2f} µs, publish (live JSON line) {pub * 1e6:.2f} µs; "
+        "bound on the overhead = events × (record + publish) / untraced time:"
+    )
     for n, strategy, t_off, _, events in rows:
         print(f"{n:>6} {strategy:10} {100 * events * (rec + pub) / t_off:8.3f}%")
     total_off = sum(r[2] for r in rows)

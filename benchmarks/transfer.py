@@ -35,10 +35,10 @@ from pathlib import Path
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 
-import torch  # noqa: E402
+import torch
 
-import jupyter_mgpu as mg  # noqa: E402
-from jupyter_mgpu.tensors import shared_blocks as transfer  # noqa: E402
+import jupyter_mgpu as mg
+from jupyter_mgpu.tensors import shared_blocks as transfer
 
 
 def _timed(fn, trials):
@@ -97,10 +97,21 @@ def _two_hosts(args) -> list[tuple[str, float, float]]:
     ensure_packages({"/usr/sbin/sshd": "openssh-server", "ssh": "openssh-client"})
     lab = Lab(["hosta", "hostb"], ssh=True)
     try:
-        cmd = lab.first.cmd(["sh", "-c", f"cd {lab.workdir} && exec {sys.executable} {Path(__file__).resolve()} "
-                             f"--inside-two-hosts --size {args.size} --ranks {args.ranks} --trials {args.trials}"])
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
-                             env={**os.environ, "HOME": "/root", "JUPYTER_MGPU_FORCE_CPU": "1"})
+        cmd = lab.first.cmd(
+            [
+                "sh",
+                "-c",
+                f"cd {lab.workdir} && exec {sys.executable} {Path(__file__).resolve()} "
+                f"--inside-two-hosts --size {args.size} --ranks {args.ranks} --trials {args.trials}",
+            ]
+        )
+        run = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env={**os.environ, "HOME": "/root", "JUPYTER_MGPU_FORCE_CPU": "1"},
+        )
         line = next((ln for ln in run.stdout.splitlines() if ln.startswith("ROWS ")), None)
         assert line, f"the two-host run failed:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
         return [tuple(r) for r in json.loads(line[5:])]
@@ -125,11 +136,12 @@ def main() -> None:
     try:
         warm = torch.empty_like(x)
         warm.copy_(x)
-        rows.append(("memcpy (warm), Tensor.copy_", *_timed(lambda: warm.copy_(x), 3 * args.trials)))
+        rows.append(("memcpy (warm), Tensor.copy_", *_timed(lambda: warm.copy_(x), 3 * args.trials)))  # noqa: F821  (deleted after the timing)
         del warm
         rows.append(("memcpy (fresh pages), empty+copy_", *_timed(lambda: torch.empty_like(x).copy_(x), args.trials)))
-        rows.append(("memcpy (fresh huge pages)", *_timed(lambda: transfer.new_tensor(x.shape, x.dtype).copy_(x),
-                                                          args.trials)))
+        rows.append(
+            ("memcpy (fresh huge pages)", *_timed(lambda: transfer.new_tensor(x.shape, x.dtype).copy_(x), args.trials))
+        )
 
         handles = []
 
@@ -184,16 +196,26 @@ def main() -> None:
     memcpy, fresh = gbs["memcpy (warm), Tensor.copy_"], gbs["memcpy (fresh pages), empty+copy_"]
     huge = gbs["memcpy (fresh huge pages)"]
     push_bw, pull_bw = gbs["ipyparallel push (torch, pickled)"], gbs["ipyparallel pull + torch.cat"]
-    print(f"\n{args.size} MiB float32, {args.ranks} ranks, best of {args.trials} (median in brackets); "
-          f"{os.cpu_count()} cores")
+    print(
+        f"\n{args.size} MiB float32, {args.ranks} ranks, best of {args.trials} (median in brackets); "
+        f"{os.cpu_count()} cores"
+    )
     print(f"{'method':38} {'time s':>14} {'GB/s':>7} {'/memcpy':>8} {'/fresh':>7} {'/huge':>6} {'/ipp':>6}")
     for name, best, med in rows:
-        ipp = push_bw if "scatter" in name or "push" in name else pull_bw if ("gather" in name or "pull" in name) else None
+        ipp = (
+            push_bw
+            if "scatter" in name or "push" in name
+            else pull_bw
+            if ("gather" in name or "pull" in name)
+            else None
+        )
         if name.startswith("2 hosts"):
             ipp = None  # ipyparallel's pickles were measured on one host
         ratio_ipp = f"{gbs[name] / ipp:6.1f}" if ipp else "     -"
-        print(f"{name:38} {best:7.3f} ({med:5.3f}) {gbs[name]:7.2f} {gbs[name] / memcpy:8.2f} "
-              f"{gbs[name] / fresh:7.2f} {gbs[name] / huge:6.2f} {ratio_ipp}")
+        print(
+            f"{name:38} {best:7.3f} ({med:5.3f}) {gbs[name]:7.2f} {gbs[name] / memcpy:8.2f} "
+            f"{gbs[name] / fresh:7.2f} {gbs[name] / huge:6.2f} {ratio_ipp}"
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_mgpu._version import __version__
+from jupyter_mgpu.collectives.collective_bench import BenchResult, bench
+from jupyter_mgpu.collectives.collective_run import CollectiveResult, collective
+from jupyter_mgpu.comparison.compare_result import CompareResult
+from jupyter_mgpu.comparison.compare_run import compare
 from jupyter_mgpu.devices import DeviceInfo
 from jupyter_mgpu.errors import (
     CollectiveTimeoutError,
@@ -17,70 +21,68 @@ from jupyter_mgpu.errors import (
     MgpuError,
     RankError,
 )
-from jupyter_mgpu.session.core import PendingResult, Session, current, init, shutdown
-from jupyter_mgpu.monitoring.memory_monitor import memory, memory_history, reset_peak
-from jupyter_mgpu.collectives.collective_run import CollectiveResult, collective
-from jupyter_mgpu.collectives.collective_bench import BenchResult, bench
 from jupyter_mgpu.layout.placement import Block2D, Replicate, Shard
-from jupyter_mgpu.tensors.dist_tensor import DistTensor, arange, empty_cache, ones, rand, randn, scatter, zeros
-from jupyter_mgpu.tensors.sharded_matmul import MatmulReport, matmul, plan_matmul
+from jupyter_mgpu.monitoring.memory_monitor import memory, memory_history, reset_peak
+from jupyter_mgpu.monitoring.metrics_log import clear_metrics, metrics
+from jupyter_mgpu.session.core import PendingResult, Session
+from jupyter_mgpu.session.lifecycle import current, init, shutdown
+from jupyter_mgpu.tensors.dist_tensor import DistTensor
+from jupyter_mgpu.tensors.factories import arange, empty_cache, ones, rand, randn, scatter, zeros
 from jupyter_mgpu.tensors.io import from_numpy, from_pandas, load, save
-from jupyter_mgpu.tensors.shard_map import map  # noqa: A004 (mg.map; left out of __all__ so a star import keeps the builtin)
-from jupyter_mgpu.monitoring.metrics_log import clear_metrics, metrics, metrics_plot
+from jupyter_mgpu.tensors.shard_map import map  # noqa: F401  (mg.map; left out of __all__ so a star import keeps the builtin)
+from jupyter_mgpu.tensors.sharded_matmul import MatmulReport, matmul, plan_matmul
 from jupyter_mgpu.tracing.capture import Trace, show, trace
-from jupyter_mgpu.comparison.compare_run import compare
-from jupyter_mgpu.comparison.compare_result import CompareResult
 
 __all__ = [
-    "__version__",
-    "Block2D",
-    "DistTensor",
-    "MatmulReport",
-    "Replicate",
-    "Shard",
-    "arange",
-    "empty_cache",
-    "matmul",
-    "ones",
-    "plan_matmul",
-    "rand",
-    "randn",
-    "scatter",
-    "zeros",
-    "clear_metrics",
-    "from_numpy",
-    "from_pandas",
-    "load",
-    "metrics",
-    "metrics_plot",
-    "save",
     "BenchResult",
+    "Block2D",
     "CollectiveResult",
-    "bench",
-    "collective",
     "CollectiveTimeoutError",
+    "CompareResult",
     "DeviceInfo",
     "DeviceOutOfMemoryError",
+    "DistTensor",
     "EngineDiedError",
+    "MatmulReport",
+    "MemoryDashboard",
     "MgpuError",
     "PendingResult",
     "RankError",
+    "Replicate",
     "Session",
+    "Shard",
+    "Trace",
+    "__version__",
+    "arange",
+    "bench",
+    "clear_metrics",
+    "collective",
+    "compare",
     "current",
-    "init",
-    "MemoryDashboard",
     "dashboard",
+    "empty_cache",
+    "from_numpy",
+    "from_pandas",
+    "init",
+    "load",
     "load_ipython_extension",
-    "prewarm",
+    "matmul",
     "memory",
     "memory_history",
+    "metrics",
+    "metrics_plot",
+    "ones",
+    "plan_matmul",
+    "prewarm",
+    "rand",
+    "randn",
     "reset_peak",
-    "shutdown",
-    "Trace",
+    "save",
+    "scatter",
     "show",
+    "shutdown",
     "trace",
-    "CompareResult",
-    "compare",
+    "zeros",
 ]
 
 
@@ -89,6 +91,17 @@ def dashboard(session: Any = None, refresh_rate: float | None = None) -> Any:
     from jupyter_mgpu.widgets.memory_dashboard import dashboard as _dashboard
 
     return _dashboard(session, refresh_rate)
+
+
+def metrics_plot(names: Any = None, session: Any = None, interval: float = 0.25) -> Any:
+    """A live plotly plot of the logged metrics (``names``, default all), per rank and averaged.
+
+    It updates from a background thread while cells run and stops when the session shuts down
+    (or with ``.stop()``).
+    """
+    from jupyter_mgpu.widgets.metrics_plot import MetricsPlot
+
+    return MetricsPlot(session or current(), names=names, interval=interval)
 
 
 def __getattr__(name: str) -> Any:

@@ -7,12 +7,11 @@ CUDA is never initialised here (the controller must stay fork-safe): GPUs are co
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from jupyter_mgpu.engine.memory_figures import format_bytes  # noqa: F401  (one size format for every view)
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.units import format_bytes
 
 DEFAULT_CPU_DEVICES = 2
 
@@ -34,30 +33,6 @@ class DeviceInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str | int | float) -> int:
-    """Parse a memory size such as ``2GiB``, ``512M``, ``1.5GB`` or ``1000000`` into bytes."""
-    if isinstance(text, bool):
-        raise MgpuError(f"malformed memory size {text!r}: use a number with a unit such as 512MiB or 2GiB")
-    if isinstance(text, (int, float)):
-        if not (1 <= text < 2**63):  # also rejects NaN
-            raise MgpuError(f"memory size must be at least 1 byte, got {text!r}")
-        return int(text)
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise MgpuError(f"malformed memory size {text!r}: use a number with a unit such as 512MiB or 2GiB")
-    number, prefix, binary, b = m.groups()
-    power = "kmgtp".find(prefix.lower()) + 1 if prefix else 0
-    # no unit: bytes; K/M/G or KiB/MiB/GiB: binary; KB/MB/GB: decimal (as pip, docker and slurm read them)
-    base = 1024 if (binary or not b) else 1000
-    value = int(float(number) * base**power)
-    if not 1 <= value < 2**63:
-        raise MgpuError(f"memory size must be at least 1 byte, got {text!r}")
-    return value
 
 
 def cuda_device_count() -> int:
@@ -175,10 +150,14 @@ def check_cpu_budget(budget: int, n: int) -> None:
     from jupyter_mgpu.engine.budget import MIN_BUDGET
 
     if budget < MIN_BUDGET:
-        raise MgpuError(f"--mem-per-device {format_bytes(budget)} is below the {format_bytes(MIN_BUDGET)} a rank "
-                        "needs to start (its own collectives and checks); give at least that much")
+        raise MgpuError(
+            f"--mem-per-device {format_bytes(budget)} is below the {format_bytes(MIN_BUDGET)} a rank "
+            "needs to start (its own collectives and checks); give at least that much"
+        )
     available = psutil.virtual_memory().available
     if budget * n > available:
-        warnings.warn(f"{n} devices × {format_bytes(budget)} is more than the {format_bytes(available)} of memory "
-                      "available now: the machine may run out of memory before a rank reaches its budget",
-                      stacklevel=4)
+        warnings.warn(
+            f"{n} devices × {format_bytes(budget)} is more than the {format_bytes(available)} of memory "
+            "available now: the machine may run out of memory before a rank reaches its budget",
+            stacklevel=4,
+        )

@@ -34,3 +34,9 @@ class EngineDiedError(RankError):
 
 class CollectiveTimeoutError(RankError):
     """A collective did not complete within the session's timeout."""
+
+
+def rank_list(ranks: list[int]) -> str:
+    """``rank 2`` or ``ranks 0, 1, 3``: how every message names ranks."""
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))

@@ -94,11 +94,7 @@ def is_private(path: Path) -> bool:
         st = path.lstat()
     except OSError:
         return False
-    return (
-        stat.S_ISDIR(st.st_mode)
-        and st.st_uid == os.getuid()
-        and (st.st_mode & 0o077) == 0
-    )
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and (st.st_mode & 0o077) == 0
 
 
 def cluster_dirs(include_spare: bool = False) -> list[Path]:
@@ -133,8 +129,12 @@ def kill_processes_of(path: Path) -> None:
     marker = str(path)
     for proc in psutil.process_iter(["pid", "uids", "cmdline"]):
         try:
-            if proc.info["uids"] and proc.info["uids"].real == os.getuid() and proc.pid != os.getpid() \
-                    and any(marker in arg for arg in (proc.info["cmdline"] or [])):
+            if (
+                proc.info["uids"]
+                and proc.info["uids"].real == os.getuid()
+                and proc.pid != os.getpid()
+                and any(marker in arg for arg in (proc.info["cmdline"] or []))
+            ):
                 proc.kill()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass

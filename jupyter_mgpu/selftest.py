@@ -11,16 +11,17 @@ import argparse
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _all_reduce_check() -> list[float]:
     import torch
     import torch.distributed as dist
 
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    st = runtime.state()
+    st = rank_state.get()
     x = torch.full((1024,), float(st.rank + 1), device=st.device)
     dist.all_reduce(x)
     return [x[0].item(), float(st.world_size * (st.world_size + 1) / 2)]
@@ -29,25 +30,28 @@ def _all_reduce_check() -> list[float]:
 def _memory_check() -> dict[str, Any]:
     import torch
 
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    st = runtime.state()
-    before = runtime.describe()
+    st = rank_state.get()
+    before = rank_state.describe()
     t = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device=st.device).fill_(1)
-    after = runtime.describe()
+    after = rank_state.describe()
     del t
     key = "allocated_bytes" if st.device_kind == "cuda" else "resident_bytes"
-    return {"grew_by": after[key] - before[key], "device": before["device"],
-            "total": after.get("total_bytes", st.budget_bytes)}
+    return {
+        "grew_by": after[key] - before[key],
+        "device": before["device"],
+        "total": after.get("total_bytes", st.budget_bytes),
+    }
 
 
 def _matmul_check(n: int) -> float:
     import torch
     import torch.distributed as dist
 
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    st = runtime.state()
+    st = rank_state.get()
     g = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=g, dtype=torch.float64)
     b = torch.randn(n, n, generator=g, dtype=torch.float64)
@@ -66,20 +70,23 @@ def _matmul_check(n: int) -> float:
 def run(cpu: bool = False, n: int | None = None) -> bool:
     """Run every check; prints a table and returns True when all pass."""
     import jupyter_mgpu as mg
-    from jupyter_mgpu.devices import cuda_device_count, format_bytes
+    from jupyter_mgpu.devices import cuda_device_count
+    from jupyter_mgpu.units import format_bytes
 
     results: list[tuple[str, bool, str]] = []
     gpus = 0 if cpu else cuda_device_count()
     kind = "GPU" if gpus else "CPU virtual device"
-    print(f"jupyter_mgpu selftest: {gpus} CUDA GPU(s) visible; testing {kind}s"
-          + ("" if gpus or cpu else " (no GPU visible: running the CPU path)"))
+    print(
+        f"jupyter_mgpu selftest: {gpus} CUDA GPU(s) visible; testing {kind}s"
+        + ("" if gpus or cpu else " (no GPU visible: running the CPU path)")
+    )
 
     def check(name: str, fn: Callable[[], str]) -> None:
         start = time.perf_counter()
         try:
             detail = fn()
             results.append((name, True, f"{detail} ({time.perf_counter() - start:.2f} s)"))
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a table row
+        except Exception as exc:
             results.append((name, False, f"{type(exc).__name__}: {exc}".splitlines()[0]))
             traceback.print_exc(file=sys.stderr)
 
@@ -127,9 +134,13 @@ def run(cpu: bool = False, n: int | None = None) -> bool:
             assert not left, f"processes left: {left}"
             return "engines and controller gone"
 
-        for name, fn in [("controller leaves CUDA alone", cuda_untouched), ("all_reduce", all_reduce),
-                         ("per-device memory stats", memory), ("sharded matmul vs torch.mm", matmul),
-                         ("shutdown, no orphans", shutdown)]:
+        for name, fn in [
+            ("controller leaves CUDA alone", cuda_untouched),
+            ("all_reduce", all_reduce),
+            ("per-device memory stats", memory),
+            ("sharded matmul vs torch.mm", matmul),
+            ("shutdown, no orphans", shutdown),
+        ]:
             check(name, fn)
     width = max(len(r[0]) for r in results)
     print(f"{'check':<{width}}  result  detail")

@@ -6,7 +6,6 @@ import os
 from contextlib import contextmanager
 
 import pytest
-
 from lab_server import lab  # noqa: F401  (the one JupyterLab the browser tests share)
 from processes import cluster_pids, wait_gone
 
@@ -34,7 +33,7 @@ def cluster_pool():
     Tests must leave pool sessions usable; a test that restarts or kills engines uses
     :func:`own_session` instead.
     """
-    from jupyter_mgpu.session.core import start_session
+    from jupyter_mgpu.session.lifecycle import start_session
 
     pool = {}
 
@@ -51,7 +50,7 @@ def cluster_pool():
 
 
 def _make_current(s):
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     sm._current = s
     return s
@@ -77,7 +76,7 @@ def session_of(cluster_pool):
 
 @contextmanager
 def own_session_cm(n: int = 2, **kwargs):
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     saved = sm._current
     sm._current = None

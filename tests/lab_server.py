@@ -16,8 +16,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -48,8 +49,11 @@ def procs_naming(text: str) -> list[int]:
 
 def check_browser_tools() -> None:
     """Fail with what to install when Chromium, Node.js or playwright-core is missing."""
-    for need, how in ((CHROMIUM, "apt-get install -y chromium"), (shutil.which("node"), "install Node.js"),
-                      (REPO / "node_modules" / "playwright-core", "pip install -e . (runs jlpm install)")):
+    for need, how in (
+        (CHROMIUM, "apt-get install -y chromium"),
+        (shutil.which("node"), "install Node.js"),
+        (REPO / "node_modules" / "playwright-core", "pip install -e . (runs jlpm install)"),
+    ):
         assert need and Path(need).exists(), f"the browser tests need {need}: {how}"
 
 
@@ -72,10 +76,18 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         JUPYTER_CONFIG_DIR=str(tmp / "config"),
     )
     cmd = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-        f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False",
-        "--LabApp.expose_app_in_browser=True", f"--ServerApp.root_dir={root}",
-        f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--port={port}",
+        "--ip=127.0.0.1",
+        f"--IdentityProvider.token={token}",
+        "--ServerApp.open_browser=False",
+        "--LabApp.expose_app_in_browser=True",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={tmp / 'settings'}",
+        f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
         "--ServerApp.port_retries=0",
     ]
     if os.geteuid() == 0:
@@ -99,7 +111,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise AssertionError(f"jupyter lab did not start: {(tmp / 'lab.log').read_text()[-3000:]}")
+                raise AssertionError(f"jupyter lab did not start: {(tmp / 'lab.log').read_text()[-3000:]}") from None
             time.sleep(0.3)
     yield {"url": url, "token": token, "tmp": tmp, "root": root, "runtime": runtime, "log": tmp / "lab.log"}
     proc.send_signal(signal.SIGTERM)

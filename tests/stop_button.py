@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import queue
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from jupyter_client import KernelClient, KernelManager
 
 
-def run_and_interrupt(km: KernelManager, kc: KernelClient, code: str, after: float, presses: int = 1,
-                      gap: float = 0.1, timeout: float = 60,
-                      until: Callable[[], bool] | None = None) -> tuple[dict, str, float]:
+def run_and_interrupt(
+    km: KernelManager,
+    kc: KernelClient,
+    code: str,
+    after: float,
+    presses: int = 1,
+    gap: float = 0.1,
+    timeout: float = 60,
+    until: Callable[[], bool] | None = None,
+) -> tuple[dict, str, float]:
     """Run ``code``, press stop ``presses`` times from ``after`` seconds on (counted from when
     ``until()`` first holds, if given); returns the reply content, everything printed, and the
     seconds from the first press to the reply."""
@@ -30,8 +37,10 @@ def run_and_interrupt(km: KernelManager, kc: KernelClient, code: str, after: flo
         try:
             msg = kc.get_iopub_msg(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"the kernel was not idle {time.monotonic() - pressed:.0f} s after the stop button; "
-                                 f"ranks: {ranks_now()}; printed: {''.join(out)[-2000:]!r}") from None
+            raise AssertionError(
+                f"the kernel was not idle {time.monotonic() - pressed:.0f} s after the stop button; "
+                f"ranks: {ranks_now()}; printed: {''.join(out)[-2000:]!r}"
+            ) from None
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         content = msg["content"]
@@ -53,6 +62,8 @@ def ranks_now() -> dict[str, list[tuple[int, str, str | None, float]]]:
     found = {}
     for path in sorted(rundir.base_dir().iterdir()):
         samples = telemetry.read_samples(path)
-        found[path.name] = [(r, str(v.get("state")), v.get("op"), round(time.time() - (v.get("time") or 0), 1))
-                            for r, v in sorted(samples.items())]
+        found[path.name] = [
+            (r, str(v.get("state")), v.get("op"), round(time.time() - (v.get("time") or 0), 1))
+            for r, v in sorted(samples.items())
+        ]
     return found

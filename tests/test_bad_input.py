@@ -12,11 +12,10 @@ import torch
 from IPython.core.error import UsageError
 
 import jupyter_mgpu as mg
-import jupyter_mgpu.session.core as sm
+import jupyter_mgpu.session.lifecycle as sm
 from jupyter_mgpu.errors import MgpuError
 
 pytestmark = pytest.mark.cluster
-
 
 
 def _an_npy_file() -> str:
@@ -45,13 +44,39 @@ def no_session():
     sm._current = saved
 
 
-@pytest.mark.parametrize("call", [
-    lambda: mg.randn(4, 4), lambda: mg.zeros(2), lambda: mg.scatter(torch.ones(4)), lambda: mg.memory(),
-    lambda: mg.memory_history(), lambda: mg.reset_peak(), lambda: mg.dashboard(), lambda: mg.metrics(),
-    lambda: mg.collective("all_reduce"), lambda: mg.bench(["all_reduce"]), lambda: mg.trace().__enter__(),
-    lambda: mg.load(_an_npy_file()), lambda: mg.current(),
-], ids=["randn", "zeros", "scatter", "memory", "memory_history", "reset_peak", "dashboard", "metrics",
-        "collective", "bench", "trace", "load", "current"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: mg.randn(4, 4),
+        lambda: mg.zeros(2),
+        lambda: mg.scatter(torch.ones(4)),
+        lambda: mg.memory(),
+        lambda: mg.memory_history(),
+        lambda: mg.reset_peak(),
+        lambda: mg.dashboard(),
+        lambda: mg.metrics(),
+        lambda: mg.collective("all_reduce"),
+        lambda: mg.bench(["all_reduce"]),
+        lambda: mg.trace().__enter__(),
+        lambda: mg.load(_an_npy_file()),
+        lambda: mg.current(),
+    ],
+    ids=[
+        "randn",
+        "zeros",
+        "scatter",
+        "memory",
+        "memory_history",
+        "reset_peak",
+        "dashboard",
+        "metrics",
+        "collective",
+        "bench",
+        "trace",
+        "load",
+        "current",
+    ],
+)
 def test_every_api_call_without_a_session(no_session, call):
     with pytest.raises(MgpuError) as info:
         call()
@@ -65,44 +90,93 @@ def _boom(x):
 CASES = [
     ("randn of strings", lambda s: mg.randn("a", 3), r"^shape must be whole numbers, got \('a', 3\)$"),
     ("negative shape", lambda s: mg.randn(-1, 4), r"^shape must be non-negative whole numbers, got \(-1, 4\)$"),
-    ("placement dim out of range", lambda s: mg.randn(4, 4, placement=mg.Shard(2)),
-     r"^Shard\(2\) is out of range for a 2-D tensor \(dims 0-1\)$"),
+    (
+        "placement dim out of range",
+        lambda s: mg.randn(4, 4, placement=mg.Shard(2)),
+        r"^Shard\(2\) is out of range for a 2-D tensor \(dims 0-1\)$",
+    ),
     ("unknown dtype", lambda s: mg.randn(4, 4, dtype="float7"), r"^unsupported dtype 'float7': use one of float64"),
-    ("huge tensor", lambda s: mg.randn(10**6, 10**6),
-     r"^ranks 0, 1 ran out of device memory \(budget .* each\) while allocating 1\.8 TiB"),
+    (
+        "huge tensor",
+        lambda s: mg.randn(10**6, 10**6),
+        r"^ranks 0, 1 ran out of device memory \(budget .* each\) while allocating 1\.8 TiB",
+    ),
     ("scatter of a string", lambda s: mg.scatter("nope"), r"^scatter needs a torch tensor or an array, got str$"),
-    ("inner dimensions", lambda s: mg.matmul(mg.randn(8, 6), mg.randn(8, 6)),
-     r"^inner dimensions do not match: A is 8x6, B is 8x6$"),
-    ("matmul dtypes", lambda s: mg.matmul(mg.randn(8, 6), mg.randn(6, 4, dtype=torch.float64)),
-     r"^dtypes differ: A is float32, B is float64; convert one first$"),
-    ("matmul strategy", lambda s: mg.matmul(mg.randn(8, 6), mg.randn(6, 4), strategy="fast"),
-     r"^unknown matmul strategy 'fast': use one of auto, ring, summa, inner, row, col$"),
-    ("matmul of a plain tensor", lambda s: mg.matmul(mg.randn(8, 6), torch.ones(6, 4)),
-     r"^expected a DistTensor, got Tensor; use mg.scatter\(tensor\) to distribute it$"),
-    ("unknown collective", lambda s: mg.collective("all_sum"), r"^unknown collective 'all_sum'; choose one of broadcast"),
-    ("unknown reduce op", lambda s: mg.collective("all_reduce", op="median"),
-     r"^unknown reduce op 'median'; choose one of sum, product, min, max, avg$"),
-    ("src out of range", lambda s: mg.collective("broadcast", src=5),
-     r"^src rank 5 is out of range: this session has ranks 0-1$"),
-    ("shape that does not split", lambda s: mg.collective("reduce_scatter", shape=(5, 5)),
-     r"^reduce_scatter splits dim 0 into 2 equal chunks .* such as shape 6x5$"),
+    (
+        "inner dimensions",
+        lambda s: mg.matmul(mg.randn(8, 6), mg.randn(8, 6)),
+        r"^inner dimensions do not match: A is 8x6, B is 8x6$",
+    ),
+    (
+        "matmul dtypes",
+        lambda s: mg.matmul(mg.randn(8, 6), mg.randn(6, 4, dtype=torch.float64)),
+        r"^dtypes differ: A is float32, B is float64; convert one first$",
+    ),
+    (
+        "matmul strategy",
+        lambda s: mg.matmul(mg.randn(8, 6), mg.randn(6, 4), strategy="fast"),
+        r"^unknown matmul strategy 'fast': use one of auto, ring, summa, inner, row, col$",
+    ),
+    (
+        "matmul of a plain tensor",
+        lambda s: mg.matmul(mg.randn(8, 6), torch.ones(6, 4)),
+        r"^expected a DistTensor, got Tensor; use mg.scatter\(tensor\) to distribute it$",
+    ),
+    (
+        "unknown collective",
+        lambda s: mg.collective("all_sum"),
+        r"^unknown collective 'all_sum'; choose one of broadcast",
+    ),
+    (
+        "unknown reduce op",
+        lambda s: mg.collective("all_reduce", op="median"),
+        r"^unknown reduce op 'median'; choose one of sum, product, min, max, avg$",
+    ),
+    (
+        "src out of range",
+        lambda s: mg.collective("broadcast", src=5),
+        r"^src rank 5 is out of range: this session has ranks 0-1$",
+    ),
+    (
+        "shape that does not split",
+        lambda s: mg.collective("reduce_scatter", shape=(5, 5)),
+        r"^reduce_scatter splits dim 0 into 2 equal chunks .* such as shape 6x5$",
+    ),
     ("run on rank 9", lambda s: s.run(len, [1], targets=9), r"^rank 9 is out of range: this session has ranks 0-1$"),
     ("local of rank 7", lambda s: mg.randn(4, 4).local(7), r"^rank 7 is out of range: this session has ranks 0-1$"),
-    ("redistribute out of range", lambda s: mg.randn(4, 4).redistribute(mg.Shard(5)),
-     r"^Shard\(5\) is out of range for a 2-D tensor \(dims 0-1\)$"),
+    (
+        "redistribute out of range",
+        lambda s: mg.randn(4, 4).redistribute(mg.Shard(5)),
+        r"^Shard\(5\) is out of range for a 2-D tensor \(dims 0-1\)$",
+    ),
     ("missing file", lambda s: mg.load("/nonexistent/x.npy"), r"^/nonexistent/x.npy does not exist$"),
-    ("map of unequal lengths", lambda s: mg.map(torch.add, mg.randn(8, 6), mg.randn(7, 6)),
-     r"^mg.map needs inputs of the same length along dim 0: argument 1 has 8 rows but argument 2 has 7$"),
-    ("map raising on the ranks", lambda s: mg.map(_boom, mg.randn(8, 6)),
-     r"^_boom raised ValueError on rank 0 \(rows 0–3\): no good"),
-    ("history window", lambda s: mg.memory_history(minutes=-1),
-     r"^minutes must be more than 0 and at most 10 \(the history kept\), got -1$"),
+    (
+        "map of unequal lengths",
+        lambda s: mg.map(torch.add, mg.randn(8, 6), mg.randn(7, 6)),
+        r"^mg.map needs inputs of the same length along dim 0: argument 1 has 8 rows but argument 2 has 7$",
+    ),
+    (
+        "map raising on the ranks",
+        lambda s: mg.map(_boom, mg.randn(8, 6)),
+        r"^_boom raised ValueError on rank 0 \(rows 0–3\): no good",
+    ),
+    (
+        "history window",
+        lambda s: mg.memory_history(minutes=-1),
+        r"^minutes must be more than 0 and at most 10 \(the history kept\), got -1$",
+    ),
     ("bench sizes", lambda s: mg.bench(["all_reduce"], sizes="abc"), r"^cannot read the size 'abc'"),
-    ("plan with wrong shapes", lambda s: mg.plan_matmul(((4, 5), (6, 7)), 2, "float32", 10**9),
-     r"^inner dimensions do not match: A is 4x5, B is 6x7$"),
+    (
+        "plan with wrong shapes",
+        lambda s: mg.plan_matmul(((4, 5), (6, 7)), 2, "float32", 10**9),
+        r"^inner dimensions do not match: A is 4x5, B is 6x7$",
+    ),
     ("second init", lambda s: mg.init(2), r"^a cluster is already running \(2 × cpu\); use %mgpu_init --restart"),
-    ("unpicklable function", lambda s: s.run(lambda: __import__("threading").Lock()),
-     r"could not be sent between the notebook and the ranks"),
+    (
+        "unpicklable function",
+        lambda s: s.run(lambda: __import__("threading").Lock()),
+        r"could not be sent between the notebook and the ranks",
+    ),
 ]
 
 

@@ -21,7 +21,6 @@ from typing import Any
 from jupyter_mgpu import rundir as rd
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.devices import DeviceInfo
-from jupyter_mgpu.engine.launcher import ENGINE_FILE
 from jupyter_mgpu.engine.startup_marks import mark
 from jupyter_mgpu.engine.startup_marks import read as read_marks
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
@@ -100,7 +99,7 @@ class Cluster:
 
     # -- starting ---------------------------------------------------------------------------
     @classmethod
-    def start(cls, spec: ClusterSpec) -> "Cluster":
+    def start(cls, spec: ClusterSpec) -> Cluster:
         """Start the controller and engines, connect a client, and wait until every rank is ready.
 
         A supervisor pre-warmed by :func:`prewarm` (at ``%load_ext``) is used when there is one.
@@ -177,8 +176,10 @@ class Cluster:
         while not rd.complete_json(client_file):
             self._check_alive("while starting")
             if time.monotonic() > deadline:
-                raise MgpuError(f"the ipyparallel controller did not start within {self.spec.timeout:.0f} s "
-                                f"(see {self.path / 'processes.log'})")
+                raise MgpuError(
+                    f"the ipyparallel controller did not start within {self.spec.timeout:.0f} s "
+                    f"(see {self.path / 'processes.log'})"
+                )
             time.sleep(0.01)
         mark(self.path, "controller.ready")
         import ipyparallel as ipp
@@ -318,10 +319,20 @@ _spare: _Spare | None = None
 
 
 def _spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subprocess.Popen:
-    proc = _spawn(path, [
-        "jupyter_mgpu.engine.controller", str(kernel_pid), repr(kernel_ctime), "--usethreads",
-        f"--ping={CONTROLLER_PING_MS}", f"--HeartMonitor.max_heartmonitor_misses={CONTROLLER_PING_MISSES}",
-        "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}", "--log-level=WARN"])
+    proc = _spawn(
+        path,
+        [
+            "jupyter_mgpu.engine.controller",
+            str(kernel_pid),
+            repr(kernel_ctime),
+            "--usethreads",
+            f"--ping={CONTROLLER_PING_MS}",
+            f"--HeartMonitor.max_heartmonitor_misses={CONTROLLER_PING_MISSES}",
+            "--ip=127.0.0.1",
+            f"--profile-dir={path / 'profile'}",
+            "--log-level=WARN",
+        ],
+    )
     mark(path, "controller.spawned")
     return proc
 
@@ -352,8 +363,14 @@ def _spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
     """Start ``python -m <module_args>`` (see _BOOTSTRAP) in its own session, logging into the cluster directory."""
     with open(path / "processes.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP, *module_args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=os.getcwd(), umask=0o077,
+            [sys.executable, "-c", _BOOTSTRAP, *module_args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            cwd=os.getcwd(),
+            umask=0o077,
         )
 
 
@@ -371,8 +388,10 @@ def prewarm() -> None:
     rd.clean_stale()
     cluster_id = rd.new_cluster_id()
     path = rd.create(cluster_id)
-    rd.write_json(path / rd.STATE_FILE, {"cluster_id": cluster_id, "status": "spare", "kernel_pid": kernel_pid,
-                                         "kernel_create_time": kernel_ctime})
+    rd.write_json(
+        path / rd.STATE_FILE,
+        {"cluster_id": cluster_id, "status": "spare", "kernel_pid": kernel_pid, "kernel_create_time": kernel_ctime},
+    )
     with deferred_interrupt():  # both processes start and are known, or neither
         supervisor = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path), str(kernel_pid), repr(kernel_ctime)])
         try:

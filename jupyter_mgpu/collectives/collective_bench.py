@@ -9,12 +9,13 @@ definitions.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from jupyter_mgpu.session import core as sessmod
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.ops import collective_bench as cb
 from jupyter_mgpu.ops import collective_run as coll
+from jupyter_mgpu.session import lifecycle as sessmod
 
 BENCH_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
 
@@ -22,8 +23,17 @@ BENCH_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
 class BenchResult:
     """Rows of a benchmark run (one per collective and size) with their table and plot."""
 
-    def __init__(self, rows: list[dict[str, Any]], world_size: int, backend: str, dtype: str, op: str,
-                 root: int, iters: int, warmup: int):
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        world_size: int,
+        backend: str,
+        dtype: str,
+        op: str,
+        root: int,
+        iters: int,
+        warmup: int,
+    ):
         self.rows, self.world_size, self.backend = rows, world_size, backend
         self.dtype, self.op, self.root, self.iters, self.warmup = dtype, op, root, iters, warmup
 
@@ -68,8 +78,14 @@ class BenchResult:
         if plot:
             fig = json.loads(self.figure().to_json())
             fig["config"] = {"displaylogo": False}
-            display({"application/vnd.plotly.v1+json": fig, "image/svg+xml": self.svg(),
-                     "text/plain": f"<busbw plot of {len(self.rows)} rows>"}, raw=True)
+            display(
+                {
+                    "application/vnd.plotly.v1+json": fig,
+                    "image/svg+xml": self.svg(),
+                    "text/plain": f"<busbw plot of {len(self.rows)} rows>",
+                },
+                raw=True,
+            )
 
 
 def _names(collectives: Any) -> list[str]:
@@ -95,9 +111,19 @@ def _whole(value: Any, what: str, low: int) -> int:
     return value
 
 
-def bench(collectives: Iterable[str] | str = ("all_reduce",), sizes: Any = "1K:1M", *, factor: float = 2,
-          iters: int = 20, warmup: int = 5, dtype: str = "float32", op: str = "sum", root: int = 0,
-          session: Any = None, corrupt: int | None = None) -> BenchResult:
+def bench(
+    collectives: Iterable[str] | str = ("all_reduce",),
+    sizes: Any = "1K:1M",
+    *,
+    factor: float = 2,
+    iters: int = 20,
+    warmup: int = 5,
+    dtype: str = "float32",
+    op: str = "sum",
+    root: int = 0,
+    session: Any = None,
+    corrupt: int | None = None,
+) -> BenchResult:
     """Benchmark ``collectives`` at ``sizes`` (``"1K:256M"`` doubles from 1 KiB to 256 MiB) on every rank.
 
     ``corrupt=r`` damages one result element on rank r before the check (to see ``#wrong`` work).
@@ -124,14 +150,23 @@ def bench(collectives: Iterable[str] | str = ("all_reduce",), sizes: Any = "1K:1
         coll.check_backend_op(s.backend, op)
     except ValueError as exc:
         raise MgpuError(str(exc)) from None
-    per_rank = s.run(cb.bench_rank, names, size_list, iters, warmup, dtype, op, root, corrupt,
-                     label="mgpu_bench")
+    per_rank = s.run(cb.bench_rank, names, size_list, iters, warmup, dtype, op, root, corrupt, label="mgpu_bench")
     elem = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2}[dtype]
     rows = []
     for i, rec in enumerate(per_rank[0]):
-        row = cb.summarize(rec["name"], rec["size"], rec["count"], elem, n,
-                           [recs[i]["times"] for recs in per_rank], [recs[i]["wrong"] for recs in per_rank])
-        row.update(dtype=dtype, redop=op if rec["name"] in coll.REDUCING else "none",
-                   root=root if rec["name"] in coll.ROOTED else -1)
+        row = cb.summarize(
+            rec["name"],
+            rec["size"],
+            rec["count"],
+            elem,
+            n,
+            [recs[i]["times"] for recs in per_rank],
+            [recs[i]["wrong"] for recs in per_rank],
+        )
+        row.update(
+            dtype=dtype,
+            redop=op if rec["name"] in coll.REDUCING else "none",
+            root=root if rec["name"] in coll.ROOTED else -1,
+        )
         rows.append(row)
     return BenchResult(rows, n, s.backend, dtype, op, root, iters, warmup)

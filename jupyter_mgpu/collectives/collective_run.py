@@ -16,12 +16,12 @@ import itertools
 import math
 from typing import Any
 
-from jupyter_mgpu.session import core as sessmod
 from jupyter_mgpu.engine.shipped_function import ship
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.ops import collective_run as coll
+from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.ops import demo_inputs
+from jupyter_mgpu.session import lifecycle as sessmod
 
 MAX_CAPTURE_BYTES = 64 << 20  # per rank: the view copies inputs and outputs to the notebook
 _run_ids = itertools.count(1)  # names each run in the ranks' traces
@@ -68,8 +68,9 @@ def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str
     if DistTensor and isinstance(inputs, DistTensor):
         inputs.check()
         if inputs.session is not s:
-            raise MgpuError(f"tensor {inputs.handle_id} belongs to another session than the one running "
-                            "this collective")
+            raise MgpuError(
+                f"tensor {inputs.handle_id} belongs to another session than the one running this collective"
+            )
         return ("shard", inputs.handle_id), f"local shards of {inputs.handle_id}"
     if callable(inputs):
         return ("fn", ship(inputs)), f"{getattr(inputs, '__name__', 'function')}(rank)"
@@ -77,8 +78,9 @@ def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str
         if len(inputs) != s.world_size:
             raise MgpuError(f"a list of inputs needs one tensor per rank ({s.world_size}), got {len(inputs)}")
         return ("value", list(inputs)), "tensors from the notebook"
-    raise MgpuError(f"inputs must be a function rank -> tensor, a DistTensor or one tensor per rank, "
-                    f"got {type(inputs).__name__}")
+    raise MgpuError(
+        f"inputs must be a function rank -> tensor, a DistTensor or one tensor per rank, got {type(inputs).__name__}"
+    )
 
 
 class CollectiveResult:
@@ -89,8 +91,18 @@ class CollectiveResult:
     nothing (non-root ranks of reduce and gather, non-root ranks before scatter).
     """
 
-    def __init__(self, name: str, op: str | None, src: int | None, inputs: list[Any], before: list[Any],
-                 after: list[Any], seconds: float, backend: str, what: str):
+    def __init__(
+        self,
+        name: str,
+        op: str | None,
+        src: int | None,
+        inputs: list[Any],
+        before: list[Any],
+        after: list[Any],
+        seconds: float,
+        backend: str,
+        what: str,
+    ):
         self.name, self.op, self.src = name, op, src
         self.inputs, self.before, self.after = inputs, before, after
         self.seconds, self.backend, self.what = seconds, backend, what
@@ -104,9 +116,11 @@ class CollectiveResult:
         key = "src" if self.name in SENDING_ROOT else "dst"
         src = f", {key}={self.src}" if self.src is not None else ""
         shape = tuple(self.inputs[0].shape) if self.inputs else ()
-        return (f"<CollectiveResult {self.name}{op}{src} on {self.world_size} ranks, inputs {shape} "
-                f"{str(self.inputs[0].dtype).replace('torch.', '') if self.inputs else ''}, "
-                f"{self.seconds * 1e3:.2f} ms>")
+        return (
+            f"<CollectiveResult {self.name}{op}{src} on {self.world_size} ranks, inputs {shape} "
+            f"{str(self.inputs[0].dtype).replace('torch.', '') if self.inputs else ''}, "
+            f"{self.seconds * 1e3:.2f} ms>"
+        )
 
     # -- pictures ---------------------------------------------------------------------------
     def svg(self) -> str:
@@ -143,9 +157,14 @@ class CollectiveResult:
         svgs, captions = schedule_frames(self.name, self.op, self.src, self.inputs)
         if not self.schedule_matches():
             captions[-1] += " (differs from the real result: see the before/after figure)"
-        return FramePlayer(svgs, captions, title=f"{self.name} on {self.world_size} ranks",
-                           badge="logical schedule (not the backend's real algorithm)", interval_ms=interval_ms,
-                           show_captions=False)  # each frame draws its caption
+        return FramePlayer(
+            svgs,
+            captions,
+            title=f"{self.name} on {self.world_size} ranks",
+            badge="logical schedule (not the backend's real algorithm)",
+            interval_ms=interval_ms,
+            show_captions=False,
+        )  # each frame draws its caption
 
     def show(self, animate: bool = True) -> None:
         """Display the before/after figure and (``animate``) the logical-schedule player."""
@@ -163,8 +182,12 @@ def holdings_equal(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, list) or isinstance(b, list):
-        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and \
-            all(holdings_equal(x, y) for x, y in zip(a, b))
+        return (
+            isinstance(a, list)
+            and isinstance(b, list)
+            and len(a) == len(b)
+            and all(holdings_equal(x, y) for x, y in zip(a, b))
+        )
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.is_floating_point():
@@ -172,9 +195,18 @@ def holdings_equal(a: Any, b: Any) -> bool:
     return bool(torch.equal(a, b))
 
 
-def collective(name: str, inputs: Any = None, op: str = "sum", src: int | None = None, shape: Any = None,
-               dtype: str = "float32", *, dst: int | None = None, session: Any = None,
-               max_bytes: int = MAX_CAPTURE_BYTES) -> CollectiveResult:
+def collective(
+    name: str,
+    inputs: Any = None,
+    op: str = "sum",
+    src: int | None = None,
+    shape: Any = None,
+    dtype: str = "float32",
+    *,
+    dst: int | None = None,
+    session: Any = None,
+    max_bytes: int = MAX_CAPTURE_BYTES,
+) -> CollectiveResult:
     """Run collective ``name`` on every rank for real and capture each rank's data before and after.
 
     ``inputs``: None (demo shapes of ``shape``, default 11x11, value rank+1, ``dtype``), a function
@@ -197,21 +229,31 @@ def collective(name: str, inputs: Any = None, op: str = "sum", src: int | None =
     if spec[0] == "demo" and name in coll.SPLITTING and spec[1][0] % n:
         dims = spec[1]
         good = "x".join(map(str, (math.ceil(dims[0] / n) * n,) + dims[1:]))
-        raise MgpuError(f"{name} splits dim 0 into {n} equal chunks (one per rank), but the demo shape "
-                        f"{'x'.join(map(str, dims))} has {dims[0]} rows; use a first dimension that is a "
-                        f"multiple of {n}, such as shape {good}")
+        raise MgpuError(
+            f"{name} splits dim 0 into {n} equal chunks (one per rank), but the demo shape "
+            f"{'x'.join(map(str, dims))} has {dims[0]} rows; use a first dimension that is a "
+            f"multiple of {n}, such as shape {good}"
+        )
     results = s.run(coll.execute, spec, name, op, src, True, max_bytes, what, next(_run_ids), label=name)
     if results[0].get("problem"):
         raise MgpuError(results[0]["problem"])
     inputs_cpu = [res["before"] for res in results]
     before = [coll.before_entries(name, x, r, src, n) for r, x in enumerate(inputs_cpu)]
     after = [res["after"] for res in results]
-    return CollectiveResult(name, op if name in coll.REDUCING else None, src if name in coll.ROOTED else None,
-                            inputs_cpu, before, after, max(res["seconds"] for res in results), s.backend, what)
+    return CollectiveResult(
+        name,
+        op if name in coll.REDUCING else None,
+        src if name in coll.ROOTED else None,
+        inputs_cpu,
+        before,
+        after,
+        max(res["seconds"] for res in results),
+        s.backend,
+        what,
+    )
 
 
 def reference(name: str, inputs: list[Any], op: str = "sum", src: int = 0) -> list[Any]:
     """What every rank should hold after ``name`` on ``inputs`` (the logical schedule's final state)."""
     name = coll.canonical_name(name)
     return sched.final_holdings(name, inputs, coll.canonical_op(op), src)
-

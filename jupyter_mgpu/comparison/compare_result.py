@@ -13,8 +13,8 @@ import math
 import statistics
 from typing import Any
 
-from jupyter_mgpu.devices import format_bytes
 from jupyter_mgpu.strategies.plan import MEASURED_STEP, ComparePlan
+from jupyter_mgpu.units import format_bytes
 
 MEMORY = ("params", "grads", "optimizer", "activations", "comm_buffers", "temporaries", "inputs")
 RATIO_COLUMNS = ("params", "grads", "optimizer", "activations", "comm_buffers", "bytes", "bubble")
@@ -50,8 +50,22 @@ class CompareTable(list):
         return None
 
     def __repr__(self) -> str:
-        head = ["strategy", "rank", "status", "params", "grads", "optimizer", "activations", "comm", "peak",
-                "step", "bytes/step", "bubble", "loss", "Δ single"]
+        head = [
+            "strategy",
+            "rank",
+            "status",
+            "params",
+            "grads",
+            "optimizer",
+            "activations",
+            "comm",
+            "peak",
+            "step",
+            "bytes/step",
+            "bubble",
+            "loss",
+            "Δ single",
+        ]
         lines = [head] + [_text_cells(r) for r in self]
         widths = [max(len(x[i]) for x in lines) for i in range(len(head))]
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in lines)
@@ -59,33 +73,64 @@ class CompareTable(list):
     def _repr_html_(self) -> str:
         import html
 
-        head = ("strategy<br>· rank", "params", "grads", "optimizer", "activa&shy;tions", "comm<br>buffers",
-                "tracked<br>peak", "device<br>peak", "step<br>time", "bytes<br>/ step", "bubble", "final<br>loss",
-                "Δ vs<br>single")
+        head = (
+            "strategy<br>· rank",
+            "params",
+            "grads",
+            "optimizer",
+            "activa&shy;tions",
+            "comm<br>buffers",
+            "tracked<br>peak",
+            "device<br>peak",
+            "step<br>time",
+            "bytes<br>/ step",
+            "bubble",
+            "final<br>loss",
+            "Δ vs<br>single",
+        )
         body = []
         for r in self:
             e = self._expected_of(r) if self.expected is not None else None
             if r["status"] not in ("ok", "predicted"):
-                body.append(f"<tr><td style='{CELL}'>{r['strategy']} · {r['rank']}</td>"
-                            f"<td colspan='{len(head) - 1}' style='color:#a00;text-align:left;padding:2px 4px'>"
-                            f"{html.escape(r['note'])}</td></tr>")
+                body.append(
+                    f"<tr><td style='{CELL}'>{r['strategy']} · {r['rank']}</td>"
+                    f"<td colspan='{len(head) - 1}' style='color:#a00;text-align:left;padding:2px 4px'>"
+                    f"{html.escape(r['note'])}</td></tr>"
+                )
                 continue
             cells = [f"{r['strategy']} · {r['rank']}"]
             for c in ("params", "grads", "optimizer", "activations", "comm_buffers"):
                 cells.append(_with_ratio(_bytes(r.get(c)), r.get(c), e and e.get(c)))
-            cells += [_bytes(r.get("tracked_peak")), _bytes(r.get("device_peak")), _seconds(r.get("step_time")),
-                      _with_ratio(_bytes(r.get("bytes")), r.get("bytes"), e and e.get("bytes"),
-                                  title=", ".join(f"{k} {format_bytes(v)}" for k, v in (r.get("bytes_by") or {}).items())),
-                      _with_ratio(_pct(r.get("bubble")), r.get("bubble"), e and e.get("bubble")),
-                      _num(r.get("final_loss")), _num(r.get("loss_diff"), signed=True)]
+            cells += [
+                _bytes(r.get("tracked_peak")),
+                _bytes(r.get("device_peak")),
+                _seconds(r.get("step_time")),
+                _with_ratio(
+                    _bytes(r.get("bytes")),
+                    r.get("bytes"),
+                    e and e.get("bytes"),
+                    title=", ".join(f"{k} {format_bytes(v)}" for k, v in (r.get("bytes_by") or {}).items()),
+                ),
+                _with_ratio(_pct(r.get("bubble")), r.get("bubble"), e and e.get("bubble")),
+                _num(r.get("final_loss")),
+                _num(r.get("loss_diff"), signed=True),
+            ]
             body.append("<tr>" + "".join(f"<td style='{CELL}'>{c}</td>" for c in cells) + "</tr>")
         ths = "".join(f"<th style='{CELL}'>{h}</th>" for h in head)
-        note = ("<div style='font-size:11px;color:#555'>each memory column is that category's own peak on the "
+        note = (
+            (
+                "<div style='font-size:11px;color:#555'>each memory column is that category's own peak on the "
                 "rank (torch's MemTracker; FSDPMemTracker for fsdp); ×n: measured ÷ the formula of "
-                "r.expected</div>") if self.expected is not None else ""
-        return (f"<div style='max-width:100%'><table class='mgpu-compare' style='font-size:11px;"
-                f"border-collapse:collapse;table-layout:auto'><thead><tr>{ths}</tr>"
-                f"</thead><tbody>{''.join(body)}</tbody></table>{note}</div>")
+                "r.expected</div>"
+            )
+            if self.expected is not None
+            else ""
+        )
+        return (
+            f"<div style='max-width:100%'><table class='mgpu-compare' style='font-size:11px;"
+            f"border-collapse:collapse;table-layout:auto'><thead><tr>{ths}</tr>"
+            f"</thead><tbody>{''.join(body)}</tbody></table>{note}</div>"
+        )
 
 
 def _bytes(v: Any) -> str:
@@ -116,11 +161,17 @@ def _with_ratio(text: str, measured: Any, expected: Any, title: str = "") -> str
 def _text_cells(r: dict[str, Any]) -> list[str]:
     if r["status"] not in ("ok", "predicted"):
         return [r["strategy"], str(r["rank"]), r["status"]] + [""] * 10 + [r["note"]]
-    return [r["strategy"], str(r["rank"]), r["status"]] + [_bytes(r.get(c)) for c in
-                                                          ("params", "grads", "optimizer", "activations",
-                                                           "comm_buffers", "tracked_peak")] + \
-        [_seconds(r.get("step_time")), _bytes(r.get("bytes")), _pct(r.get("bubble")), _num(r.get("final_loss")),
-         _num(r.get("loss_diff"), signed=True)]
+    return (
+        [r["strategy"], str(r["rank"]), r["status"]]
+        + [_bytes(r.get(c)) for c in ("params", "grads", "optimizer", "activations", "comm_buffers", "tracked_peak")]
+        + [
+            _seconds(r.get("step_time")),
+            _bytes(r.get("bytes")),
+            _pct(r.get("bubble")),
+            _num(r.get("final_loss")),
+            _num(r.get("loss_diff"), signed=True),
+        ]
+    )
 
 
 def _ratios(row: dict[str, Any], e: dict[str, Any] | None) -> dict[str, float | None]:
@@ -136,8 +187,9 @@ def _ratios(row: dict[str, Any], e: dict[str, Any] | None) -> dict[str, float | 
 class CompareResult:
     """Measured and predicted figures of one ``mg.compare`` run (see the module docstring)."""
 
-    def __init__(self, plan: ComparePlan, expected: dict[str, list[dict[str, Any]]], budgets: list[int],
-                 device_kind: str = "cpu"):
+    def __init__(
+        self, plan: ComparePlan, expected: dict[str, list[dict[str, Any]]], budgets: list[int], device_kind: str = "cpu"
+    ):
         self.plan, self.budgets, self.device_kind = plan, budgets, device_kind
         self.world_size = plan.world_size
         self._expected = expected
@@ -151,20 +203,29 @@ class CompareResult:
         """Take the ranks' results of one strategy (``strategies/runner.run``)."""
         self.raw[strategy] = results
         steps = max((len(r["losses"]) for r in results), default=0)
-        self.losses[strategy] = [_mean([r["losses"][k] for r in results if len(r["losses"]) > k])
-                                 for k in range(steps)]
-        times = [max(r["step_times"][k] for r in results) for k in range(MEASURED_STEP + 1, steps)
-                 if all(len(r["step_times"]) > k for r in results)]
+        self.losses[strategy] = [_mean([r["losses"][k] for r in results if len(r["losses"]) > k]) for k in range(steps)]
+        times = [
+            max(r["step_times"][k] for r in results)
+            for k in range(MEASURED_STEP + 1, steps)
+            if all(len(r["step_times"]) > k for r in results)
+        ]
         step_time = statistics.median(times) if times and all(r["status"] == "ok" for r in results) else None
         oom = [r for r in results if r["status"] == "oom"]
         rows = []
         for r in results:
-            row = {"strategy": strategy, "rank": r["rank"], "status": r["status"], **{c: None for c in MEMORY}}
+            row = {"strategy": strategy, "rank": r["rank"], "status": r["status"], **dict.fromkeys(MEMORY)}
             if r["status"] == "ok":
                 row.update(r.get("memory") or {})
-                row.update(tracked_peak=r.get("tracked_peak"), device_peak=r.get("device_peak"), step_time=step_time,
-                           rank_step_time=r.get("step_time"), bytes=sum((r.get("bytes") or {}).values()),
-                           bytes_by=dict(r.get("bytes") or {}), calls=dict(r.get("calls") or {}), note="")
+                row.update(
+                    tracked_peak=r.get("tracked_peak"),
+                    device_peak=r.get("device_peak"),
+                    step_time=step_time,
+                    rank_step_time=r.get("step_time"),
+                    bytes=sum((r.get("bytes") or {}).values()),
+                    bytes_by=dict(r.get("bytes") or {}),
+                    calls=dict(r.get("calls") or {}),
+                    note="",
+                )
             else:
                 row["note"] = self._note(strategy, r, oom)
             rows.append(row)
@@ -173,8 +234,10 @@ class CompareResult:
 
     def add_failure(self, strategy: str, message: str) -> None:
         """A strategy whose ranks could not report at all (one row saying why)."""
-        self.rows[strategy] = [{"strategy": strategy, "rank": r, "status": "error", "note": message,
-                                **{c: None for c in MEMORY}} for r in self.plan.ranks(strategy)]
+        self.rows[strategy] = [
+            {"strategy": strategy, "rank": r, "status": "error", "note": message, **dict.fromkeys(MEMORY)}
+            for r in self.plan.ranks(strategy)
+        ]
         self.losses[strategy] = []
 
     def _note(self, strategy: str, r: dict[str, Any], oom: list[dict[str, Any]]) -> str:
@@ -183,8 +246,9 @@ class CompareResult:
             e = self._expected.get(strategy, [])
             e = e[ranks.index(r["rank"])] if r["rank"] in ranks and len(e) == len(ranks) else None
             total = sum(e[c] for c in MEMORY if c in e) if e else None
-            parts = ([f"the formulas: {format_bytes(total)}"] if total else []) + \
-                ([f"budget {format_bytes(r['limit_bytes'])}"] if r.get("limit_bytes") else [])
+            parts = ([f"the formulas: {format_bytes(total)}"] if total else []) + (
+                [f"budget {format_bytes(r['limit_bytes'])}"] if r.get("limit_bytes") else []
+            )
             tail = f" ({'; '.join(parts)})" if parts else ""
             return f"OOM on rank {r['rank']}: needs ≥ {format_bytes(r['needs_bytes'])}{tail}"
         if r["status"] == "peer" and oom:
@@ -199,8 +263,11 @@ class CompareResult:
         for strategy, rows in self.rows.items():
             mine = self.losses.get(strategy) or []
             final = mine[-1] if mine and len(mine) == self.plan.steps else None
-            diff = (final - ref[-1]) if final is not None and ref and len(ref) == self.plan.steps and \
-                ref[-1] is not None else None
+            diff = (
+                (final - ref[-1])
+                if final is not None and ref and len(ref) == self.plan.steps and ref[-1] is not None
+                else None
+            )
             for row in rows:
                 if row["status"] == "ok":
                     row.update(final_loss=final, loss_diff=diff)
@@ -223,10 +290,19 @@ class CompareResult:
             for rank, e in zip(self.plan.ranks(strategy), preds):
                 total = sum(e[c] for c in ("params", "grads", "optimizer", "activations", "comm_buffers"))
                 budget = self.budgets[rank] if rank < len(self.budgets) else None
-                rows.append({"strategy": strategy, "rank": rank, "status": "predicted",
-                             **{c: e[c] for c in ("params", "grads", "optimizer", "activations", "comm_buffers")},
-                             "bytes": sum(e["bytes"].values()), "bytes_by": dict(e["bytes"]), "bubble": e["bubble"],
-                             "total": total, "fits": None if budget is None else total <= budget})
+                rows.append(
+                    {
+                        "strategy": strategy,
+                        "rank": rank,
+                        "status": "predicted",
+                        **{c: e[c] for c in ("params", "grads", "optimizer", "activations", "comm_buffers")},
+                        "bytes": sum(e["bytes"].values()),
+                        "bytes_by": dict(e["bytes"]),
+                        "bubble": e["bubble"],
+                        "total": total,
+                        "fits": None if budget is None else total <= budget,
+                    }
+                )
         return CompareTable(rows)
 
     @property
@@ -238,8 +314,11 @@ class CompareResult:
     def ratios(self) -> list[dict[str, Any]]:
         """Measured ÷ expected per strategy, rank and column (None where a side is missing or zero)."""
         t = self.table
-        return [{"strategy": r["strategy"], "rank": r["rank"], **_ratios(r, t._expected_of(r))} for r in t
-                if r["status"] == "ok"]
+        return [
+            {"strategy": r["strategy"], "rank": r["rank"], **_ratios(r, t._expected_of(r))}
+            for r in t
+            if r["status"] == "ok"
+        ]
 
     def ok(self, strategy: str) -> bool:
         """Whether every rank of ``strategy`` trained to the end."""
@@ -255,8 +334,9 @@ class CompareResult:
     def matches(self, strategy: str) -> bool:
         """Whether ``strategy``'s loss equals ``single``'s at every step within |Δ| ≤ 1e-4·|loss| + 1e-6."""
         a, b = self.losses.get(strategy), self.losses.get("single")
-        return self.loss_diff(strategy) is not None and \
-            all(math.isclose(x, y, rel_tol=LOSS_RTOL, abs_tol=LOSS_ATOL) for x, y in zip(a, b))
+        return self.loss_diff(strategy) is not None and all(
+            math.isclose(x, y, rel_tol=LOSS_RTOL, abs_tol=LOSS_ATOL) for x, y in zip(a, b)
+        )
 
     def schedule(self, strategy: str = "pp") -> Any:
         """The pipeline ``strategy``'s recorded schedule (``.play()``, ``.save_html(path)``, ``.bubble()``)."""
@@ -280,8 +360,9 @@ class CompareResult:
         return weights_view(self, strategy, layers)
 
     def __repr__(self) -> str:
-        return f"<CompareResult {self.world_size} ranks: {', '.join(self.strategies) or 'nothing run'}>\n" + \
-            repr(self.table)
+        return f"<CompareResult {self.world_size} ranks: {', '.join(self.strategies) or 'nothing run'}>\n" + repr(
+            self.table
+        )
 
     def _repr_html_(self) -> str:
         return self.table._repr_html_()

@@ -16,10 +16,10 @@ import os
 import shutil
 from typing import Any
 
-from jupyter_mgpu.session import core as sessmod
 from jupyter_mgpu.comparison.compare_result import CompareResult
-from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.comparison.pipeline_schedule import ScheduleTrace
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.strategies import expected as exp
 from jupyter_mgpu.strategies import model_spec as ms
 from jupyter_mgpu.strategies import plan as planmod
@@ -56,21 +56,37 @@ def _data(data: Any, layers: list[dict[str, Any]], loss: str, samples: int | Non
         raise MgpuError(f"data X has {len(x)} samples but y has {len(y)}")
     if loss == "cross_entropy":
         if y.ndim != 1 or y.dtype.is_floating_point:
-            raise MgpuError(f"cross_entropy needs y as whole-number class labels of shape ({len(x)},), "
-                            f"got {y.dtype} of shape {tuple(y.shape)}")
+            raise MgpuError(
+                f"cross_entropy needs y as whole-number class labels of shape ({len(x)},), "
+                f"got {y.dtype} of shape {tuple(y.shape)}"
+            )
         if len(y) and (int(y.min()) < 0 or int(y.max()) >= w[-1]):
-            raise MgpuError(f"cross_entropy needs class labels 0 to {w[-1] - 1} (the model's {w[-1]} outputs), "
-                            f"got labels from {int(y.min())} to {int(y.max())}")
+            raise MgpuError(
+                f"cross_entropy needs class labels 0 to {w[-1] - 1} (the model's {w[-1]} outputs), "
+                f"got labels from {int(y.min())} to {int(y.max())}"
+            )
         y = y.long()
     elif loss == "mse" and (y.ndim != 2 or y.shape[1] != w[-1]):
         raise MgpuError(f"mse needs y of shape ({len(x)}, {w[-1]}) (the model's outputs), got {tuple(y.shape)}")
     return {"tensors": (x.float(), y if loss == "cross_entropy" else y.float()), "samples": len(x)}
 
 
-def compare(model: Any, data: Any = None, loss: str = "cross_entropy", batch: int = 64, steps: int = 6,
-            strategies: Any = DEFAULT_STRATEGIES, microbatches: int = 4, optimizer: str = "adam", lr: float = 1e-3,
-            seed: int = 0, samples: int | None = None, timeout: float | None = None, live: bool | None = None,
-            session: Any = None) -> CompareResult:
+def compare(
+    model: Any,
+    data: Any = None,
+    loss: str = "cross_entropy",
+    batch: int = 64,
+    steps: int = 6,
+    strategies: Any = DEFAULT_STRATEGIES,
+    microbatches: int = 4,
+    optimizer: str = "adam",
+    lr: float = 1e-3,
+    seed: int = 0,
+    samples: int | None = None,
+    timeout: float | None = None,
+    live: bool | None = None,
+    session: Any = None,
+) -> CompareResult:
     """Train ``model`` under each of ``strategies`` on the ranks and measure them side by side.
 
     ``model``: an ``nn.Sequential`` of Linear, activation, LayerNorm and Dropout layers, or a bundled
@@ -92,8 +108,18 @@ def compare(model: Any, data: Any = None, loss: str = "cross_entropy", batch: in
         raise MgpuError(f"batch must be a whole number of at least 1, got {batch!r}")
     loss_name = loss.lower() if isinstance(loss, str) else loss
     prepared = _data(data, layers, loss_name if loss_name in planmod.LOSSES else "", samples, batch)
-    plan = planmod.make_plan(layers, strategies, s.world_size, batch=batch, steps=steps, microbatches=microbatches,
-                             optimizer=optimizer, lr=lr, loss=loss, samples=prepared["samples"])
+    plan = planmod.make_plan(
+        layers,
+        strategies,
+        s.world_size,
+        batch=batch,
+        steps=steps,
+        microbatches=microbatches,
+        optimizer=optimizer,
+        lr=lr,
+        loss=loss,
+        samples=prepared["samples"],
+    )
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise MgpuError(f"timeout must be a positive number of seconds, got {timeout!r}")
     wait = float(timeout if timeout is not None else s.timeout)
@@ -115,28 +141,58 @@ def _in_notebook() -> bool:
 class Comparison:
     """One ``mg.compare`` run: sends what the ranks need, runs each strategy, cleans up."""
 
-    def __init__(self, session: Any, plan: planmod.ComparePlan, model: Any, data: dict[str, Any], seed: int,
-                 timeout: float, live: bool):
+    def __init__(
+        self,
+        session: Any,
+        plan: planmod.ComparePlan,
+        model: Any,
+        data: dict[str, Any],
+        seed: int,
+        timeout: float,
+        live: bool,
+    ):
         self.session, self.plan, self.model, self.data, self.seed = session, plan, model, data, seed
         self.timeout, self.live = timeout, live
         self.run_id = f"compare{session.id}.{next(_ids)}"
         self.folder = os.path.join(session.runtime_dir, "compare", self.run_id)
-        self.result = CompareResult(plan, {s: exp.expected(plan, s) for s in plan.strategies},
-                                    budgets=[d.total_memory for d in session.devices], device_kind=session.device_kind)
+        self.result = CompareResult(
+            plan,
+            {s: exp.expected(plan, s) for s in plan.strategies},
+            budgets=[d.total_memory for d in session.devices],
+            device_kind=session.device_kind,
+        )
         self.panel: Any = None
 
     def _job(self, strategy: str) -> dict[str, Any]:
         init = {"seed": self.seed} if isinstance(self.model, str) else {"dir": os.path.join(self.folder, "init")}
-        data = {"key": self.run_id} if "tensors" in self.data else {"synthetic": {**self.data["synthetic"],
-                                                                                  "seed": self.seed + 1}}
-        return {"strategy": strategy, "layers": self.plan.layers, "init": init, "seed": self.seed, "data": data,
-                "loss": self.plan.loss, "optimizer": self.plan.optimizer, "lr": self.plan.lr, "batch": self.plan.batch,
-                "steps": self.plan.steps, "microbatches": self.plan.microbatches,
-                "schedule": planmod.schedule_of(strategy), "stages": self.plan.stages, "tp_pairs": self.plan.tp_pairs,
-                "timeout": self.timeout, "trace_id": f"{self.run_id}.{strategy}" if strategy.startswith("pp") else ""}
+        data = (
+            {"key": self.run_id}
+            if "tensors" in self.data
+            else {"synthetic": {**self.data["synthetic"], "seed": self.seed + 1}}
+        )
+        return {
+            "strategy": strategy,
+            "layers": self.plan.layers,
+            "init": init,
+            "seed": self.seed,
+            "data": data,
+            "loss": self.plan.loss,
+            "optimizer": self.plan.optimizer,
+            "lr": self.plan.lr,
+            "batch": self.plan.batch,
+            "steps": self.plan.steps,
+            "microbatches": self.plan.microbatches,
+            "schedule": planmod.schedule_of(strategy),
+            "stages": self.plan.stages,
+            "tp_pairs": self.plan.tp_pairs,
+            "timeout": self.timeout,
+            "trace_id": f"{self.run_id}.{strategy}" if strategy.startswith("pp") else "",
+        }
 
     def run(self) -> CompareResult:
-        from jupyter_mgpu.strategies import compare_run as runner  # torch: imported when a comparison runs, not with the package
+        from jupyter_mgpu.strategies import (
+            compare_run as runner,  # torch: imported when a comparison runs, not with the package
+        )
 
         s = self.session
         try:
@@ -173,9 +229,15 @@ class Comparison:
         s, job = self.session, self._job(strategy)
         sched = None
         if strategy.startswith("pp"):
-            sched = ScheduleTrace(strategy, s.world_size, self.plan.microbatches, job["schedule"],
-                                  timed_from=planmod.MEASURED_STEP + 1, trace_id=job["trace_id"],
-                                  expected_bubble=exp.expected(self.plan, strategy)[0]["bubble"])
+            sched = ScheduleTrace(
+                strategy,
+                s.world_size,
+                self.plan.microbatches,
+                job["schedule"],
+                timed_from=planmod.MEASURED_STEP + 1,
+                trace_id=job["trace_id"],
+                expected_bubble=exp.expected(self.plan, strategy)[0]["bubble"],
+            )
             self.result.schedules[strategy] = sched
             for r in range(s.world_size):  # the ranks start fresh files; a follower must not read old ones
                 try:

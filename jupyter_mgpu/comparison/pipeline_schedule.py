@@ -16,8 +16,8 @@ import statistics
 import threading
 from typing import Any
 
-from jupyter_mgpu.tracing import replay as tr
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.tracing import replay as tr
 
 KINDS = {"forward": 0, "backward": 1}
 # seconds between looks at the ranks' live files: a small model's pipeline trains 8 steps in ~0.4 s
@@ -43,8 +43,13 @@ def steps_of(events: list[dict[str, Any]], world_size: int) -> list[dict[str, An
             continue
         t0 = min(e["start"] for e in comp)
         t1 = max(e["end"] for e in comp)
-        boxes = sorted([[e["rank"], KINDS.get(e.get("kind"), 0), int(e.get("mb", 0)), e["start"] - t0, e["end"] - t0]
-                        for e in comp], key=lambda b: (b[3], b[0]))
+        boxes = sorted(
+            [
+                [e["rank"], KINDS.get(e.get("kind"), 0), int(e.get("mb", 0)), e["start"] - t0, e["end"] - t0]
+                for e in comp
+            ],
+            key=lambda b: (b[3], b[0]),
+        )
         recvs = {(e["rank"], e.get("peer"), e.get("kind"), e.get("mb")): e for e in evs if e["action"] == "recv"}
         arrows = []
         for e in evs:
@@ -52,22 +57,47 @@ def steps_of(events: list[dict[str, Any]], world_size: int) -> list[dict[str, An
                 continue
             got = recvs.get((e["peer"], e["rank"], e.get("kind"), e.get("mb")))
             if got is not None:
-                arrows.append([e["rank"], e["peer"], 0 if e.get("kind") == "activation" else 1, int(e.get("mb", 0)),
-                               e["time"] - t0, got["time"] - t0, int(e.get("bytes", 0))])
+                arrows.append(
+                    [
+                        e["rank"],
+                        e["peer"],
+                        0 if e.get("kind") == "activation" else 1,
+                        int(e.get("mb", 0)),
+                        e["time"] - t0,
+                        got["time"] - t0,
+                        int(e.get("bytes", 0)),
+                    ]
+                )
         span = max(t1 - t0, 1e-9)
         busy = [0.0] * world_size
         for b in boxes:
             busy[b[0]] += b[4] - b[3]
-        out.append({"step": k, "t0": t0, "span": span, "boxes": boxes, "arrows": arrows,
-                    "idle": [max(0.0, 1 - x / span) for x in busy]})
+        out.append(
+            {
+                "step": k,
+                "t0": t0,
+                "span": span,
+                "boxes": boxes,
+                "arrows": arrows,
+                "idle": [max(0.0, 1 - x / span) for x in busy],
+            }
+        )
     return out
 
 
 class ScheduleTrace:
     """The recorded schedule of one pipeline strategy of a comparison (see the module docstring)."""
 
-    def __init__(self, strategy: str, world_size: int, microbatches: int, schedule: str, timed_from: int,
-                 trace_id: str = "", expected_bubble: float | None = None):
+    def __init__(
+        self,
+        strategy: str,
+        world_size: int,
+        microbatches: int,
+        schedule: str,
+        timed_from: int,
+        trace_id: str = "",
+        expected_bubble: float | None = None,
+    ):
         self.strategy, self.world_size, self.microbatches = strategy, world_size, microbatches
         self.schedule_name, self.timed_from, self.trace_id = schedule, timed_from, trace_id
         self.expected_bubble = expected_bubble
@@ -79,8 +109,10 @@ class ScheduleTrace:
 
     def __repr__(self) -> str:
         state = "recording" if self.running else f"{len(self.steps())} steps"
-        return (f"<ScheduleTrace {self.strategy} ({self.schedule_name}, {self.world_size} stages, "
-                f"{self.microbatches} micro-batches): {state}>")
+        return (
+            f"<ScheduleTrace {self.strategy} ({self.schedule_name}, {self.world_size} stages, "
+            f"{self.microbatches} micro-batches): {state}>"
+        )
 
     def steps(self) -> list[dict[str, Any]]:
         """Every recorded training step (see :func:`steps_of`)."""
@@ -108,8 +140,9 @@ class ScheduleTrace:
         from jupyter_mgpu.widgets.pipeline_schedule import ScheduleWidget
 
         self._check("play")
-        w = ScheduleWidget(data=self.data(), interval_ms=interval_ms, title=self.title(), badge=self.badge(),
-                           live=self.running)
+        w = ScheduleWidget(
+            data=self.data(), interval_ms=interval_ms, title=self.title(), badge=self.badge(), live=self.running
+        )
         if self.running:
             self._players.append(w)
             w.playing = True
@@ -123,8 +156,10 @@ class ScheduleTrace:
         return save_html(self.data(), path, title=self.title(), badge=self.badge())
 
     def title(self) -> str:
-        return f"{self.strategy}: {self.schedule_name.upper()} schedule, {self.world_size} stages × " \
-               f"{self.microbatches} micro-batches"
+        return (
+            f"{self.strategy}: {self.schedule_name.upper()} schedule, {self.world_size} stages × "
+            f"{self.microbatches} micro-batches"
+        )
 
     def badge(self) -> str:
         return "live: following the ranks" if self.running else "replay of the ranks' real events"
@@ -140,8 +175,7 @@ class ScheduleTrace:
     def follow(self, rundir: str) -> None:
         """Follow the ranks' live trace files (``<rundir>/trace/rank<r>.jsonl``) until :meth:`finish`."""
         self.running = True
-        self._thread = threading.Thread(target=self._follow, args=(rundir,), name="mgpu-schedule-follower",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._follow, args=(rundir,), name="mgpu-schedule-follower", daemon=True)
         self._thread.start()
 
     def _follow(self, rundir: str) -> None:

@@ -29,8 +29,10 @@ SOURCE = Path(__file__).with_name("native") / "budget_allocator.cpp"
 BUILD_TIMEOUT = 120.0
 _lib: ctypes.CDLL | None = None
 _settled_reason: str | None = None  # set by settle() when this cluster's engines go without the shim
-STILL_BUILDING = ("the allocator shim is still being compiled in the background (first start after installing "
-                  "or upgrading torch); this cluster uses the OS limit, the next one the shim")
+STILL_BUILDING = (
+    "the allocator shim is still being compiled in the background (first start after installing "
+    "or upgrading torch); this cluster uses the OS limit, the next one the shim"
+)
 
 
 class BuildError(RuntimeError):
@@ -92,7 +94,7 @@ def building(target: Path | None = None) -> bool:
     return True
 
 
-def build_in_background() -> "subprocess.Popen | None":
+def build_in_background() -> subprocess.Popen | None:
     """Start compiling the shim in a detached, low-priority process unless it is built, being built, or
     there is no compiler; returns the process started (or None). Never waits for the compiler."""
     if os.environ.get("JUPYTER_MGPU_BUDGET_SHIM", "1") == "0":
@@ -104,8 +106,11 @@ def build_in_background() -> "subprocess.Popen | None":
     if target.exists() or building(target) or not _compiler():
         return None
     return subprocess.Popen(
-        [sys.executable, "-m", "jupyter_mgpu.engine.allocator_budget"], stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [sys.executable, "-m", "jupyter_mgpu.engine.allocator_budget"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
         preexec_fn=lambda: os.nice(10),
     )
 
@@ -188,9 +193,21 @@ def build() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
     os.close(fd)
-    cmd = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-           f"-I{root / 'include'}", str(SOURCE), f"-L{root / 'lib'}", "-lc10", f"-Wl,-rpath,{root / 'lib'}",
-           "-o", tmp]
+    cmd = [
+        compiler,
+        "-O2",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f"-I{root / 'include'}",
+        str(SOURCE),
+        f"-L{root / 'lib'}",
+        "-lc10",
+        f"-Wl,-rpath,{root / 'lib'}",
+        "-o",
+        tmp,
+    ]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
         if run.returncode != 0:

@@ -130,6 +130,15 @@ def requested_bytes(message: str) -> int | None:
     if not m:
         return None
     value, unit = float(m.group(1)), m.group(2).lower()
-    scale = {"bytes": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
-             "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}[unit]
+    scale = {
+        "bytes": 1,
+        "kib": 1024,
+        "mib": 1024**2,
+        "gib": 1024**3,
+        "tib": 1024**4,
+        "kb": 1024,
+        "mb": 1024**2,
+        "gb": 1024**3,
+        "tb": 1024**4,
+    }[unit]
     return int(value * scale)

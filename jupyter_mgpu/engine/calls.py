@@ -11,9 +11,11 @@ import linecache
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from jupyter_mgpu.engine import budget, rank_namespace, runtime
+from jupyter_mgpu.engine import budget, rank_namespace
+from jupyter_mgpu.engine import state as rank_state
 
 CELL_FILENAME = "<mgpu-cell-{n}>"
 _cell_counter = 0
@@ -32,7 +34,7 @@ def _user_frames(tb: Any, skip_files: tuple[str, ...]) -> list[dict[str, Any]]:
 
 def failure(exc: BaseException, tb: Any) -> dict[str, Any]:
     """A picklable description of ``exc`` raised on this rank."""
-    st = runtime.STATE
+    st = rank_state.STATE
     message = str(exc)
     info: dict[str, Any] = {
         "ok": False,
@@ -57,15 +59,15 @@ class _CallScope:
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.st = runtime.STATE
+        self.st = rank_state.STATE
         self.seq0: int | None = None
 
-    def __enter__(self) -> "_CallScope":
+    def __enter__(self) -> _CallScope:
         st = self.st
         if st is not None:
             self.previous = st.current_op
             st.current_op = self.label
-            self.seq0 = runtime.sequence_number()
+            self.seq0 = rank_state.sequence_number()
             if not st.call_depth:
                 st.call_seq0 = self.seq0
             st.call_depth += 1
@@ -81,7 +83,7 @@ class _CallScope:
 
     def report(self, result: dict[str, Any]) -> dict[str, Any]:
         """Add how many collectives this rank entered during the call (names ranks that skipped one)."""
-        seq1 = runtime.sequence_number() if self.seq0 is not None else None
+        seq1 = rank_state.sequence_number() if self.seq0 is not None else None
         result["seq_delta"] = None if self.seq0 is None or seq1 is None else seq1 - self.seq0
         return result
 
@@ -92,7 +94,7 @@ def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> d
         start = time.perf_counter()
         try:
             result = {"ok": True, "value": fn(*args, **kwargs)}
-        except BaseException as exc:  # noqa: BLE001 - reported, not swallowed
+        except BaseException as exc:
             result = failure(exc, exc.__traceback__)
         result["seconds"] = time.perf_counter() - start  # time spent in the call itself, for dispatch overheads
         notes = rank_namespace.take_notes()
@@ -139,12 +141,13 @@ def _exec_cell(source: str, filename: str, user_ns: dict) -> dict[str, Any]:
                 value = repr(result)
                 user_ns["_"] = result
         return {"ok": True, "value": value}
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         info = failure(exc, exc.__traceback__)
         info["frames"] = [f for f in info["frames"] if f["file"] == filename] or info["frames"]
         if isinstance(exc, SyntaxError):
-            info["frames"] = [{"file": filename, "line": exc.lineno, "name": "<cell>",
-                               "code": (exc.text or "").strip()}]
+            info["frames"] = [
+                {"file": filename, "line": exc.lineno, "name": "<cell>", "code": (exc.text or "").strip()}
+            ]
         for f in info["frames"]:
             if f["file"] == filename:
                 f["file"] = "<cell>"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_mgpu.engine import runtime
+from jupyter_mgpu.engine import state as rank_state
 
 
 def info() -> dict[str, Any]:
     """This rank's identity, device and memory (same as a row of ``%mgpu_status``)."""
-    return runtime.describe()
+    return rank_state.describe()
 
 
 def local(handle: Any) -> Any:
@@ -22,4 +22,4 @@ def local(handle: Any) -> Any:
     return store.get(hid)
 
 
-from jupyter_mgpu.engine.training import ShardLoader, log, shard_loader  # noqa: E402  (mgpu.shard_loader, mgpu.log in %%mgpu cells)
+from jupyter_mgpu.engine.training import ShardLoader, log, shard_loader  # noqa: E402, F401  (mgpu.shard_loader, mgpu.log in %%mgpu cells)

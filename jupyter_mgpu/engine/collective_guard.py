@@ -21,8 +21,9 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from jupyter_mgpu.engine import unix_socket
 
@@ -114,10 +115,10 @@ def release(backend: str | None = None) -> int:
 
 def progress(state: Any) -> dict[str, Any]:
     """Whether this rank is inside a call, and how many collectives it has entered during it."""
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
     seq0 = getattr(state, "call_seq0", None)
-    seq = runtime.sequence_number()
+    seq = rank_state.sequence_number()
     return {
         "rank": state.rank,
         "in_call": bool(getattr(state, "call_depth", 0)),
@@ -148,7 +149,7 @@ class Listener(threading.Thread):
             with conn:
                 try:
                     self._serve(conn)
-                except Exception:  # noqa: BLE001 - a bad request must not end the thread
+                except Exception:
                     pass
 
     def _serve(self, conn: socket.socket) -> None:

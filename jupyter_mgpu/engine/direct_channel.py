@@ -102,7 +102,7 @@ class Server:
         header = json.loads(bytes(parts[0]))
         try:
             reply = run_request(parts[1:], self.user_ns)
-        except BaseException as exc:  # noqa: BLE001 - an interrupt landing just after the call
+        except BaseException as exc:
             reply = dump_value(calls.failure(exc, exc.__traceback__))
         try:
             send_frames(conn, [json.dumps({"id": header["id"]}).encode(), *reply])
@@ -116,20 +116,20 @@ def run_request(bufs: list[Any], user_ns: dict) -> list[Any]:
 
     try:
         f, args, kwargs = unpack_apply_message(bufs, user_ns, copy=False)
-    except Exception as exc:  # noqa: BLE001 - e.g. a module the engine cannot import
+    except Exception as exc:
         return dump_value(transport_failure(exc))
     previous = signal.getsignal(signal.SIGINT)
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the stop button reaches the call
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             result = f(*args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - a late interrupt: reported as data
+    except BaseException as exc:
         result = calls.failure(exc, exc.__traceback__)
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
         return dump_value(result)
-    except Exception as exc:  # noqa: BLE001 - the result cannot travel back
+    except Exception as exc:
         return dump_value(transport_failure(exc))
 
 
@@ -138,8 +138,14 @@ class _Pickler(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         torch = sys.modules.get("torch")
-        if torch is None or type(obj) is not torch.Tensor or obj.device.type != "cpu" \
-                or obj.layout != torch.strided or obj.requires_grad or obj.is_quantized:
+        if (
+            torch is None
+            or type(obj) is not torch.Tensor
+            or obj.device.type != "cpu"
+            or obj.layout != torch.strided
+            or obj.requires_grad
+            or obj.is_quantized
+        ):
             return NotImplemented
         flat = obj.detach().contiguous().reshape(-1).view(torch.uint8)
         return _tensor_from_bytes, (pickle.PickleBuffer(flat.numpy()), str(obj.dtype).split(".")[1], tuple(obj.shape))
@@ -159,7 +165,7 @@ def dump_value(obj: Any) -> list[Any]:
     stream = io.BytesIO()
     try:
         _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
-    except Exception:  # noqa: BLE001 - e.g. a function in the result: ipyparallel's canning handles it
+    except Exception:
         from ipyparallel.serialize import serialize_object
 
         return [b"I", *serialize_object(obj)]
@@ -186,7 +192,7 @@ _SERVER: Server | None = None
 def start(user_ns: dict) -> None:
     """Open this engine's direct channel (run at engine start, inside its event loop)."""
     global _SERVER
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    st = runtime.state()
+    st = rank_state.get()
     _SERVER = Server(st.rundir, st.rank, user_ns)

@@ -25,8 +25,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-LOCAL_RANK_VARS = ("MGPU_LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                   "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID")
+LOCAL_RANK_VARS = (
+    "MGPU_LOCAL_RANK",
+    "SLURM_LOCALID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "PMI_LOCAL_RANK",
+    "PALS_LOCAL_RANKID",
+)
 ENGINES_DIR = "jupyter-mgpu-engines"
 
 
@@ -137,9 +143,10 @@ def _ipp_key() -> bytes:
 
 def link_key() -> bytes:
     """This engine's cluster link key (derived from ipyparallel's key; see ``link.derive_key``)."""
-    from jupyter_mgpu.engine import link, runtime
+    from jupyter_mgpu.engine import link
+    from jupyter_mgpu.engine import state as rank_state
 
-    return link.derive_key(_ipp_key(), runtime.state().cluster_id)
+    return link.derive_key(_ipp_key(), rank_state.get().cluster_id)
 
 
 def setup(config: dict[str, Any]) -> dict[str, Any]:
@@ -160,8 +167,9 @@ def setup(config: dict[str, Any]) -> dict[str, Any]:
             sys.path.insert(0, cwd)
     key = link.derive_key(_ipp_key(), config["cluster_id"])
     hub = config["hub"]
-    link_agent.start(str(path), rank, hub["address"], int(hub["port"]), key,
-                     {"pid": os.getpid(), "host": config["host"]})
+    link_agent.start(
+        str(path), rank, hub["address"], int(hub["port"]), key, {"pid": os.getpid(), "host": config["host"]}
+    )
     try:
         st = runtime.setup({**config, "rundir": str(path)}, rank)
     except BaseException:

@@ -39,6 +39,7 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
             os.chdir(config["cwd"])
         sys.path[:0] = [p for p in config.get("sys_path", []) if p not in sys.path]
         from jupyter_mgpu.engine import runtime, watchdog
+        from jupyter_mgpu.engine import state as rank_state
         from jupyter_mgpu.engine.startup_marks import mark
 
         mark(rundir, f"engine.forked.{rank}")
@@ -51,7 +52,7 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
             os._exit(4)
         from jupyter_mgpu.engine import telemetry
 
-        telemetry.maybe_start(runtime.state())
+        telemetry.maybe_start(rank_state.get())
         from ipyparallel.engine.app import IPEngine
 
         mark(rundir, f"ipengine.start.{rank}")
@@ -69,7 +70,7 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
         )
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 0
-    except BaseException as exc:  # noqa: BLE001 - last words of a dying engine
+    except BaseException as exc:
         _log(rundir, f"rank {rank} crashed: {type(exc).__name__}: {exc}")
         code = 1
     finally:
@@ -122,26 +123,25 @@ def _warm_up(rundir: Path) -> None:
 
 
 def _import_engine_modules() -> None:
-    import ipykernel.ipkernel  # noqa: F401
-    import ipykernel.zmqshell  # noqa: F401
-    import ipyparallel.engine.app  # noqa: F401
-    import ipyparallel.engine.kernel  # noqa: F401
-    import torch  # noqa: F401
-    import torch.distributed  # noqa: F401
-
-    from jupyter_mgpu.engine import allocator_budget, calls, cellapi, runtime, telemetry, watchdog  # noqa: F401
-
     # what every engine imports while it registers (its kernel's debugger, shell extras): once here,
     # not four times over on a start where the engines compete for the cores
     import sqlite3  # noqa: F401
 
-    import IPython.core.completerlib  # noqa: F401
-    import IPython.core.logger  # noqa: F401
-    import IPython.core.oinspect  # noqa: F401
+    import ipykernel.ipkernel
+    import ipykernel.zmqshell
+    import ipyparallel.engine.app
+    import ipyparallel.engine.kernel  # noqa: F401
+    import IPython.core.completerlib
+    import IPython.core.logger
+    import IPython.core.oinspect
     import IPython.extensions.storemagic  # noqa: F401
-    import tornado.gen  # noqa: F401
-    import tornado.locks  # noqa: F401
+    import torch
+    import torch.distributed  # noqa: F401
+    import tornado.gen
+    import tornado.locks
     import tornado.queues  # noqa: F401
+
+    from jupyter_mgpu.engine import allocator_budget, calls, cellapi, runtime, telemetry, watchdog  # noqa: F401
 
     try:
         import ipykernel.debugger  # noqa: F401  (imports debugpy)

@@ -96,8 +96,9 @@ def client_handshake(sock: socket.socket, key: bytes, hello: dict) -> tuple[byte
     reply = _recv_json(sock)
     theirs = str(reply.get("nonce", ""))
     context = json.dumps(hello, sort_keys=True).encode()
-    if not hmac.compare_digest(bytes.fromhex(str(reply.get("proof", ""))),
-                               _mac(key, b"server", nonce.encode(), theirs.encode(), context)):
+    if not hmac.compare_digest(
+        bytes.fromhex(str(reply.get("proof", ""))), _mac(key, b"server", nonce.encode(), theirs.encode(), context)
+    ):
         raise AuthError("the server could not prove it holds the cluster's key")
     _send_json(sock, {"proof": _mac(key, b"client", nonce.encode(), theirs.encode(), context).hex()})
     welcome = _recv_json(sock)
@@ -199,8 +200,8 @@ def pack_path(path: str, body: bytes = b"", offset: int | None = None) -> bytes:
 
 def unpack_path(payload: bytes, with_offset: bool = False) -> tuple[str, int | None, bytes]:
     n = int.from_bytes(payload[:2], "big")
-    path = payload[2:2 + n].decode()
-    rest = payload[2 + n:]
+    path = payload[2 : 2 + n].decode()
+    rest = payload[2 + n :]
     if with_offset:
         return path, int.from_bytes(rest[:8], "big"), rest[8:]
     return path, None, rest
@@ -209,8 +210,12 @@ def unpack_path(payload: bytes, with_offset: bool = False) -> tuple[str, int | N
 def safe_relative(path: str) -> bool:
     """A mirrored path stays inside its directory: relative, no ``..``, no sockets' or state's names."""
     parts = path.split("/")
-    return bool(path) and not path.startswith("/") and all(p not in ("", ".", "..") for p in parts) \
+    return (
+        bool(path)
+        and not path.startswith("/")
+        and all(p not in ("", ".", "..") for p in parts)
         and parts[0] in MIRRORED_DIRS
+    )
 
 
 MIRRORED_DIRS = ("telemetry", "trace", "metrics", "compare")

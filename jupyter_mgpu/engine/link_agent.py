@@ -81,8 +81,12 @@ class Agent:
             with open(path, "rb") as f:
                 head = f.read(PREFIX)
                 inode, sent, digest = self.sent.get(rel, (None, 0, b""))
-                same = rel in self.sent and inode == st.st_ino and st.st_size >= sent \
-                    and hashlib.sha256(head[:min(sent, PREFIX)]).digest() == digest
+                same = (
+                    rel in self.sent
+                    and inode == st.st_ino
+                    and st.st_size >= sent
+                    and hashlib.sha256(head[: min(sent, PREFIX)]).digest() == digest
+                )
                 if same and st.st_size == sent:
                     return
                 start = sent if same else 0
@@ -95,7 +99,7 @@ class Agent:
             self._send(lk.APPEND, lk.pack_path(rel, body, start))
         else:
             self._send(lk.PUT, lk.pack_path(rel, body))
-        self.sent[rel] = (st.st_ino, end, hashlib.sha256(head[:min(end, PREFIX)]).digest())
+        self.sent[rel] = (st.st_ino, end, hashlib.sha256(head[: min(end, PREFIX)]).digest())
 
     def _walk(self) -> None:
         seen = set()
@@ -185,8 +189,9 @@ class Agent:
         os._exit(code)
 
 
-def start(rundir: str, rank: int, address: str, port: int, key: bytes, hello: dict[str, Any],
-          timeout: float = 10.0) -> Agent:
+def start(
+    rundir: str, rank: int, address: str, port: int, key: bytes, hello: dict[str, Any], timeout: float = 10.0
+) -> Agent:
     """Connect to the relay at ``address:port``, authenticate, and start the agent's threads."""
     global _agent
     sock = socket.create_connection((address, port), timeout=timeout)

@@ -19,34 +19,46 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def format_bytes(n: float) -> str:
-    """A size in binary units with one decimal (bytes without): ``512 B``, ``2.0 KiB``, ``5.2 GiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+from jupyter_mgpu.units import format_bytes
 
 
 def figures(sample: dict[str, Any]) -> dict[str, Any]:
     """``used``, ``peak``, ``reserved``, ``limit`` (bytes or None), ``baseline`` and their ``labels``."""
     if sample.get("kind") != "cuda" and "allocated_bytes" in sample:
-        return {"used": sample.get("allocated_bytes"), "peak": sample.get("peak_allocated_bytes"), "reserved": None,
-                "limit": sample.get("budget_bytes"), "baseline": 0,
-                "labels": {"used": "allocated", "reserved": "", "peak": "peak allocated", "limit": "budget"}}
+        return {
+            "used": sample.get("allocated_bytes"),
+            "peak": sample.get("peak_allocated_bytes"),
+            "reserved": None,
+            "limit": sample.get("budget_bytes"),
+            "baseline": 0,
+            "labels": {"used": "allocated", "reserved": "", "peak": "peak allocated", "limit": "budget"},
+        }
     if sample.get("kind") == "cuda" or "allocated_bytes" in sample:
         total, budget = sample.get("total_bytes"), sample.get("budget_bytes")
         limit = budget if budget and total and budget < total else total
-        return {"used": sample.get("allocated_bytes"), "peak": sample.get("peak_allocated_bytes"),
-                "reserved": sample.get("reserved_bytes"), "limit": limit, "baseline": 0,
-                "labels": {"used": "allocated", "reserved": "reserved", "peak": "peak allocated",
-                           "limit": "budget" if limit != total else "total"}}
+        return {
+            "used": sample.get("allocated_bytes"),
+            "peak": sample.get("peak_allocated_bytes"),
+            "reserved": sample.get("reserved_bytes"),
+            "limit": limit,
+            "baseline": 0,
+            "labels": {
+                "used": "allocated",
+                "reserved": "reserved",
+                "peak": "peak allocated",
+                "limit": "budget" if limit != total else "total",
+            },
+        }
     baseline = sample.get("baseline_resident_bytes") or 0
     budget = sample.get("budget_bytes")
-    return {"used": sample.get("resident_bytes"), "peak": sample.get("peak_resident_bytes"), "reserved": None,
-            "limit": baseline + budget if budget else None, "baseline": baseline,
-            "labels": {"used": "resident", "reserved": "", "peak": "peak resident", "limit": "runtime + budget"}}
+    return {
+        "used": sample.get("resident_bytes"),
+        "peak": sample.get("peak_resident_bytes"),
+        "reserved": None,
+        "limit": baseline + budget if budget else None,
+        "baseline": baseline,
+        "labels": {"used": "resident", "reserved": "", "peak": "peak resident", "limit": "runtime + budget"},
+    }
 
 
 def used_of_limit(sample: dict[str, Any]) -> str:

@@ -20,9 +20,7 @@ def choose_backend(requested: str | None, device_kind: str) -> str:
     if name not in KNOWN_BACKENDS:
         raise MgpuError(f"unknown backend {requested!r}; choose gloo (CPU or GPU) or nccl (GPU)")
     if name == "nccl" and device_kind != "cuda":
-        raise MgpuError(
-            "backend 'nccl' needs CUDA GPUs, but this cluster uses CPU virtual devices; use --backend gloo"
-        )
+        raise MgpuError("backend 'nccl' needs CUDA GPUs, but this cluster uses CPU virtual devices; use --backend gloo")
     import torch.distributed as dist
 
     if not dist.is_backend_available(name):
@@ -42,8 +40,15 @@ def store_path(rundir: Path, generation: int = 0) -> Path:
     return Path(rundir) / f"store.{generation}"
 
 
-def init_process_group(rundir: str, rank: int, world_size: int, backend: str, timeout: float,
-                       generation: int = 0, store: dict | None = None) -> None:
+def init_process_group(
+    rundir: str,
+    rank: int,
+    world_size: int,
+    backend: str,
+    timeout: float,
+    generation: int = 0,
+    store: dict | None = None,
+) -> None:
     """Join the cluster's process group (engine side). Traffic stays on loopback.
 
     ``generation`` > 0 rebuilds the group after a failed collective, through a fresh store file.
@@ -67,6 +72,10 @@ def init_process_group(rundir: str, rank: int, world_size: int, backend: str, ti
 
         kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
     dist.init_process_group(
-        backend, store=meeting, rank=rank, world_size=world_size,
-        timeout=timedelta(seconds=timeout), **kwargs,
+        backend,
+        store=meeting,
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout),
+        **kwargs,
     )

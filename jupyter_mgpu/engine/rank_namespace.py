@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import dis
 import types
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 _STORES = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
@@ -38,8 +39,10 @@ def both_sides_line(function: str, names: list[str]) -> str:
     """The one line that says which value of a name defined in the notebook and on the ranks is used."""
     listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
     which = "values are" if len(names) > 1 else "value is"
-    return (f"mgpu: {function}() reads {listed}, defined both in the notebook and on the ranks: the ranks' "
-            f"{which} used (a name the ranks lack comes from the notebook; pass a notebook value as an argument)")
+    return (
+        f"mgpu: {function}() reads {listed}, defined both in the notebook and on the ranks: the ranks' "
+        f"{which} used (a name the ranks lack comes from the notebook; pass a notebook value as an argument)"
+    )
 
 
 def _codes(code: types.CodeType) -> Iterator[types.CodeType]:

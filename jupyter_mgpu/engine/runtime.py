@@ -1,58 +1,20 @@
-"""Per-engine runtime state: rank, device, process group and the names a ``%%mgpu`` cell sees.
+"""Set an engine up: its environment, device, memory budget and process group (``setup``, once per
+freshly forked engine, before the ipyparallel engine starts), and the names a ``%%mgpu`` cell sees.
 
-``setup`` runs once in each freshly forked engine process, before the ipyparallel engine starts.
-"""
+Who the engine is lives in the leaf :mod:`jupyter_mgpu.engine.state`."""
 
 from __future__ import annotations
 
 import os
-import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_mgpu.engine import process_group as rendezvous
-
-
-@dataclass
-class EngineState:
-    """What an engine knows about itself."""
-
-    cluster_id: str
-    rundir: str
-    rank: int
-    world_size: int
-    device_kind: str
-    device_index: int
-    backend: str
-    budget_bytes: int
-    timeout: float
-    threads: int
-    data_limit: int | None = None
-    device: Any = None  # torch.device
-    current_op: str | None = None
-    busy: bool = False
-    pg_generation: int = 0  # bumped each time the process group is rebuilt; keys caches of subgroups
-    call_depth: int = 0  # calls from the kernel now running (a call may run another)
-    call_seq0: int | None = None  # collectives started before the outermost running call
-    host: str | None = None  # set when the cluster spans hosts (a launcher's engines): labels read host:kind:index
-    local_rank: int | None = None
-    store: dict | None = None  # the TCP rendezvous store across hosts (None: the FileStore in rundir)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-
-STATE: EngineState | None = None
-
-
-def state() -> EngineState:
-    """This engine's state; raises if called outside an engine."""
-    if STATE is None:
-        raise RuntimeError("not inside a jupyter_mgpu engine")
-    return STATE
+from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine.state import EngineState
 
 
 def setup(config: dict, rank: int) -> EngineState:
     """Configure this process as rank ``rank``: environment, threads, memory budget, process group."""
-    global STATE
     dev = config["devices"][rank]
     world = len(config["devices"])
     local_rank = int(config.get("local_rank", rank))
@@ -99,7 +61,7 @@ def setup(config: dict, rank: int) -> EngineState:
 
         st.device = torch.device("cpu")
         st.data_limit = budget.apply(st.budget_bytes)
-    STATE = st
+    rank_state.STATE = st
     from jupyter_mgpu.engine import collective_guard
 
     collective_guard.install()
@@ -111,13 +73,6 @@ def setup(config: dict, rank: int) -> EngineState:
     return st
 
 
-def device_label(st: Any) -> str:
-    """``cpu:1``, or ``node2:cuda:1`` when the cluster spans hosts."""
-    label = f"{st.device_kind}:{st.device_index}"
-    host = getattr(st, "host", None)
-    return f"{host}:{label}" if host else label
-
-
 def namespace() -> dict[str, Any]:
     """The names every ``%%mgpu`` cell sees: rank, world_size, device, torch, dist, mgpu."""
     import torch
@@ -125,7 +80,7 @@ def namespace() -> dict[str, Any]:
 
     from jupyter_mgpu.engine import cellapi
 
-    st = state()
+    st = rank_state.get()
     return {
         "rank": st.rank,
         "world_size": st.world_size,
@@ -144,48 +99,14 @@ def populate(user_ns: dict) -> None:
     direct.start(user_ns)
 
 
-def describe() -> dict[str, Any]:
-    """A snapshot for ``%mgpu_status``: identity, device and memory of this rank."""
-    import psutil
-    import torch
-
-    st = state()
-    proc = psutil.Process()
-    info: dict[str, Any] = {
-        "rank": st.rank,
-        "pid": os.getpid(),
-        "device": device_label(st),
-        "backend": st.backend,
-        "threads": torch.get_num_threads(),
-        "budget_bytes": st.budget_bytes,
-        "resident_bytes": proc.memory_info().rss,
-    }
-    if st.device_kind == "cuda":
-        from jupyter_mgpu.engine import cuda_device
-
-        info.update(cuda_device.memory())
-    return info
-
-
 def rebuild_process_group(generation: int) -> None:
     """Leave the (broken) process group and join a fresh one; every rank must call this together."""
     import torch.distributed as dist
 
-    st = state()
+    st = rank_state.get()
     try:
         dist.destroy_process_group()
     except Exception:
         pass
-    rendezvous.init_process_group(st.rundir, st.rank, st.world_size, st.backend, st.timeout, generation,
-                                  store=st.store)
+    rendezvous.init_process_group(st.rundir, st.rank, st.world_size, st.backend, st.timeout, generation, store=st.store)
     st.pg_generation = generation
-
-
-def sequence_number() -> int | None:
-    """How many collectives this rank's default process group has started (None if unknown)."""
-    import torch.distributed as dist
-
-    try:
-        return int(dist.distributed_c10d._get_default_group()._get_sequence_number_for_group())
-    except Exception:
-        return None

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 TILE = 256
 _MASK = (1 << 64) - 1
@@ -47,7 +48,7 @@ def fill(out: Any, kind: str, shape: Sequence[int], ranges: Sequence[tuple[int, 
     g = torch.Generator(device=out.device)
     draw = torch.randn if kind == "randn" else torch.rand
     view = out.reshape(out.shape[:-2] + (r1 - r0, c1 - c0)) if out.dim() >= 2 else out.reshape(r1 - r0, c1 - c0)
-    lead_strides = [math.prod(lead_shape[i + 1:]) for i in range(len(lead_shape))]
+    lead_strides = [math.prod(lead_shape[i + 1 :]) for i in range(len(lead_shape))]
     for lead in itertools.product(*(range(a, b) for a, b in lead_ranges)):
         flat = sum(i * s for i, s in zip(lead, lead_strides))
         local_lead = tuple(i - a for i, (a, _) in zip(lead, lead_ranges))
@@ -59,7 +60,7 @@ def fill(out: Any, kind: str, shape: Sequence[int], ranges: Sequence[tuple[int, 
                 g.manual_seed(mix(seed, flat, ti, tj))
                 tile = draw((tr1 - tr0, tc1 - tc0), generator=g, dtype=gen_dtype, device=out.device)
                 a0, a1, b0, b1 = max(r0, tr0), min(r1, tr1), max(c0, tc0), min(c1, tc1)
-                target[a0 - r0:a1 - r0, b0 - c0:b1 - c0].copy_(tile[a0 - tr0:a1 - tr0, b0 - tc0:b1 - tc0])
+                target[a0 - r0 : a1 - r0, b0 - c0 : b1 - c0].copy_(tile[a0 - tr0 : a1 - tr0, b0 - tc0 : b1 - tc0])
     return out
 
 
@@ -70,7 +71,7 @@ def arange_fill(out: Any, shape: Sequence[int], ranges: Sequence[tuple[int, int]
     shape = tuple(shape)
     acc = torch.zeros((), dtype=torch.int64, device=out.device)
     for d, (a, b) in enumerate(ranges):
-        stride = math.prod(shape[d + 1:])
+        stride = math.prod(shape[d + 1 :])
         idx = torch.arange(a, b, dtype=torch.int64, device=out.device) * stride
         acc = acc.unsqueeze(-1) + idx if d else idx
     out.copy_(acc.reshape(out.shape))

@@ -21,10 +21,12 @@ def get(handle_id: str) -> Any:
     try:
         return _SHARDS[handle_id]
     except KeyError:
-        from jupyter_mgpu.engine import runtime
+        from jupyter_mgpu.engine import state as rank_state
 
-        rank = runtime.STATE.rank if runtime.STATE else "?"
-        raise KeyError(f"tensor {handle_id} has no shard on rank {rank} (it was freed, or made by another session)") from None
+        rank = rank_state.STATE.rank if rank_state.STATE else "?"
+        raise KeyError(
+            f"tensor {handle_id} has no shard on rank {rank} (it was freed, or made by another session)"
+        ) from None
 
 
 def has(handle_id: str) -> bool:
@@ -77,7 +79,9 @@ class HandleRef:
         return get(self.handle_id)
 
     def __repr__(self) -> str:
-        return f"<DistTensor {self.handle_id} {self.shape} {self.placement}: use mgpu.local(name) for this rank's shard>"
+        return (
+            f"<DistTensor {self.handle_id} {self.shape} {self.placement}: use mgpu.local(name) for this rank's shard>"
+        )
 
 
 def bind_names(refs: dict[str, tuple[str, tuple, str]]) -> None:

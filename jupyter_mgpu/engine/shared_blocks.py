@@ -24,14 +24,15 @@ import threading
 import weakref
 from typing import Any
 
-from jupyter_mgpu.engine import budget, runtime
+from jupyter_mgpu.engine import budget
+from jupyter_mgpu.engine import state as rank_state
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)
 CACHE_SHARE = 0.25  # at most this share of the budget stays reserved in free blocks
 _lock = threading.RLock()  # a view can die (and release its block) while the lock is held
-_blocks: dict[int, "Block"] = {}
+_blocks: dict[int, Block] = {}
 _evicted: list[int] = []
 _pending: set[int] = set()  # reserved by a scatter, not yet a shard
 _next_id = [1]
@@ -75,7 +76,7 @@ def _room() -> int | None:
     """Bytes of the budget this rank may still give a block (None: no budget)."""
     from jupyter_mgpu.engine import budget
 
-    return budget.room(runtime.state().budget_bytes)
+    return budget.room(rank_state.get().budget_bytes)
 
 
 def _round(nbytes: int) -> int:
@@ -87,8 +88,9 @@ def reserve(nbytes: int, shared: bool = True) -> dict[str, Any]:
     (``shared``: a memfd the kernel maps; otherwise private memory it copies into by address)."""
     size = _round(nbytes)
     with _lock:
-        free = [b for b in _blocks.values()
-                if not b.in_use and b.shared == shared and size <= b.size <= size + size // 4]
+        free = [
+            b for b in _blocks.values() if not b.in_use and b.shared == shared and size <= b.size <= size + size // 4
+        ]
         if free:
             block = min(free, key=lambda b: b.size)
             block.in_use = True
@@ -99,20 +101,30 @@ def reserve(nbytes: int, shared: bool = True) -> dict[str, Any]:
                 _evict(keep=0)
                 room = _room()
             if room is not None and room < size:
-                st = runtime.state()
-                raise MemoryError(f"DefaultCPUAllocator: not enough memory: you tried to allocate {size} bytes "
-                                  f"(rank {st.rank}, {'shared ' if shared else ''}shard block)")
+                st = rank_state.get()
+                raise MemoryError(
+                    f"DefaultCPUAllocator: not enough memory: you tried to allocate {size} bytes "
+                    f"(rank {st.rank}, {'shared ' if shared else ''}shard block)"
+                )
             block = Block(size, shared)
             if not budget.charge(block.size, block.shared):  # another thread took the room meanwhile
                 block.close()
-                st = runtime.state()
-                raise MemoryError(f"DefaultCPUAllocator: not enough memory: you tried to allocate {size} bytes "
-                                  f"(rank {st.rank}, {'shared ' if shared else ''}shard block)")
+                st = rank_state.get()
+                raise MemoryError(
+                    f"DefaultCPUAllocator: not enough memory: you tried to allocate {size} bytes "
+                    f"(rank {st.rank}, {'shared ' if shared else ''}shard block)"
+                )
             _blocks[block.id] = block
         _pending.add(block.id)
         evicted, _evicted[:] = list(_evicted), []
-    return {"id": block.id, "pid": os.getpid(), "fd": block.fd, "addr": block.addr, "size": block.size,
-            "evicted": evicted}
+    return {
+        "id": block.id,
+        "pid": os.getpid(),
+        "fd": block.fd,
+        "addr": block.addr,
+        "size": block.size,
+        "evicted": evicted,
+    }
 
 
 def _release(block_id: int) -> None:
@@ -128,7 +140,7 @@ def _release(block_id: int) -> None:
 def _evict(keep: int | None = None) -> int:
     """Close free blocks until at most ``keep`` bytes stay cached (default: the cache share)."""
     if keep is None:
-        st = runtime.state()
+        st = rank_state.get()
         keep = int(CACHE_SHARE * st.budget_bytes) if st.budget_bytes else 1 << 62
     free = sorted((b for b in _blocks.values() if not b.in_use), key=lambda b: b.id)
     cached = sum(b.size for b in free)

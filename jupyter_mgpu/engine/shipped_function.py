@@ -21,7 +21,8 @@ import linecache
 import pickle
 import sys
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jupyter_mgpu.engine import rank_namespace
 
@@ -56,7 +57,7 @@ def _culprit(fn: Any) -> str | None:
     for n, value in found:
         try:
             cloudpickle.dumps(value)
-        except Exception:  # noqa: BLE001 - any failure names the culprit
+        except Exception:
             return f"{n} (a {type(value).__name__})"
     return None
 
@@ -67,9 +68,11 @@ def _refuse(fn: Any, exc: BaseException | None) -> Exception:
     reason = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else "cannot be pickled"
     culprit = _culprit(fn) if exc is not None else None
     what = f"it references {culprit}, which cannot be pickled" if culprit else reason
-    return MgpuError(f"{function_name(fn)} cannot be sent to the ranks ({what}); define it with def at the top level of a "
-                     "notebook cell or a module, and pass what it needs as arguments instead of capturing "
-                     "open files, locks, sessions or DistTensors")
+    return MgpuError(
+        f"{function_name(fn)} cannot be sent to the ranks ({what}); define it with def at the top level of a "
+        "notebook cell or a module, and pass what it needs as arguments instead of capturing "
+        "open files, locks, sessions or DistTensors"
+    )
 
 
 def _named_code(filename: str, make: Callable, args: tuple) -> types.CodeType:
@@ -132,18 +135,18 @@ def _pickle_function(fn: Callable, by_value: bool = False) -> tuple[bytes, set[s
         cloudpickle.register_pickle_by_value(sys.modules[module])
         try:
             return dumps_by_value(fn)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _refuse(fn, exc) from None
         finally:
             cloudpickle.unregister_pickle_by_value(sys.modules[module])
     if module != "__main__" and not _nested(fn):
         try:
             return pickle.dumps(fn), set()
-        except Exception:  # noqa: BLE001 - e.g. a nested function of a module: by value below
+        except Exception:
             pass
     try:
         return dumps_by_value(fn)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise _refuse(fn, exc) from None
 
 
@@ -173,7 +176,7 @@ def _engine_namespace() -> dict:
         shell = get_ipython()
         if shell is not None:
             return shell.user_ns
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return sys.modules["__main__"].__dict__
 
@@ -200,7 +203,7 @@ class ShippedFunction:
         if not self.by_value and _user_module(self.module):
             try:
                 self.fallback, filenames = _pickle_function(fn, by_value=True)
-            except Exception:  # noqa: BLE001 - only the by-reference copy then
+            except Exception:
                 self.fallback = None
         self.sources = _source_lines(filenames)
 
@@ -241,7 +244,7 @@ class ShippedFunction:
         self._loaded = fn
         return fn
 
-    def running(self) -> "rank_namespace.Running":
+    def running(self) -> rank_namespace.Running:
         """``with shipped.running() as fn:`` — the function, with the notebook's values it needs in the
         rank's namespace for the duration of the call (a plain context for other functions)."""
         fn = self.load()

@@ -30,8 +30,15 @@ def open_master(address: str, world_size: int, timeout: float) -> int:
         sock.bind((address, 0))
         sock.listen(max(64, 2 * world_size))
         port = sock.getsockname()[1]
-        _master = dist.TCPStore(address, port, world_size, True, timedelta(seconds=timeout),
-                                wait_for_workers=False, master_listen_fd=sock.fileno())
+        _master = dist.TCPStore(
+            address,
+            port,
+            world_size,
+            True,
+            timedelta(seconds=timeout),
+            wait_for_workers=False,
+            master_listen_fd=sock.fileno(),
+        )
     except BaseException:
         sock.close()
         raise
@@ -57,8 +64,9 @@ def connect(config: dict[str, Any], timeout: float) -> Any:
     if _master is not None and key == _client_key:
         return _master
     if _client is None or key != _client_key:
-        _client = dist.TCPStore(config["host"], int(config["port"]), int(config["world_size"]), False,
-                                timedelta(seconds=timeout))
+        _client = dist.TCPStore(
+            config["host"], int(config["port"]), int(config["world_size"]), False, timedelta(seconds=timeout)
+        )
         _client_key = key
         _exclude_from_release()
     return _client

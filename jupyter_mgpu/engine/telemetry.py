@@ -34,7 +34,7 @@ CONTROL_FILE = "control.json"
 MAX_SAMPLE_BYTES = 64 * 1024
 RECORD_BYTES = 4096
 
-_sampler: "Sampler | None" = None
+_sampler: Sampler | None = None
 
 
 _status_fd: int | None = None
@@ -51,7 +51,7 @@ def _proc_status() -> dict[str, int]:
     for key in (b"VmRSS:", b"VmHWM:", b"VmData:"):
         i = text.find(key)
         if i >= 0:
-            out[key[:-1].decode()] = int(text[i + len(key):text.index(b"kB", i)]) * 1024
+            out[key[:-1].decode()] = int(text[i + len(key) : text.index(b"kB", i)]) * 1024
     return out
 
 
@@ -62,9 +62,9 @@ def reset_peak() -> None:
             f.write("5")
     except OSError:
         pass
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    if runtime.STATE is not None and runtime.STATE.device_kind == "cuda":
+    if rank_state.STATE is not None and rank_state.STATE.device_kind == "cuda":
         import torch
 
         torch.cuda.reset_peak_memory_stats()
@@ -82,7 +82,8 @@ def _main_thread_state(state: Any) -> str:
         return "busy"
     code = frame.f_code
     if os.path.basename(code.co_filename) == "selectors.py" or (
-            code.co_name in ("poll", "select") and "zmq" in code.co_filename):
+        code.co_name in ("poll", "select") and "zmq" in code.co_filename
+    ):
         return "idle"
     return "busy"
 
@@ -117,8 +118,11 @@ def sample(state: Any) -> dict[str, Any]:
 
         if budget.mode() == "allocator":  # the budget's own count: live tensor bytes, as on a GPU
             used = allocator_budget.allocated()
-            out.update(allocated_bytes=used, peak_allocated_bytes=allocator_budget.peak(),
-                       free_bytes=max(0, state.budget_bytes - used))
+            out.update(
+                allocated_bytes=used,
+                peak_allocated_bytes=allocator_budget.peak(),
+                free_bytes=max(0, state.budget_bytes - used),
+            )
     return out
 
 
@@ -168,8 +172,13 @@ class Sampler(threading.Thread):
 
     def write_once(self) -> None:
         self.seq += 1
-        data = {"seq": self.seq, **sample(self.state), "period": self.period, "peak_reset": self.peak_reset,
-                "baseline_resident_bytes": self.baseline}
+        data = {
+            "seq": self.seq,
+            **sample(self.state),
+            "period": self.period,
+            "peak_reset": self.peak_reset,
+            "baseline_resident_bytes": self.baseline,
+        }
         if isinstance(data.get("op"), str):
             data["op"] = data["op"][:200]
         data["check"] = self.seq  # last key: a torn read has the new seq with an old check, or no JSON
@@ -211,7 +220,7 @@ class Sampler(threading.Thread):
         self._resume.set()
 
 
-def maybe_start(state: Any) -> "Sampler | None":
+def maybe_start(state: Any) -> Sampler | None:
     """Start the sampler unless the cluster was started with telemetry off (period 0)."""
     global _sampler
     period = float(os.environ.get("MGPU_TELEMETRY_PERIOD", DEFAULT_PERIOD))
@@ -225,15 +234,18 @@ def maybe_start(state: Any) -> "Sampler | None":
 def set_period(period: float) -> None:
     """Change this rank's sampling period (seconds); 0 pauses sampling (the thread then does no work)."""
     global _sampler
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    if isinstance(period, bool) or not isinstance(period, (int, float)) or not (
-            period == 0 or MIN_PERIOD <= period <= MAX_PERIOD):
+    if (
+        isinstance(period, bool)
+        or not isinstance(period, (int, float))
+        or not (period == 0 or MIN_PERIOD <= period <= MAX_PERIOD)
+    ):
         raise ValueError(f"the sampling period must be 0 (off) or {MIN_PERIOD}-{MAX_PERIOD:g} s, got {period!r}")
     if _sampler is not None:
         _sampler.set_period(float(period))
     elif period > 0:
-        _sampler = Sampler(runtime.state(), float(period))
+        _sampler = Sampler(rank_state.get(), float(period))
         _sampler.start()
 
 
@@ -346,8 +358,9 @@ def parse_sample(raw: bytes, cluster_id: str | None = None) -> dict[str, Any] | 
     return data
 
 
-def read_samples(rundir: str | Path, cluster_id: str | None = None,
-                 ranks: "range | list[int] | None" = None) -> dict[int, dict[str, Any]]:
+def read_samples(
+    rundir: str | Path, cluster_id: str | None = None, ranks: range | list[int] | None = None
+) -> dict[int, dict[str, Any]]:
     """The latest sample of every rank (or of ``ranks``) of the cluster in ``rundir``; no torch needed.
 
     Files owned by another user, links, oversized or malformed files and samples of another

@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from jupyter_mgpu.engine import runtime
+from jupyter_mgpu.engine import state as rank_state
 
 ACTIONS = ("hold", "send", "recv", "compute", "reduce", "free")
 HOST = -1  # the controller (notebook) as a peer: scatter receives from it, gather sends to it
@@ -53,7 +54,7 @@ def start(trace_id: str, live: bool = False) -> bool:
     global _REC
     path = None
     if live:
-        st = runtime.state()
+        st = rank_state.get()
         folder = os.path.join(st.rundir, "trace")
         os.makedirs(folder, mode=0o700, exist_ok=True)
         path = os.path.join(folder, f"rank{st.rank}.jsonl")
@@ -103,16 +104,18 @@ def block(name: str, box: Iterable[Iterable[int]], buf: str | None = None) -> tu
     return (name, tuple((int(a), int(b)) for a, b in box), buf)
 
 
-def record(step: int, action: str, blocks: Iterable[tuple] = (), nbytes: int = 0, peer: int | None = None,
-           **info: Any) -> None:
+def record(
+    step: int, action: str, blocks: Iterable[tuple] = (), nbytes: int = 0, peer: int | None = None, **info: Any
+) -> None:
     """Record one event of the running op on this rank (no-op when tracing is off)."""
     rec = _REC
     if rec is None:
         return
     rec.seq += 1
     now = time.time()
-    rec.events.append((rec.op_index, rec.op_label, int(step), action, tuple(blocks), int(nbytes), peer,
-                       now, rec.seq, info or None))
+    rec.events.append(
+        (rec.op_index, rec.op_label, int(step), action, tuple(blocks), int(nbytes), peer, now, rec.seq, info or None)
+    )
     if rec.live_path is not None and now >= rec.next_flush:  # live: publish at most every LIVE_PERIOD s
         rec.next_flush = now + LIVE_PERIOD
         _flush(rec)
@@ -120,10 +123,19 @@ def record(step: int, action: str, blocks: Iterable[tuple] = (), nbytes: int = 0
 
 def _as_dict(e: tuple) -> dict[str, Any]:
     op, label, step, action, blocks, nbytes, peer, t, seq, info = e
-    out = {"rank": runtime.state().rank, "op": op, "label": label, "step": step, "action": action,
-           "blocks": [{"tensor": n, "box": [list(r) for r in box], **({"buf": buf} if buf else {})}
-                      for n, box, buf in blocks],
-           "bytes": nbytes, "time": t, "seq": seq}
+    out = {
+        "rank": rank_state.get().rank,
+        "op": op,
+        "label": label,
+        "step": step,
+        "action": action,
+        "blocks": [
+            {"tensor": n, "box": [list(r) for r in box], **({"buf": buf} if buf else {})} for n, box, buf in blocks
+        ],
+        "bytes": nbytes,
+        "time": t,
+        "seq": seq,
+    }
     if peer is not None:
         out["peer"] = peer
     if info:
@@ -135,7 +147,7 @@ def _flush(rec: Recorder) -> None:
     if rec.live_path is None or rec.flushed >= len(rec.events):
         return
     lines = []
-    for e in rec.events[rec.flushed:]:
+    for e in rec.events[rec.flushed :]:
         d = _as_dict(e)
         if e[4] and any(b[0] in rec.tensors for b in e[4]):
             d["tensors"] = {b[0]: rec.tensors[b[0]] for b in e[4] if b[0] in rec.tensors}

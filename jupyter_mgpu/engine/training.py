@@ -18,9 +18,10 @@ import json
 import math
 import os
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from jupyter_mgpu.engine import runtime
+from jupyter_mgpu.engine import state as rank_state
 
 METRICS_DIR = "metrics"
 
@@ -33,8 +34,9 @@ class ShardSampler:
 
         self.length, self.rank, self.world_size = length, rank, world_size
         # the sampler is built for its permutation rule; padding is left out in indices()
-        self.sampler = DistributedSampler(range(length), num_replicas=world_size, rank=rank,
-                                          shuffle=shuffle, seed=seed, drop_last=False)
+        self.sampler = DistributedSampler(
+            range(length), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=False
+        )
 
     def order(self, epoch: int) -> list[int]:
         """The global order of epoch ``epoch`` (the same for every world size)."""
@@ -49,17 +51,24 @@ class ShardSampler:
 
     def indices(self, epoch: int) -> list[int]:
         """This rank's dataset indices for ``epoch``, in the order it visits them."""
-        return self.order(epoch)[self.rank::self.world_size]
+        return self.order(epoch)[self.rank :: self.world_size]
 
 
 class ShardLoader:
     """Iterate this rank's batches; ``len()`` is the number of steps (the same on every rank)."""
 
-    def __init__(self, dataset: Any, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False, device: Any = None):
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        device: Any = None,
+    ):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive whole number, got {batch_size!r}")
-        st = runtime.state()
+        st = rank_state.get()
         self.dataset = dataset
         self.length = _length(dataset)
         self.batch_size, self.drop_last = batch_size, drop_last
@@ -80,14 +89,18 @@ class ShardLoader:
         epoch = self.epoch
         mine = self.sampler.indices(epoch)
         for step in range(len(self)):
-            yield self._batch(mine[step * self.batch_size:(step + 1) * self.batch_size])
+            yield self._batch(mine[step * self.batch_size : (step + 1) * self.batch_size])
         self.epoch = epoch + 1
 
     def _batch(self, idx: list[int]) -> Any:
         data = self.dataset
-        if isinstance(data, (tuple, list)) and data and all(hasattr(d, "__getitem__") and hasattr(d, "shape") for d in data):
+        if (
+            isinstance(data, (tuple, list))
+            and data
+            and all(hasattr(d, "__getitem__") and hasattr(d, "shape") for d in data)
+        ):
             return tuple(_to(_take(d, idx), self.device) for d in data)
-        if hasattr(data, "tensors") and isinstance(getattr(data, "tensors"), tuple):  # TensorDataset
+        if hasattr(data, "tensors") and isinstance(data.tensors, tuple):  # TensorDataset
             return tuple(_to(_take(d, idx), self.device) for d in data.tensors)
         if hasattr(data, "shape") and hasattr(data, "__getitem__"):
             return _to(_take(data, idx), self.device)
@@ -108,8 +121,10 @@ def _length(dataset: Any) -> int:
     try:
         return len(dataset)
     except TypeError:
-        raise TypeError(f"shard_loader needs a dataset with a length (a Dataset, a tensor or a tuple of tensors), "
-                        f"got {type(dataset).__name__}") from None
+        raise TypeError(
+            f"shard_loader needs a dataset with a length (a Dataset, a tensor or a tuple of tensors), "
+            f"got {type(dataset).__name__}"
+        ) from None
 
 
 def _take(array: Any, idx: list[int]) -> Any:
@@ -146,8 +161,9 @@ def _empty_like_batch(batch: Any) -> Any:
     return batch
 
 
-def shard_loader(dataset: Any, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
-                 device: Any = None) -> ShardLoader:
+def shard_loader(
+    dataset: Any, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = False, device: Any = None
+) -> ShardLoader:
     """This rank's batches of ``dataset`` (``batch_size`` per rank), moved to this rank's device.
 
     ``dataset``: a map-style ``Dataset``, a tensor/array, or a tuple of them (e.g. ``(x, y)``).
@@ -170,7 +186,9 @@ def _number(value: Any) -> Any:
         try:
             return value.item()
         except (ValueError, RuntimeError):
-            raise ValueError("mgpu.log takes numbers (or one-element tensors), got a tensor with several elements") from None
+            raise ValueError(
+                "mgpu.log takes numbers (or one-element tensors), got a tensor with several elements"
+            ) from None
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     try:
@@ -185,7 +203,7 @@ def log(step: int | None = None, **metrics: Any) -> dict[str, Any]:
     ``step`` defaults to a per-rank counter (1 more than the last logged step).
     """
     global _log_file, _log_path, _step
-    st = runtime.state()
+    st = rank_state.get()
     if not metrics:
         raise ValueError("mgpu.log needs at least one metric, e.g. mgpu.log(loss=loss)")
     record = {k: _number(v) for k, v in metrics.items()}
@@ -205,7 +223,7 @@ def log(step: int | None = None, **metrics: Any) -> dict[str, Any]:
 def reset_metrics() -> None:
     """Forget this rank's logged metrics and restart its step counter (``mg.clear_metrics()``)."""
     global _log_file, _log_path, _step
-    st = runtime.state()
+    st = rank_state.get()
     if _log_file is not None:
         _log_file.close()
     _log_file, _log_path, _step = None, None, 0

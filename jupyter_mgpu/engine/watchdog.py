@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from jupyter_mgpu.rundir import process_alive
 
 
-def start(kernel_pid: int, kernel_create_time: float | None, on_gone: Callable[[], None] | None = None,
-          period: float = 0.5) -> threading.Thread:
+def start(
+    kernel_pid: int, kernel_create_time: float | None, on_gone: Callable[[], None] | None = None, period: float = 0.5
+) -> threading.Thread:
     """Poll ``kernel_pid`` every ``period`` seconds; call ``on_gone`` (default: exit at once) when it ends."""
 
     def watch() -> None:

@@ -13,8 +13,17 @@ from typing import Any
 
 from jupyter_mgpu.launch.options import LAUNCHERS, LaunchOptions, parse
 
-OPTION_NAMES = ("launcher", "hosts", "per_host", "interface", "connect", "partition", "time", "account",
-                "launcher_args")
+OPTION_NAMES = (
+    "launcher",
+    "hosts",
+    "per_host",
+    "interface",
+    "connect",
+    "partition",
+    "time",
+    "account",
+    "launcher_args",
+)
 
 
 def requested(options: dict[str, Any]) -> bool:
@@ -22,14 +31,28 @@ def requested(options: dict[str, Any]) -> bool:
     return any(options.get(k) not in (None, "", [], ()) for k in ("launcher", "hosts", "connect"))
 
 
-def start(n: int | None, *, cpu: bool = False, backend: str | None = None, mem_per_device: int | None = None,
-          timeout: float = 60.0, telemetry_period: float = 0.1, **launch: Any) -> Any:
+def start(
+    n: int | None,
+    *,
+    cpu: bool = False,
+    backend: str | None = None,
+    mem_per_device: int | None = None,
+    timeout: float = 60.0,
+    telemetry_period: float = 0.1,
+    **launch: Any,
+) -> Any:
     """Start (or join) a cluster of launcher-started engines; a :class:`HostCluster`."""
     from jupyter_mgpu.launch.host_cluster import HostCluster
 
     opts = parse(n, **launch)
-    return HostCluster.start(opts, cpu=cpu, backend=backend, mem_per_device=mem_per_device, timeout=timeout,
-                             telemetry_period=telemetry_period)
+    return HostCluster.start(
+        opts,
+        cpu=cpu,
+        backend=backend,
+        mem_per_device=mem_per_device,
+        timeout=timeout,
+        telemetry_period=telemetry_period,
+    )
 
 
 __all__ = ["LAUNCHERS", "OPTION_NAMES", "LaunchOptions", "parse", "requested", "start"]

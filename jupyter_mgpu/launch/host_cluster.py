@@ -23,11 +23,11 @@ from typing import Any
 
 from jupyter_mgpu import rundir as rd
 from jupyter_mgpu.cluster.local import ClusterSpec, _kernel_identity, _kill_group, _spawn, state_record
-from jupyter_mgpu.engine import link, netif
 from jupyter_mgpu.engine import launched_setup as remote_setup
+from jupyter_mgpu.engine import link, netif
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.launch import relay as hub
 from jupyter_mgpu.launch import ipp_cluster, ranks
+from jupyter_mgpu.launch import relay as hub
 from jupyter_mgpu.launch.options import LaunchOptions
 
 REGISTER_TIMEOUT = 60.0  # at least this long for engines to register (batch queues, SSH)
@@ -52,8 +52,10 @@ def choose_address(opts: LaunchOptions, host: str, controller: str | None = None
     if opts.interface:
         address = netif.address_of(opts.interface)
         if address is None:
-            raise MgpuError(f"there is no interface {opts.interface} with an IPv4 address on {host} (the notebook's "
-                            f"host); it has {netif.describe()}")
+            raise MgpuError(
+                f"there is no interface {opts.interface} with an IPv4 address on {host} (the notebook's "
+                f"host); it has {netif.describe()}"
+            )
         return opts.interface, address
     configured = ipp_cluster.configured_controller_ip()
     if configured and netif.interface_of(configured):  # the user's ipyparallel config names the controller's
@@ -62,8 +64,9 @@ def choose_address(opts: LaunchOptions, host: str, controller: str | None = None
     if target:
         route = netif.route_to(target)
         if route is None:
-            raise MgpuError(f"{target} cannot be reached from {host}: no address or no route; "
-                            "check the name, or give --interface")
+            raise MgpuError(
+                f"{target} cannot be reached from {host}: no address or no route; check the name, or give --interface"
+            )
         return route
     if opts.launcher == "local":
         return "lo", "127.0.0.1"
@@ -107,9 +110,16 @@ class HostCluster:
 
     # -- starting ---------------------------------------------------------------------------
     @classmethod
-    def start(cls, opts: LaunchOptions, *, cpu: bool = False, backend: str | None = None,
-              mem_per_device: int | None = None, timeout: float = 60.0, telemetry_period: float = 0.1
-              ) -> HostCluster:
+    def start(
+        cls,
+        opts: LaunchOptions,
+        *,
+        cpu: bool = False,
+        backend: str | None = None,
+        mem_per_device: int | None = None,
+        timeout: float = 60.0,
+        telemetry_period: float = 0.1,
+    ) -> HostCluster:
         """Start (or join) the engines, make them ranks, and return the running cluster."""
         host = socket.gethostname()
         rd.clean_stale()
@@ -131,8 +141,15 @@ class HostCluster:
         with open(self.path / "launch.log", "a") as f:
             f.write(f"{self.timeline[-1][1]:8.2f} s  {name}\n")
 
-    def _start(self, host: str, cpu: bool, backend: str | None, mem_per_device: int | None, timeout: float,
-               telemetry_period: float) -> None:
+    def _start(
+        self,
+        host: str,
+        cpu: bool,
+        backend: str | None,
+        mem_per_device: int | None,
+        timeout: float,
+        telemetry_period: float,
+    ) -> None:
         import ipyparallel as ipp
 
         from jupyter_mgpu.engine import process_group as rendezvous
@@ -147,8 +164,9 @@ class HostCluster:
         else:
             self.interface, self.address = choose_address(opts, host)
             ipp_cluster.preflight(opts, host)
-            self.ipp = ipp_cluster.make_cluster(opts, self.path / "profile", self.cluster_id,
-                                                _kernel_identity(), self.address)
+            self.ipp = ipp_cluster.make_cluster(
+                opts, self.path / "profile", self.cluster_id, _kernel_identity(), self.address
+            )
             self._phase("starting the controller")
             self.loop.run(self.ipp.start_controller, 60)
             self._phase(f"starting the engines ({opts.launcher})")
@@ -170,8 +188,9 @@ class HostCluster:
         ranked = ranks.order(engines, opts.host_names or None)
         devices = ranks.devices(ranked, cpu, mem_per_device)
         chosen = rendezvous.choose_backend(backend, devices[0].kind)
-        self.spec = ClusterSpec(devices, chosen, timeout, mem_per_device=mem_per_device,
-                                telemetry_period=telemetry_period)
+        self.spec = ClusterSpec(
+            devices, chosen, timeout, mem_per_device=mem_per_device, telemetry_period=telemetry_period
+        )
         mine = remote_setup.host_key()
         for r, e in enumerate(ranked):
             self.rank_to_engine[r] = e.engine_id
@@ -208,10 +227,14 @@ class HostCluster:
                 tail = ipp_cluster.launcher_output(self.ipp)
                 said = f"; it said: {tail}" if tail else ""
                 if ended:
-                    raise MgpuError(f"the {self.opts.launcher} launcher (started from {host}) ended after {got} of "
-                                    f"{want} engines registered{said}")
-                raise MgpuError(f"only {got} of {want} engines registered within {timeout:.0f} s ({self.opts.launcher} "
-                                f"launcher, started from {host}){said}")
+                    raise MgpuError(
+                        f"the {self.opts.launcher} launcher (started from {host}) ended after {got} of "
+                        f"{want} engines registered{said}"
+                    )
+                raise MgpuError(
+                    f"only {got} of {want} engines registered within {timeout:.0f} s ({self.opts.launcher} "
+                    f"launcher, started from {host}){said}"
+                )
             self.client.spin()
             time.sleep(0.05)
         return sorted(self.client.ids)[:want]
@@ -223,15 +246,23 @@ class HostCluster:
 
     def _start_hub(self, key: bytes) -> None:
         kernel_pid, kernel_ctime = _kernel_identity()
-        rd.write_json(self.path / hub.CONFIG_FILE, {
-            "key": key.hex(), "address": self.address, "world_size": self.opts.n or len(self.client.ids),
-            "kernel_pid": kernel_pid, "kernel_create_time": kernel_ctime})
+        rd.write_json(
+            self.path / hub.CONFIG_FILE,
+            {
+                "key": key.hex(),
+                "address": self.address,
+                "world_size": self.opts.n or len(self.client.ids),
+                "kernel_pid": kernel_pid,
+                "kernel_create_time": kernel_ctime,
+            },
+        )
         self.supervisor = _spawn(self.path, ["jupyter_mgpu.launch.relay", str(self.path)])
         deadline = time.monotonic() + 15
         while not rd.complete_json(self.path / hub.PORT_FILE):
             if self.supervisor.poll() is not None or time.monotonic() > deadline:
-                raise MgpuError(f"the relay for remote engines did not start on {self.address} "
-                                f"(see {self.path / 'processes.log'})")
+                raise MgpuError(
+                    f"the relay for remote engines did not start on {self.address} (see {self.path / 'processes.log'})"
+                )
             time.sleep(0.01)
         self.hub_port = int(rd.read_json(self.path / hub.PORT_FILE)["port"])
 
@@ -248,8 +279,7 @@ class HostCluster:
                 except Exception as exc:
                     ename = getattr(exc, "ename", type(exc).__name__)
                     evalue = str(getattr(exc, "evalue", exc)).strip().splitlines()
-                    raise MgpuError(f"{what} failed on {where[key]}: {ename}: {evalue[-1] if evalue else ''}") \
-                        from None
+                    raise MgpuError(f"{what} failed on {where[key]}: {ename}: {evalue[-1] if evalue else ''}") from None
             if len(out) == len(futures):
                 break
             if time.monotonic() > deadline:
@@ -260,16 +290,20 @@ class HostCluster:
         return out
 
     def _identify(self, engine_ids: list[int], timeout: float) -> list[ranks.Engine]:
-        futures = {eid: self.client[eid].apply_async(remote_setup.identify, self.opts.interface, self.address)
-                   for eid in engine_ids}
+        futures = {
+            eid: self.client[eid].apply_async(remote_setup.identify, self.opts.interface, self.address)
+            for eid in engine_ids
+        }
         where = {eid: f"engine {eid}" for eid in engine_ids}
         infos = self._gather(futures, max(30.0, timeout), "asking the engines where they run", where)
         for eid, info in infos.items():
             name = info.get("label") or info["hostname"]
             if not info.get("address"):
                 if self.opts.interface:
-                    raise MgpuError(f"there is no interface {self.opts.interface} with an IPv4 address on {name}; "
-                                    f"it has {info.get('interfaces')}")
+                    raise MgpuError(
+                        f"there is no interface {self.opts.interface} with an IPv4 address on {name}; "
+                        f"it has {info.get('interfaces')}"
+                    )
                 raise MgpuError(f"{name} has no route to {self.address} (the notebook's host); give --interface")
         return [ranks.Engine(eid, infos[eid]) for eid in engine_ids]
 
@@ -277,25 +311,48 @@ class HostCluster:
         spec = self.spec
         where = {r: f"rank {r} ({e.host})" for r, e in enumerate(ranked)}
         rank0 = ranked[0]
-        port = self._gather({0: self.client[rank0.engine_id].apply_async(
-            remote_setup.open_store, rank0.info["address"], len(ranked), spec.timeout)}, 60,
-            "opening the rendezvous store", where)[0]
+        port = self._gather(
+            {
+                0: self.client[rank0.engine_id].apply_async(
+                    remote_setup.open_store, rank0.info["address"], len(ranked), spec.timeout
+                )
+            },
+            60,
+            "opening the rendezvous store",
+            where,
+        )[0]
         counts = ranks.per_host_counts(ranked)
         threads = ranks.threads(ranked)
         base = {
-            "cluster_id": self.cluster_id, "devices": [d.to_dict() for d in spec.devices], "backend": spec.backend,
-            "timeout": spec.timeout, "mem_per_device": spec.mem_per_device, "telemetry_period": spec.telemetry_period,
+            "cluster_id": self.cluster_id,
+            "devices": [d.to_dict() for d in spec.devices],
+            "backend": spec.backend,
+            "timeout": spec.timeout,
+            "mem_per_device": spec.mem_per_device,
+            "telemetry_period": spec.telemetry_period,
             "store": {"host": rank0.info["address"], "port": port, "world_size": len(ranked)},
-            "hub": {"address": self.address, "port": self.hub_port}, "cwd": os.getcwd(),
+            "hub": {"address": self.address, "port": self.hub_port},
+            "cwd": os.getcwd(),
         }
         futures = {}
         for r, e in enumerate(ranked):
-            config = {**base, "rank": r, "local_rank": e.local_rank, "local_world_size": counts[e.host],
-                      "host": e.host, "threads": threads[r], "interface": e.info["interface"]}
+            config = {
+                **base,
+                "rank": r,
+                "local_rank": e.local_rank,
+                "local_world_size": counts[e.host],
+                "host": e.host,
+                "threads": threads[r],
+                "interface": e.info["interface"],
+            }
             futures[r] = self.client[e.engine_id].apply_async(remote_setup.setup, config)
         done = self._gather(futures, timeout, "setting the engine up", where)
-        self._gather({0: self.client[rank0.engine_id].apply_async(remote_setup.close_store_listener)}, 30,
-                     "closing the rendezvous store to newcomers", where)
+        self._gather(
+            {0: self.client[rank0.engine_id].apply_async(remote_setup.close_store_listener)},
+            30,
+            "closing the rendezvous store to newcomers",
+            where,
+        )
         linked = (hub.request(self.path, {"cmd": "linked"}) or {}).get("ranks", [])
         missing = [r for r in range(len(ranked)) if r not in linked]
         if missing:
@@ -333,12 +390,15 @@ class HostCluster:
 
     # -- state and stopping -----------------------------------------------------------------
     def _write_state(self, status: str) -> None:
-        rd.write_json(self.path / rd.STATE_FILE, {
-            **state_record(self, status),
-            "launcher": self.opts.launcher,
-            "hosts": {str(r): h for r, h in self.hosts.items()},
-            "interface": self.interface,
-        })
+        rd.write_json(
+            self.path / rd.STATE_FILE,
+            {
+                **state_record(self, status),
+                "launcher": self.opts.launcher,
+                "hosts": {str(r): h for r, h in self.hosts.items()},
+                "interface": self.interface,
+            },
+        )
 
     def stop(self) -> None:
         """End every engine (through its link, then the launcher's own way), the relay and the controller."""
@@ -380,4 +440,3 @@ class HostCluster:
             self.loop.close()
         rd.kill_processes_of(self.path)  # what outlived its launcher on this host (engines of local/mpi)
         shutil.rmtree(self.path, ignore_errors=True)
-

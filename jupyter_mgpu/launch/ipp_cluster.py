@@ -92,8 +92,9 @@ def preflight(opts: LaunchOptions, host: str) -> None:
     """Before anything starts: the launcher's program is installed, every SSH host answers."""
     program = PROGRAMS.get(opts.launcher)
     if program and shutil.which(program) is None:
-        raise MgpuError(f"the {opts.launcher} launcher needs {program}, which is not installed on {host} "
-                        f"(the notebook's host)")
+        raise MgpuError(
+            f"the {opts.launcher} launcher needs {program}, which is not installed on {host} (the notebook's host)"
+        )
     if opts.launcher == "ssh":
         check_ssh_hosts(opts)
 
@@ -103,11 +104,23 @@ def check_ssh_hosts(opts: LaunchOptions) -> None:
     args = list(opts.launcher_args)
 
     def probe(host: str) -> tuple[str, str | None]:
-        cmd = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(SSH_CHECK_TIMEOUT / 2)}", *args, host,
-               "--", remote_python(), "-c", "'import jupyter_mgpu, ipyparallel'"]
+        cmd = [
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ConnectTimeout={int(SSH_CHECK_TIMEOUT / 2)}",
+            *args,
+            host,
+            "--",
+            remote_python(),
+            "-c",
+            "'import jupyter_mgpu, ipyparallel'",
+        ]
         try:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=SSH_CHECK_TIMEOUT,
-                                 stdin=subprocess.DEVNULL)
+            run = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=SSH_CHECK_TIMEOUT, stdin=subprocess.DEVNULL
+            )
         except subprocess.TimeoutExpired:
             return host, f"cannot reach {host} over SSH: no answer within {SSH_CHECK_TIMEOUT:g} s"
         if run.returncode == 255:
@@ -115,8 +128,10 @@ def check_ssh_hosts(opts: LaunchOptions) -> None:
             return host, f"cannot reach {host} over SSH: {last}"
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or [""])[-1]
-            return host, (f"{host} answers over SSH but cannot run {remote_python()} with jupyter_mgpu and "
-                          f"ipyparallel ({last}); install them there or set SSHLauncher.remote_python")
+            return host, (
+                f"{host} answers over SSH but cannot run {remote_python()} with jupyter_mgpu and "
+                f"ipyparallel ({last}); install them there or set SSHLauncher.remote_python"
+            )
         return host, None
 
     with concurrent.futures.ThreadPoolExecutor(len(opts.hosts)) as pool:
@@ -144,14 +159,20 @@ def remote_python() -> str:
     return configured or sys.executable
 
 
-def make_cluster(opts: LaunchOptions, profile_dir: Path, cluster_id: str, kernel: tuple[int, float],
-                 address: str) -> Any:
+def make_cluster(
+    opts: LaunchOptions, profile_dir: Path, cluster_id: str, kernel: tuple[int, float], address: str
+) -> Any:
     """ipyparallel's ``Cluster`` for this request: our watchdog-wrapped controller on ``address`` only."""
     import ipyparallel as ipp
 
     cfg = kernel_config()
-    cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "jupyter_mgpu.engine.controller",
-                                                  str(kernel[0]), repr(kernel[1])]
+    cfg.LocalControllerLauncher.controller_cmd = [
+        sys.executable,
+        "-m",
+        "jupyter_mgpu.engine.controller",
+        str(kernel[0]),
+        repr(kernel[1]),
+    ]
     if opts.launcher == "ssh":
         if "remote_python" not in cfg.get("SSHLauncher", {}):
             cfg.SSHLauncher.remote_python = sys.executable
@@ -161,8 +182,11 @@ def make_cluster(opts: LaunchOptions, profile_dir: Path, cluster_id: str, kernel
             cfg.SSHLauncher.remote_profile_dir = f"{REMOTE_ENGINES_DIR}/{cluster_id}-profile"
         cfg.SSHLauncher.ssh_args = list(cfg.SSHLauncher.get("ssh_args", [])) + list(opts.launcher_args)
     elif opts.launcher == "mpi":
-        cfg.MPILauncher.mpi_args = list(cfg.MPILauncher.get("mpi_args", [])) + list(opts.launcher_args) + \
-            (_mpi_per_host(opts.per_host) if opts.per_host else [])
+        cfg.MPILauncher.mpi_args = (
+            list(cfg.MPILauncher.get("mpi_args", []))
+            + list(opts.launcher_args)
+            + (_mpi_per_host(opts.per_host) if opts.per_host else [])
+        )
         if "engine_cmd" not in cfg.get("MPIEngineSetLauncher", {}) and not _has_mpi4py():
             cfg.MPIEngineSetLauncher.engine_cmd = [sys.executable, "-m", "jupyter_mgpu.engine.mpi_ipengine"]
     elif opts.launcher == "slurm":
@@ -178,12 +202,23 @@ def make_cluster(opts: LaunchOptions, profile_dir: Path, cluster_id: str, kernel
         if opts.partition:
             cfg.PBSEngineSetLauncher.queue = opts.partition
     return ipp.Cluster(
-        engines=opts.launcher, profile_dir=str(profile_dir), cluster_id=cluster_id, controller_ip=address,
+        engines=opts.launcher,
+        profile_dir=str(profile_dir),
+        cluster_id=cluster_id,
+        controller_ip=address,
         controller_location=address,
         # the profile dir on its command line too: the sidebar and cleanup know a cluster's processes by it
-        controller_args=["--usethreads", f"--ping={CONTROLLER_PING_MS}", "--log-level=WARN",
-                         f"--profile-dir={profile_dir}"],
-        config=cfg, delay=0, shutdown_atexit=False, log_level=40, load_profile=False,
+        controller_args=[
+            "--usethreads",
+            f"--ping={CONTROLLER_PING_MS}",
+            "--log-level=WARN",
+            f"--profile-dir={profile_dir}",
+        ],
+        config=cfg,
+        delay=0,
+        shutdown_atexit=False,
+        log_level=40,
+        load_profile=False,
     )
 
 
@@ -214,8 +249,14 @@ def start_engines(cluster: Any, opts: LaunchOptions, loop: LoopThread, timeout: 
         for i, (host, k) in enumerate(opts.hosts):
             env = {"MGPU_HOST_LABEL": host.split("@", 1)[-1], "MGPU_HOST_ORDER": str(i)}
             try:
-                sets.append(loop.run(lambda h=host, k=k, env=env, i=i: cluster.start_engines(
-                    k, engine_set_id=f"host{i}", engines={h: k}, environment=env), timeout))
+                sets.append(
+                    loop.run(
+                        lambda h=host, k=k, env=env, i=i: cluster.start_engines(
+                            k, engine_set_id=f"host{i}", engines={h: k}, environment=env
+                        ),
+                        timeout,
+                    )
+                )
             except (subprocess.CalledProcessError, RuntimeError, OSError) as exc:
                 out = getattr(exc, "output", None) or b""
                 out = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
@@ -271,8 +312,12 @@ def remove_remote_files(opts: LaunchOptions, cluster_id: str, timeout: float = 2
 
     def clean(host: str) -> None:
         try:
-            subprocess.run(["ssh", "-o", "BatchMode=yes", *opts.launcher_args, host, "--", "rm", "-rf", "--",
-                            f"{target}*"], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            subprocess.run(
+                ["ssh", "-o", "BatchMode=yes", *opts.launcher_args, host, "--", "rm", "-rf", "--", f"{target}*"],
+                capture_output=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired):
             pass
 

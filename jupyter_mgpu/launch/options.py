@@ -84,25 +84,38 @@ def check_connection_file(path: str) -> str:
     try:
         st = os.stat(full)
     except FileNotFoundError:
-        raise MgpuError(f"--connect: {full} does not exist (start the cluster with ipcluster first, "
-                        "or give the path of its cluster-<id>.json)") from None
+        raise MgpuError(
+            f"--connect: {full} does not exist (start the cluster with ipcluster first, "
+            "or give the path of its cluster-<id>.json)"
+        ) from None
     except OSError as exc:
         raise MgpuError(f"--connect: cannot read {full} ({exc.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
         raise MgpuError(f"--connect: {full} is not a file")
     if st.st_uid != os.getuid():
-        raise MgpuError(f"--connect: {full} belongs to another user (uid {st.st_uid}); "
-                        "connect only to your own clusters")
+        raise MgpuError(
+            f"--connect: {full} belongs to another user (uid {st.st_uid}); connect only to your own clusters"
+        )
     if st.st_mode & 0o022:
-        raise MgpuError(f"--connect: {full} can be changed by other users (mode {stat.S_IMODE(st.st_mode):o}); "
-                        "make it private (chmod 600) first")
+        raise MgpuError(
+            f"--connect: {full} can be changed by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+            "make it private (chmod 600) first"
+        )
     return full
 
 
-def parse(n: int | None, launcher: str | None = None, hosts: str | None = None, per_host: int | str | None = None,
-          interface: str | None = None, connect: str | None = None, partition: str | None = None,
-          time: str | None = None, account: str | None = None,
-          launcher_args: str | list[str] | None = None) -> LaunchOptions:
+def parse(
+    n: int | None,
+    launcher: str | None = None,
+    hosts: str | None = None,
+    per_host: int | str | None = None,
+    interface: str | None = None,
+    connect: str | None = None,
+    partition: str | None = None,
+    time: str | None = None,
+    account: str | None = None,
+    launcher_args: str | list[str] | None = None,
+) -> LaunchOptions:
     """Check the launch options of ``%mgpu_init`` / ``mg.init``; one clear sentence for anything wrong."""
     per = _count(per_host, "--per-host") if per_host is not None else None
     if isinstance(launcher_args, str):
@@ -119,8 +132,9 @@ def parse(n: int | None, launcher: str | None = None, hosts: str | None = None, 
         raise MgpuError(f"--interface takes an interface name such as eth0 or ib0, got {interface!r}")
     if connect is not None:
         if launcher or hosts or per is not None:
-            raise MgpuError("--connect joins a cluster that is already running: leave out --launcher, "
-                            "--hosts and --per-host")
+            raise MgpuError(
+                "--connect joins a cluster that is already running: leave out --launcher, --hosts and --per-host"
+            )
         return LaunchOptions("connect", n=n, interface=interface, connect=check_connection_file(connect))
     name = str(launcher).strip().lower() if launcher else ("ssh" if hosts else None)
     if name is None:
@@ -132,12 +146,12 @@ def parse(n: int | None, launcher: str | None = None, hosts: str | None = None, 
     if name == "ssh" and not hosts:
         raise MgpuError("--launcher ssh needs --hosts, e.g. --hosts node1:4,node2:4")
     if (partition or time or account) and name not in ("slurm", "pbs"):
-        raise MgpuError(f"--partition, --time and --account are batch-system options; --launcher {name} "
-                        "has no queue")
+        raise MgpuError(f"--partition, --time and --account are batch-system options; --launcher {name} has no queue")
     if account and name != "slurm":
         raise MgpuError("--account is a Slurm option; give a PBS account in --launcher-args")
-    opts = LaunchOptions(name, interface=interface, partition=partition, time=time, account=account,
-                         launcher_args=extra, per_host=per)
+    opts = LaunchOptions(
+        name, interface=interface, partition=partition, time=time, account=account, launcher_args=extra, per_host=per
+    )
     if hosts:
         opts.hosts = parse_hosts(hosts, per)
         total = sum(k for _, k in opts.hosts)
@@ -151,5 +165,5 @@ def parse(n: int | None, launcher: str | None = None, hosts: str | None = None, 
     if per is not None and per > n:
         raise MgpuError(f"--per-host {per} is more than the {n} engines asked for")
     if per is not None and name == "pbs":
-        raise MgpuError("--per-host with pbs: give the layout in --launcher-args (e.g. \"-l nodes=2:ppn=4\")")
+        raise MgpuError('--per-host with pbs: give the layout in --launcher-args (e.g. "-l nodes=2:ppn=4")')
     return opts

@@ -15,9 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_mgpu.devices import DeviceInfo, format_bytes
+from jupyter_mgpu.devices import DeviceInfo
 from jupyter_mgpu.engine.budget import MIN_BUDGET
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.units import format_bytes
 
 
 @dataclass
@@ -61,8 +62,10 @@ def order(engines: list[Engine], host_order: list[str] | None = None) -> list[En
 
     out = []
     for key in sorted(by_host, key=host_rank):
-        group = sorted(by_host[key], key=lambda e: (e.info.get("local_rank_hint") is None,
-                                                    e.info.get("local_rank_hint") or 0, e.engine_id))
+        group = sorted(
+            by_host[key],
+            key=lambda e: (e.info.get("local_rank_hint") is None, e.info.get("local_rank_hint") or 0, e.engine_id),
+        )
         for i, e in enumerate(group):
             e.host, e.local_rank = labels[key], i
             out.append(e)
@@ -96,32 +99,45 @@ def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None) -> list
         k = counts[host]
         if use_gpus:
             if any(x.info.get("cuda_started") for x in ranked if x.host == host):
-                raise MgpuError(f"an engine on {host} has already started CUDA, so it cannot be pinned to one GPU; "
-                                "restart that cluster's engines")
+                raise MgpuError(
+                    f"an engine on {host} has already started CUDA, so it cannot be pinned to one GPU; "
+                    "restart that cluster's engines"
+                )
             if k > e.info["gpus"]:
-                raise MgpuError(f"{host} has {e.info['gpus']} GPU{'s' if e.info['gpus'] != 1 else ''} but {k} "
-                                "engines were started there; ask for at most one engine per GPU on each host")
+                raise MgpuError(
+                    f"{host} has {e.info['gpus']} GPU{'s' if e.info['gpus'] != 1 else ''} but {k} "
+                    "engines were started there; ask for at most one engine per GPU on each host"
+                )
             continue
         available = int(e.info["available_memory"])
         budget = mem_per_device if mem_per_device is not None else int(available * 0.9 / k)
         if budget < MIN_BUDGET:
-            raise MgpuError(f"a CPU virtual device of {format_bytes(budget)} on {host} is below the "
-                            f"{format_bytes(MIN_BUDGET)} a rank needs to start; give more --mem-per-device")
+            raise MgpuError(
+                f"a CPU virtual device of {format_bytes(budget)} on {host} is below the "
+                f"{format_bytes(MIN_BUDGET)} a rank needs to start; give more --mem-per-device"
+            )
         if budget * k > available:
             fit = available // budget
-            raise MgpuError(f"{host} has {format_bytes(available)} of memory available: it holds {fit} CPU virtual "
-                            f"device{'s' if fit != 1 else ''} of {format_bytes(budget)}, not the {k} started there; "
-                            "use a smaller --mem-per-device or fewer engines per host")
+            raise MgpuError(
+                f"{host} has {format_bytes(available)} of memory available: it holds {fit} CPU virtual "
+                f"device{'s' if fit != 1 else ''} of {format_bytes(budget)}, not the {k} started there; "
+                "use a smaller --mem-per-device or fewer engines per host"
+            )
         budgets[host] = budget
     out = []
     for e in ranked:
         if use_gpus:
-            info = (e.info.get("gpu_info") or [None] * (e.local_rank + 1))[e.local_rank] or \
-                (f"CUDA GPU {e.local_rank}", 0)  # NVML's name and memory, where the host has nvidia-ml-py
+            info = (e.info.get("gpu_info") or [None] * (e.local_rank + 1))[e.local_rank] or (
+                f"CUDA GPU {e.local_rank}",
+                0,
+            )  # NVML's name and memory, where the host has nvidia-ml-py
             out.append(DeviceInfo("cuda", e.local_rank, info[0], int(info[1]), host=e.host))
         else:
-            out.append(DeviceInfo("cpu", e.local_rank, f"CPU virtual device {e.local_rank} of {e.host}",
-                                  budgets[e.host], host=e.host))
+            out.append(
+                DeviceInfo(
+                    "cpu", e.local_rank, f"CPU virtual device {e.local_rank} of {e.host}", budgets[e.host], host=e.host
+                )
+            )
     return out
 
 

@@ -129,8 +129,9 @@ class RankLink:
             path = self.hub.rundir / f"{name}.{self.rank}.sock"
             sock = _unix_listener(path)
             self.listeners.append((sock, path))
-            threading.Thread(target=self._accept, args=(sock, name), name=f"mgpu-hub-{name}{self.rank}",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._accept, args=(sock, name), name=f"mgpu-hub-{name}{self.rank}", daemon=True
+            ).start()
         threading.Thread(target=self._read, name=f"mgpu-hub-link{self.rank}", daemon=True).start()
 
     def _accept(self, sock: socket.socket, name: str) -> None:
@@ -237,9 +238,18 @@ class Hub:
             stopping = self.stopping
         rl.close()
         if not stopping:
-            rd.write_json(self.rundir / "exits" / f"{rl.rank}.json", {
-                "rank": rl.rank, "pid": rl.pid, "host": rl.host, "time": time.time(), "returncode": None,
-                "signal": None, "lost": True})
+            rd.write_json(
+                self.rundir / "exits" / f"{rl.rank}.json",
+                {
+                    "rank": rl.rank,
+                    "pid": rl.pid,
+                    "host": rl.host,
+                    "time": time.time(),
+                    "returncode": None,
+                    "signal": None,
+                    "lost": True,
+                },
+            )
 
     def watch_control(self) -> None:
         """Send the kernel's telemetry steering to every engine when it changes."""

@@ -10,8 +10,9 @@ handles, the matmul planner, the transfer code and later widgets all share.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Union
 
 Range = tuple[int, int]
 
@@ -72,8 +73,10 @@ class Block2D:
         if cols is None:
             cols = world_size // rows if world_size % rows == 0 else 0
         if rows * cols != world_size:
-            raise ValueError(f"Block2D({self.rows}, {self.cols}) is not a grid of {world_size} ranks "
-                             f"(rows × cols must equal the world size)")
+            raise ValueError(
+                f"Block2D({self.rows}, {self.cols}) is not a grid of {world_size} ranks "
+                f"(rows × cols must equal the world size)"
+            )
         return rows, cols
 
     @property
@@ -86,7 +89,7 @@ class Block2D:
         return f"Block2D({self.rows}, {self.cols})"
 
 
-Placement = Union[Shard, Replicate, Block2D]
+Placement = Union[Shard, Replicate, Block2D]  # noqa: UP007  (a runtime alias: X | Y of classes needs 3.10's types.UnionType)
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ class ShardInfo:
 
 def square_grid(world_size: int) -> tuple[int, int]:
     """The most square ``rows × cols = world_size`` grid with ``rows <= cols``."""
-    rows = int(math.isqrt(world_size))
+    rows = math.isqrt(world_size)
     while world_size % rows:
         rows -= 1
     return rows, world_size // rows
@@ -134,8 +137,11 @@ def normalize(placement: Placement, ndim: int, world_size: int) -> Placement:
     if isinstance(placement, Shard):
         dim = placement.dim + ndim if placement.dim < 0 else placement.dim
         if not 0 <= dim < ndim:
-            raise ValueError(f"Shard({placement.dim}) is out of range for a {ndim}-D tensor "
-                             f"(dims 0-{ndim - 1})" if ndim else f"Shard({placement.dim}) cannot split a 0-D tensor")
+            raise ValueError(
+                f"Shard({placement.dim}) is out of range for a {ndim}-D tensor (dims 0-{ndim - 1})"
+                if ndim
+                else f"Shard({placement.dim}) cannot split a 0-D tensor"
+            )
         return Shard(dim)
     if isinstance(placement, Replicate):
         return placement
@@ -207,10 +213,12 @@ def box_is_contiguous(box: tuple[Range, ...], origin: tuple[Range, ...]) -> bool
     i = 0
     while i < len(extents) and extents[i] == 1:
         i += 1
-    return all(e == f for e, f in zip(extents[i + 1:], full[i + 1:]))
+    return all(e == f for e, f in zip(extents[i + 1 :], full[i + 1 :]))
 
 
-def moves(shape: Iterable[int], src: Placement, dst: Placement, world_size: int) -> list[list[tuple[Range, ...] | None]]:
+def moves(
+    shape: Iterable[int], src: Placement, dst: Placement, world_size: int
+) -> list[list[tuple[Range, ...] | None]]:
     """``moves[s][d]``: the box rank ``s`` sends to rank ``d`` to turn ``src`` into ``dst`` (None: nothing).
 
     A replicated source never sends (every rank already has everything); the diagonal is kept

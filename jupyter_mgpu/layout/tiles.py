@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from jupyter_mgpu.layout import placement as pl
 
@@ -42,8 +42,7 @@ def check_dims(ndim: int, dims: Sequence[int] | None) -> tuple[int, ...]:
     return d
 
 
-def layout(shape: Sequence[int], owned: Sequence[tuple[int, Box]], dims: Sequence[int] | None = None
-           ) -> list[dict]:
+def layout(shape: Sequence[int], owned: Sequence[tuple[int, Box]], dims: Sequence[int] | None = None) -> list[dict]:
     """Panels of tiles for ``owned`` = ``[(rank, box), ...]``; see the module docstring.
 
     Each panel: ``fixed`` (``[(dim, (a, b)), ...]`` for the dims not drawn), ``rows``/``cols`` (the
@@ -58,8 +57,9 @@ def layout(shape: Sequence[int], owned: Sequence[tuple[int, Box]], dims: Sequenc
     groups = [list(zip(c, c[1:])) or [(0, 0)] for c in other_cuts]
     n_panels = math.prod(len(g) for g in groups)
     if n_panels > MAX_PANELS:
-        raise ValueError(f"{n_panels} panels of small multiples is too many to draw; choose dims that are split "
-                         f"(dims={d})")
+        raise ValueError(
+            f"{n_panels} panels of small multiples is too many to draw; choose dims that are split (dims={d})"
+        )
     rdim = d[0] if len(d) == 2 else None
     cdim = d[-1] if d else None
     rows = cuts(shape[rdim], (box[rdim] for _, box in boxes)) if rdim is not None else [0, 1]
@@ -67,20 +67,29 @@ def layout(shape: Sequence[int], owned: Sequence[tuple[int, Box]], dims: Sequenc
     panels = []
     for fixed in itertools.product(*groups):
         fixed_map = dict(zip(others, fixed))
-        inside = [(r, box) for r, box in boxes
-                  if all(box[i][0] <= a and b <= box[i][1] for i, (a, b) in fixed_map.items() if b > a)]
+        inside = [
+            (r, box)
+            for r, box in boxes
+            if all(box[i][0] <= a and b <= box[i][1] for i, (a, b) in fixed_map.items() if b > a)
+        ]
         tiles = []
         for (r0, r1), (c0, c1) in itertools.product(zip(rows, rows[1:]), zip(cols, cols[1:])):
-            owners = sorted({r for r, box in inside
-                             if (rdim is None or box[rdim][0] <= r0 and r1 <= box[rdim][1])
-                             and (cdim is None or box[cdim][0] <= c0 and c1 <= box[cdim][1])})
+            owners = sorted(
+                {
+                    r
+                    for r, box in inside
+                    if (rdim is None or (box[rdim][0] <= r0 and r1 <= box[rdim][1]))
+                    and (cdim is None or (box[cdim][0] <= c0 and c1 <= box[cdim][1]))
+                }
+            )
             tiles.append({"rows": (r0, r1), "cols": (c0, c1), "owners": owners})
         panels.append({"fixed": list(fixed_map.items()), "rows": rows, "cols": cols, "tiles": tiles})
     return panels
 
 
-def placement_layout(shape: Sequence[int], placement: pl.Placement, world_size: int,
-                     dims: Sequence[int] | None = None) -> list[dict]:
+def placement_layout(
+    shape: Sequence[int], placement: pl.Placement, world_size: int, dims: Sequence[int] | None = None
+) -> list[dict]:
     """:func:`layout` of a tensor in ``placement`` (every rank's box from :func:`placement.shard_table`)."""
     table = pl.shard_table(shape, placement, world_size)
     return layout(shape, [(s.rank, s.ranges) for s in table], dims)

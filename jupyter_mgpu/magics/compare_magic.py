@@ -30,15 +30,29 @@ def _variable(user_ns: dict, name: str | None, what: str) -> Any:
 def run_compare_magic(args: Any, user_ns: dict) -> Any:
     """Run the comparison the magic's arguments describe; keep it in ``_mgpu_compare``; show table and plot."""
     model = args.model if ":" in args.model else _variable(user_ns, args.model, "model")
-    options = {k: v for k, v in (("batch", _number(args, "batch", int)), ("steps", _number(args, "steps", int)),
-                                 ("microbatches", _number(args, "microbatches", int)),
-                                 ("lr", _number(args, "lr", float)), ("seed", _number(args, "seed", int)),
-                                 ("samples", _number(args, "samples", int)),
-                                 ("timeout", _number(args, "timeout", float))) if v is not None}
+    options = {
+        k: v
+        for k, v in (
+            ("batch", _number(args, "batch", int)),
+            ("steps", _number(args, "steps", int)),
+            ("microbatches", _number(args, "microbatches", int)),
+            ("lr", _number(args, "lr", float)),
+            ("seed", _number(args, "seed", int)),
+            ("samples", _number(args, "samples", int)),
+            ("timeout", _number(args, "timeout", float)),
+        )
+        if v is not None
+    }
     try:
-        result = compare(model, data=_variable(user_ns, args.data, "data"), loss=args.loss,
-                         strategies=args.strategies or ",".join(DEFAULT_STRATEGIES), optimizer=args.optimizer,
-                         live=not args.no_live, **options)
+        result = compare(
+            model,
+            data=_variable(user_ns, args.data, "data"),
+            loss=args.loss,
+            strategies=args.strategies or ",".join(DEFAULT_STRATEGIES),
+            optimizer=args.optimizer,
+            live=not args.no_live,
+            **options,
+        )
     except BaseException as exc:
         if getattr(exc, "compare_result", None) is not None:  # what ran before the stop is kept
             user_ns["_mgpu_compare"] = exc.compare_result

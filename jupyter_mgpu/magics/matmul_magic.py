@@ -6,11 +6,12 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from jupyter_mgpu.session import core as sessmod
-from jupyter_mgpu.ops import matmul_plan as mp
 from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import matmul_plan as mp
+from jupyter_mgpu.session import lifecycle as sessmod
+from jupyter_mgpu.tensors.factories import randn
+from jupyter_mgpu.tensors.handles import dtype_name
 from jupyter_mgpu.tensors.sharded_matmul import matmul, max_error, plan_matmul
-from jupyter_mgpu.tensors.dist_tensor import dtype_name, randn
 
 
 def _sizes(values: list[str]) -> tuple[int, int, int]:
@@ -47,8 +48,9 @@ def run_matmul_magic(args: Any, user_ns: dict) -> Any:
     grid = _grid(args.grid)
     free = [st["free"] for st in s.run(shards.memory_status, label="memory")]
     # plan with A and B in each strategy's own layout: the matmul is measured, not a redistribution
-    plan = plan_matmul(((m, k), (k, n)), s.world_size, dt, free, strategy=args.strategy, grid=grid,
-                       device_kind=s.device_kind)
+    plan = plan_matmul(
+        ((m, k), (k, n)), s.world_size, dt, free, strategy=args.strategy, grid=grid, device_kind=s.device_kind
+    )
     print(plan.table())
     if plan.strategy is None:
         from jupyter_mgpu.errors import MgpuError

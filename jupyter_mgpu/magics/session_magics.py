@@ -10,10 +10,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from jupyter_mgpu.session import core as sessmod
-from jupyter_mgpu.devices import format_bytes
 from jupyter_mgpu.errors import Interrupted, MgpuError
+from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.session.output_relay import grouped_by_rank
+from jupyter_mgpu.session.targets import parse_targets
+from jupyter_mgpu.units import format_bytes
 
 
 def _parse(magic: Any, line: str) -> Any:
@@ -40,11 +41,13 @@ class StatusTable:
 
     def _cells(self, row: dict[str, Any]) -> list[str]:
         used, total = row.get("memory_used"), row.get("memory_total")
-        memory = (f"{format_bytes(used)} / {format_bytes(total)}" if used is not None and total
-                  else (format_bytes(used) if used is not None else "?"))
+        memory = (
+            f"{format_bytes(used)} / {format_bytes(total)}"
+            if used is not None and total
+            else (format_bytes(used) if used is not None else "?")
+        )
         state = row["state"] + (f" ({row['op']})" if row.get("op") and row["state"] == "busy" else "")
-        return [str(row["rank"]), str(row["engine_id"]), str(row["pid"]), row["device"], row["backend"],
-                memory, state]
+        return [str(row["rank"]), str(row["engine_id"]), str(row["pid"]), row["device"], row["backend"], memory, state]
 
     def __repr__(self) -> str:
         table = [list(self.COLUMNS)] + [self._cells(r) for r in self.rows]
@@ -66,7 +69,9 @@ class MgpuMagics(Magics):
     """The magics ``%load_ext jupyter_mgpu`` registers."""
 
     @magic_arguments()
-    @argument("n", nargs="?", default=None, help="number of devices (default: every visible GPU, or 2 CPU virtual devices)")
+    @argument(
+        "n", nargs="?", default=None, help="number of devices (default: every visible GPU, or 2 CPU virtual devices)"
+    )
     @argument("--cpu", action="store_true", help="use CPU virtual devices even where GPUs are visible")
     @argument("--devices", default=None, help="device indices to use, e.g. 0,2")
     @argument("--backend", default=None, help="torch.distributed backend (gloo on CPU, nccl on GPU)")
@@ -74,8 +79,11 @@ class MgpuMagics(Magics):
     @argument("--timeout", default=None, help="collective timeout in seconds (default 60)")
     @argument("--restart", action="store_true", help="replace a running cluster")
     @argument("--no-dashboard", action="store_true", help="do not show the memory dashboard")
-    @argument("--launcher", default=None,
-              help="start the engines with ipyparallel's launcher: local, ssh, mpi, slurm or pbs (docs/multihost.md)")
+    @argument(
+        "--launcher",
+        default=None,
+        help="start the engines with ipyparallel's launcher: local, ssh, mpi, slurm or pbs (docs/multihost.md)",
+    )
     @argument("--hosts", default=None, help="engines over SSH, per host: node1:4,node2:4 (ranks in this order)")
     @argument("--per-host", default=None, help="engines per host (slurm: --ntasks-per-node; mpi: --npernode)")
     @argument("--interface", default=None, help="network interface the cluster uses on every host, e.g. eth1 or ib0")
@@ -83,8 +91,11 @@ class MgpuMagics(Magics):
     @argument("--partition", default=None, help="batch queue (slurm partition, pbs queue)")
     @argument("--time", default=None, help="batch time limit, e.g. 1:00:00")
     @argument("--account", default=None, help="slurm account")
-    @argument("--launcher-args", default=None,
-              help="extra arguments for the launcher's program (ssh, mpiexec, sbatch or qsub), quoted")
+    @argument(
+        "--launcher-args",
+        default=None,
+        help="extra arguments for the launcher's program (ssh, mpiexec, sbatch or qsub), quoted",
+    )
     @line_magic
     def mgpu_init(self, line: str = "") -> Any:
         """Start one ipyparallel engine per device, joined in a torch.distributed process group."""
@@ -106,13 +117,22 @@ class MgpuMagics(Magics):
                 raise UsageError(f"--timeout takes seconds, got {args.timeout!r}") from None
         start = time.perf_counter()
         try:
-            s = sessmod.init(n, cpu=args.cpu, devices=args.devices, backend=args.backend,
-                             mem_per_device=args.mem_per_device, timeout=timeout, restart=args.restart, **launch)
+            s = sessmod.init(
+                n,
+                cpu=args.cpu,
+                devices=args.devices,
+                backend=args.backend,
+                mem_per_device=args.mem_per_device,
+                timeout=timeout,
+                restart=args.restart,
+                **launch,
+            )
         except Interrupted:
             raise
         except KeyboardInterrupt:
-            raise Interrupted("interrupted while starting the cluster; nothing of it is left running, "
-                              "run %mgpu_init again") from None
+            raise Interrupted(
+                "interrupted while starting the cluster; nothing of it is left running, run %mgpu_init again"
+            ) from None
         took = time.perf_counter() - start
         dev = s.devices[0]
         what = "GPU" if dev.kind == "cuda" else "CPU virtual device"
@@ -171,12 +191,14 @@ class MgpuMagics(Magics):
         """Run the cell on every rank (``rank``, ``world_size``, ``device``, ``torch``, ``dist`` defined)."""
         args = _parse(self.mgpu, line)
         s = sessmod.current()
-        from jupyter_mgpu.tensors.dist_tensor import bind_handles  # DistTensors the cell names become usable: mgpu.local(A)
+        from jupyter_mgpu.tensors.dist_tensor import (
+            bind_handles,  # DistTensors the cell names become usable: mgpu.local(A)
+        )
 
         bind_handles(self.shell.user_ns, cell, s)
         if not args.block:
             return s.run_cell(cell, targets=args.targets, block=False, stream=args.stream)
-        ranks = sessmod.parse_targets(args.targets, s.world_size)
+        ranks = parse_targets(args.targets, s.world_size)
         with grouped_by_rank():  # live lines as they come; at the end, the cell's output grouped by rank
             values = s.run_cell(cell, targets=ranks, block=True, stream=True)
         for rank, value in zip(ranks, values):
@@ -185,10 +207,15 @@ class MgpuMagics(Magics):
         return None
 
     @magic_arguments()
-    @argument("name", help="broadcast, reduce, all_reduce, all_gather, reduce_scatter, scatter, gather, "
-              "all_to_all, barrier or send_recv")
+    @argument(
+        "name",
+        help="broadcast, reduce, all_reduce, all_gather, reduce_scatter, scatter, gather, "
+        "all_to_all, barrier or send_recv",
+    )
     @argument("--op", default="sum", help="reduce op: sum, product, min, max, avg (reduce, all_reduce, reduce_scatter)")
-    @argument("--src", "--root", dest="src", default=None, help="root rank of broadcast, scatter (and of reduce, gather)")
+    @argument(
+        "--src", "--root", dest="src", default=None, help="root rank of broadcast, scatter (and of reduce, gather)"
+    )
     @argument("--dst", default=None, help="root rank of reduce, gather (torch's name)")
     @argument("--shape", default=None, help="shape of the demo tensors, e.g. 12x12 (default 11x11)")
     @argument("--dtype", default="float32", help="dtype of the demo tensors")

@@ -13,11 +13,13 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from jupyter_mgpu.session import core as sessmod
 from jupyter_mgpu.engine import telemetry as tele
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.session import core as sessmod
+from jupyter_mgpu.session import lifecycle
 
 POLL_PERIOD = 0.1  # the reader's tick: changed samples of every rank, exits, pids
 READ_OFFSET = 0.025  # seconds after the samplers' tick the reader reads (their writes have landed)
@@ -25,8 +27,19 @@ EXITS_CHECK_EVERY = 3  # ticks between looks at the exits records
 PID_CHECK_EVERY = 10  # polls between checks that engine pids still run (a dead supervisor writes no exits)
 HISTORY_SECONDS = 600.0
 # what the ring buffer keeps of each sample (the rest is in the latest sample only)
-HISTORY_FIELDS = ("time", "state", "op", "resident_bytes", "peak_resident_bytes", "data_bytes", "budget_bytes",
-                  "allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "total_bytes")
+HISTORY_FIELDS = (
+    "time",
+    "state",
+    "op",
+    "resident_bytes",
+    "peak_resident_bytes",
+    "data_bytes",
+    "budget_bytes",
+    "allocated_bytes",
+    "reserved_bytes",
+    "peak_allocated_bytes",
+    "total_bytes",
+)
 
 Listener = Callable[[list[dict[str, Any]]], None]
 
@@ -40,7 +53,7 @@ def _pid_gone(pid: Any) -> bool:
             stat = f.read()
     except OSError:
         return True
-    return stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X")
+    return stat[stat.rfind(b")") + 2 :][:1] in (b"Z", b"X")
 
 
 class MemoryMonitor:
@@ -52,8 +65,8 @@ class MemoryMonitor:
         self.history_seconds = history_seconds
         period = session.cluster.spec.telemetry_period or tele.DEFAULT_PERIOD
         self._history: dict[int, deque] = {
-            r: deque(maxlen=int(history_seconds / max(period, tele.MIN_PERIOD)) + 16)
-            for r in range(session.world_size)}
+            r: deque(maxlen=int(history_seconds / max(period, tele.MIN_PERIOD)) + 16) for r in range(session.world_size)
+        }
         self._latest: list[dict[str, Any]] = [self._placeholder(r) for r in range(session.world_size)]
         self._seen: dict[int, tuple[float, int]] = {}
         self._listeners: list[Listener] = []
@@ -70,7 +83,7 @@ class MemoryMonitor:
         return {"rank": rank, "time": None, "state": "unknown" if off else "starting"}
 
     # -- lifetime ---------------------------------------------------------------------------
-    def start(self) -> "MemoryMonitor":
+    def start(self) -> MemoryMonitor:
         if self._thread is None:
             self.poll_once()
             self._thread = threading.Thread(target=self._run, name="mgpu-memory-reader", daemon=True)
@@ -115,8 +128,11 @@ class MemoryMonitor:
         """Read the telemetry of every rank (or just ``ranks``, without the dead-engine checks) now;
         record new samples; notify listeners. True if anything changed."""
         cluster = self.session.cluster
-        wanted = range(self.session.world_size) if ranks is None else sorted(
-            r for r in ranks if 0 <= r < self.session.world_size)
+        wanted = (
+            range(self.session.world_size)
+            if ranks is None
+            else sorted(r for r in ranks if 0 <= r < self.session.world_size)
+        )
         samples = self._read_changed(cluster, wanted)
         dead = {}
         check_pids = False
@@ -145,16 +161,18 @@ class MemoryMonitor:
                     changed = True
                 else:
                     row = dict(prev)
-                if r in dead or (check_pids and pid is not None and prev.get("state") != "dead"
-                                 and _pid_gone(pid)):
+                if r in dead or (check_pids and pid is not None and prev.get("state") != "dead" and _pid_gone(pid)):
                     if row.get("state") != "dead":
                         changed = True
                         row["state"] = "dead"
                         row["op"] = None
                         row["died_at"] = dead.get(r, {}).get("time") or time.time()
                         self._history[r].append(
-                            tuple("dead" if k == "state" else (row["died_at"] if k == "time" else row.get(k))
-                                  for k in HISTORY_FIELDS))
+                            tuple(
+                                "dead" if k == "state" else (row["died_at"] if k == "time" else row.get(k))
+                                for k in HISTORY_FIELDS
+                            )
+                        )
                 latest[r] = row
             self._latest = latest
             listeners = list(self._listeners) if changed else []
@@ -226,7 +244,7 @@ class MemoryMonitor:
 
 def monitor(session: Any = None) -> MemoryMonitor:
     """The running memory monitor of ``session`` (default: the current one), started on first use."""
-    s = session if session is not None else sessmod.current()
+    s = session if session is not None else lifecycle.current()
     s.check_alive()
     mon = getattr(s, "_memory_monitor", None)
     if mon is None:
@@ -246,8 +264,9 @@ def _frame(rows: list[dict[str, Any]]) -> Any:
     try:
         import pandas as pd
     except ImportError:
-        raise MgpuError("as_frame=True needs pandas; install it (pip install pandas) or use the list of dicts") \
-            from None
+        raise MgpuError(
+            "as_frame=True needs pandas; install it (pip install pandas) or use the list of dicts"
+        ) from None
     return pd.DataFrame(rows)
 
 
@@ -278,7 +297,7 @@ def memory_history(minutes: float = 1.0, session: Any = None, as_frame: bool = F
 
 def reset_peak(session: Any = None, timeout: float = 2.0) -> None:
     """Reset the peak memory (peak resident / max allocated) on every rank; returns when all did."""
-    s = session if session is not None else sessmod.current()
+    s = session if session is not None else lifecycle.current()
     s.check_alive()
     if not s.cluster.spec.telemetry_period:  # no sampler to ask out of band: go through the engines
         s.run(tele.reset_peak, label="reset_peak")

@@ -14,8 +14,8 @@ import os
 import threading
 from typing import Any
 
-from jupyter_mgpu.session import core as sessmod
 from jupyter_mgpu.engine import training
+from jupyter_mgpu.session import lifecycle as sessmod
 
 RESERVED = ("rank", "step", "time")
 
@@ -132,14 +132,3 @@ def clear_metrics(session: Any = None) -> None:
     s = session or sessmod.current()
     s.check_alive()
     s.run(training.reset_metrics, label="clear metrics")
-
-
-def metrics_plot(names: Any = None, session: Any = None, interval: float = 0.25) -> Any:
-    """A live plotly plot of the logged metrics (``names``, default all), per rank and averaged.
-
-    It updates from a background thread while cells run and stops when the session shuts down
-    (or with ``.stop()``).
-    """
-    from jupyter_mgpu.widgets.metrics_plot import MetricsPlot
-
-    return MetricsPlot(session or sessmod.current(), names=names, interval=interval)

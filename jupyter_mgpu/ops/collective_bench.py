@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jupyter_mgpu.ops.collective_run import reduce_op
 
@@ -36,8 +37,19 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
 }
 BENCHMARKS = tuple(BUS_FACTORS)
 _WHOLE_ARRAY = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "gib": 1 << 30,
+}
 
 
 def bus_factor(name: str, world_size: int) -> float:
@@ -91,8 +103,15 @@ def element_count(name: str, size: int, elem_size: int, world_size: int) -> int:
     return count
 
 
-def summarize(name: str, size: int, count: int, elem_size: int, world_size: int,
-              per_rank_times: list[list[float]], per_rank_wrong: list[int]) -> dict[str, Any]:
+def summarize(
+    name: str,
+    size: int,
+    count: int,
+    elem_size: int,
+    world_size: int,
+    per_rank_times: list[list[float]],
+    per_rank_wrong: list[int],
+) -> dict[str, Any]:
     """One table row from every rank's per-iteration times: slowest rank per iteration, then the mean
     (``slowest`` keeps the per-iteration times, seconds, for a closer look at their spread)."""
     iters = min(len(t) for t in per_rank_times) if per_rank_times else 0
@@ -100,9 +119,17 @@ def summarize(name: str, size: int, count: int, elem_size: int, world_size: int,
     seconds = sum(slowest) / iters if iters else float("nan")
     nbytes = count * elem_size
     algbw = nbytes / seconds / 1e9 if seconds and seconds == seconds and seconds > 0 else 0.0
-    return {"collective": name, "size": nbytes, "count": count, "time_us": seconds * 1e6,
-            "algbw": algbw, "busbw": algbw * bus_factor(name, world_size), "wrong": int(sum(per_rank_wrong)),
-            "iters": iters, "slowest": slowest}
+    return {
+        "collective": name,
+        "size": nbytes,
+        "count": count,
+        "time_us": seconds * 1e6,
+        "algbw": algbw,
+        "busbw": algbw * bus_factor(name, world_size),
+        "wrong": int(sum(per_rank_wrong)),
+        "iters": iters,
+        "slowest": slowest,
+    }
 
 
 # -- rank side ---------------------------------------------------------------------------------------
@@ -134,8 +161,19 @@ def _wrong(got: Any, want: Any) -> int:
     return int(bad.sum().item())
 
 
-def _one(name: str, count: int, n: int, rank: int, op: str, root: int, dtype: Any, device: Any,
-         iters: int, warmup: int, corrupt: int | None) -> tuple[list[float], int]:
+def _one(
+    name: str,
+    count: int,
+    n: int,
+    rank: int,
+    op: str,
+    root: int,
+    dtype: Any,
+    device: Any,
+    iters: int,
+    warmup: int,
+    corrupt: int | None,
+) -> tuple[list[float], int]:
     import torch
     import torch.distributed as dist
 
@@ -143,9 +181,14 @@ def _one(name: str, count: int, n: int, rank: int, op: str, root: int, dtype: An
 
     part = count // n if name in _WHOLE_ARRAY else count
     rop = reduce_op(op)
-    src_data = pattern(rank, count if name in ("all_reduce", "broadcast", "reduce", "reduce_scatter",
-                                               "all_to_all", "send_recv", "scatter") else part,
-                       dtype, device)
+    src_data = pattern(
+        rank,
+        count
+        if name in ("all_reduce", "broadcast", "reduce", "reduce_scatter", "all_to_all", "send_recv", "scatter")
+        else part,
+        dtype,
+        device,
+    )
     buf = torch.empty_like(src_data)
     out = None
     if name in ("all_gather", "gather", "all_to_all"):
@@ -174,8 +217,9 @@ def _one(name: str, count: int, n: int, rank: int, op: str, root: int, dtype: An
             dist.scatter(out, list(buf.chunk(n)) if rank == root else None, src=root)
         elif name == "send_recv":
             if n > 1:
-                for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, (rank + 1) % n),
-                                                   dist.P2POp(dist.irecv, out, (rank - 1) % n)]):
+                for req in dist.batch_isend_irecv(
+                    [dist.P2POp(dist.isend, buf, (rank + 1) % n), dist.P2POp(dist.irecv, out, (rank - 1) % n)]
+                ):
                     req.wait()
             else:
                 out.copy_(buf)
@@ -198,8 +242,9 @@ def _one(name: str, count: int, n: int, rank: int, op: str, root: int, dtype: An
     return times, _check(name, result, count, part, n, rank, op, root, dtype, device)
 
 
-def _check(name: str, got: Any, count: int, part: int, n: int, rank: int, op: str, root: int,
-           dtype: Any, device: Any) -> int:
+def _check(
+    name: str, got: Any, count: int, part: int, n: int, rank: int, op: str, root: int, dtype: Any, device: Any
+) -> int:
     import torch
 
     if name == "barrier" or got is None:
@@ -218,17 +263,25 @@ def _check(name: str, got: Any, count: int, part: int, n: int, rank: int, op: st
         want = torch.cat([pattern(j, part, dtype, device) for j in range(n)])
         return _wrong(got, want)
     if name == "scatter":
-        return _wrong(got, pattern(root, count, dtype, device)[rank * part:(rank + 1) * part])
+        return _wrong(got, pattern(root, count, dtype, device)[rank * part : (rank + 1) * part])
     if name == "all_to_all":
-        want = torch.cat([pattern(j, count, dtype, device)[rank * part:(rank + 1) * part] for j in range(n)])
+        want = torch.cat([pattern(j, count, dtype, device)[rank * part : (rank + 1) * part] for j in range(n)])
         return _wrong(got, want)
     if name == "send_recv":
         return _wrong(got, pattern((rank - 1) % n, count, dtype, device))
     return 0
 
 
-def bench_rank(names: list[str], sizes: list[int], iters: int = 20, warmup: int = 5, dtype: str = "float32",
-               op: str = "sum", root: int = 0, corrupt: int | None = None) -> list[dict[str, Any]]:
+def bench_rank(
+    names: list[str],
+    sizes: list[int],
+    iters: int = 20,
+    warmup: int = 5,
+    dtype: str = "float32",
+    op: str = "sum",
+    root: int = 0,
+    corrupt: int | None = None,
+) -> list[dict[str, Any]]:
     """Time every collective in ``names`` at every size on this rank; one record per (name, size).
 
     Each record has ``name``, ``size``, ``count``, ``times`` (seconds of each timed iteration on this
@@ -238,15 +291,15 @@ def bench_rank(names: list[str], sizes: list[int], iters: int = 20, warmup: int 
     import torch
     import torch.distributed as dist
 
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    st = runtime.state()
+    st = rank_state.get()
     rank, n = dist.get_rank(), dist.get_world_size()
     tdtype = getattr(torch, dtype)
     elem = torch.empty((), dtype=tdtype).element_size()
     records = []
     for name in names:
-        for size in ([0] if name == "barrier" else sizes):  # a barrier moves no data: one row
+        for size in [0] if name == "barrier" else sizes:  # a barrier moves no data: one row
             count = element_count(name, size, elem, n)
             times, wrong = _one(name, count, n, rank, op, root, tdtype, st.device, iters, warmup, corrupt)
             records.append({"name": name, "size": size, "count": count, "times": times, "wrong": wrong})

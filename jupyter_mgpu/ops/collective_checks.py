@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jupyter_mgpu.devices import format_bytes
-from jupyter_mgpu.session.rank_errors import rank_list
+from jupyter_mgpu.errors import rank_list
+from jupyter_mgpu.units import format_bytes
 
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 REDUCING = ("reduce", "all_reduce", "reduce_scatter")
@@ -23,14 +23,17 @@ SPLITTING = ("reduce_scatter", "scatter", "all_to_all")  # split dim 0 into worl
 def split_hint(name: str, rows: int, n: int, what: str) -> str:
     """The sentence for a first dimension that does not split into ``n`` equal chunks."""
     good = math.ceil(rows / n) * n if rows >= n else n
-    return (f"{name} splits dim 0 into {n} equal chunks (one per rank), but {what} has {rows} rows; "
-            f"use a first dimension that is a multiple of {n}, such as {good}")
+    return (
+        f"{name} splits dim 0 into {n} equal chunks (one per rank), but {what} has {rows} rows; "
+        f"use a first dimension that is a multiple of {n}, such as {good}"
+    )
 
 
 def wrong_device(m: dict[str, Any]) -> bool:
     """Whether a tensor described by ``m`` is not on its rank's device."""
     return m["device"].split(":")[0] != m["expected_device"].split(":")[0] or (
-        m["device"].startswith("cuda") and m["device"] != m["expected_device"])
+        m["device"].startswith("cuda") and m["device"] != m["expected_device"]
+    )
 
 
 def usable(m: dict[str, Any], max_bytes: int | None) -> bool:
@@ -54,14 +57,18 @@ def problem(name: str, op: str, metas: list[dict[str, Any]], what: str, max_byte
     bad = [r for r, m in enumerate(metas) if not wrong_device(m) and max_bytes is not None and m["nbytes"] > max_bytes]
     if bad:
         r = bad[0]
-        return (f"rank {r}'s input is {format_bytes(metas[r]['nbytes'])}, more than the "
-                f"{format_bytes(max_bytes)} a collective view captures and draws per rank; use a smaller "
-                "tensor here, and mg.bench (%mgpu_bench) to time large sizes")
+        return (
+            f"rank {r}'s input is {format_bytes(metas[r]['nbytes'])}, more than the "
+            f"{format_bytes(max_bytes)} a collective view captures and draws per rank; use a smaller "
+            "tensor here, and mg.bench (%mgpu_bench) to time large sizes"
+        )
     bad = [r for r, m in enumerate(metas) if wrong_device(m)]
     if bad:
         r = bad[0]
-        return (f"rank {r}'s input tensor is on {metas[r]['device']} but rank {r}'s device is "
-                f"{metas[r]['expected_device']}; create it on the rank's device (`device` in %%mgpu)")
+        return (
+            f"rank {r}'s input tensor is on {metas[r]['device']} but rank {r}'s device is "
+            f"{metas[r]['expected_device']}; create it on the rank's device (`device` in %%mgpu)"
+        )
     if len({m["dtype"] for m in metas}) > 1:
         listing = ", ".join(f"rank {r} {m['dtype']}" for r, m in enumerate(metas))
         return f"the input dtypes differ across ranks ({listing}); every rank must use the same dtype"
@@ -74,6 +81,8 @@ def problem(name: str, op: str, metas: list[dict[str, Any]], what: str, max_byte
     if name in SPLITTING and shape[0] % n:
         return split_hint(name, shape[0], n, f"the input of shape {shape}")
     if op == "avg" and name in REDUCING and metas[0]["dtype"] not in FLOAT_DTYPES:
-        return (f"op avg needs floating-point tensors, these are {metas[0]['dtype']} (the backend computes the "
-                "mean in floating point and cannot store it back); use sum, or a float dtype")
+        return (
+            f"op avg needs floating-point tensors, these are {metas[0]['dtype']} (the backend computes the "
+            "mean in floating point and cannot store it back); use sum, or a float dtype"
+        )
     return None

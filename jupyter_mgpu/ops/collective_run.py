@@ -30,17 +30,33 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jupyter_mgpu.ops.collective_checks import REDUCING, SPLITTING
+from jupyter_mgpu.ops.collective_checks import REDUCING, SPLITTING  # noqa: F401  (read here by the views and tests)
 
-COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "scatter", "gather",
-               "all_to_all", "barrier", "send_recv")
+COLLECTIVES = (
+    "broadcast",
+    "reduce",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "scatter",
+    "gather",
+    "all_to_all",
+    "barrier",
+    "send_recv",
+)
 ROOTED = ("broadcast", "reduce", "scatter", "gather")
 LIST_AFTER = ("all_gather", "gather", "all_to_all")
 OPS = ("sum", "product", "min", "max", "avg")
 ALIASES = {
-    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-    "alltoall": "all_to_all", "sendrecv": "send_recv", "ring_shift": "send_recv", "send": "send_recv",
-    "recv": "send_recv", "bcast": "broadcast",
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "sendrecv": "send_recv",
+    "ring_shift": "send_recv",
+    "send": "send_recv",
+    "recv": "send_recv",
+    "bcast": "broadcast",
 }
 OP_ALIASES = {"prod": "product", "mean": "avg", "average": "avg", "minimum": "min", "maximum": "max"}
 # (backend, op) pairs a backend refuses, with the reason. gloo (torch 2.13) and NCCL support all five
@@ -78,8 +94,13 @@ def check_backend_op(backend: str, op: str) -> None:
 def reduce_op(op: str) -> Any:
     import torch.distributed as dist
 
-    return {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
-            "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}[op]
+    return {
+        "sum": dist.ReduceOp.SUM,
+        "product": dist.ReduceOp.PRODUCT,
+        "min": dist.ReduceOp.MIN,
+        "max": dist.ReduceOp.MAX,
+        "avg": dist.ReduceOp.AVG,
+    }[op]
 
 
 def chunks(x: Any, n: int) -> list[Any]:
@@ -125,8 +146,12 @@ def describe(x: Any, expected_device: Any) -> dict[str, Any]:
 
     info: dict[str, Any] = {"type": type(x).__name__, "expected_device": str(expected_device)}
     if isinstance(x, torch.Tensor):
-        info.update(shape=tuple(x.shape), dtype=str(x.dtype).replace("torch.", ""), device=str(x.device),
-                    nbytes=x.numel() * x.element_size())
+        info.update(
+            shape=tuple(x.shape),
+            dtype=str(x.dtype).replace("torch.", ""),
+            device=str(x.device),
+            nbytes=x.numel() * x.element_size(),
+        )
     return info
 
 
@@ -182,8 +207,9 @@ def run_collective(name: str, x: Any, op: str, src: int) -> Any:
         if n == 1:
             return x.clone()
         out = x.new_empty(x.shape)
-        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x.contiguous(), (rank + 1) % n),
-                                       dist.P2POp(dist.irecv, out, (rank - 1) % n)])
+        reqs = dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend, x.contiguous(), (rank + 1) % n), dist.P2POp(dist.irecv, out, (rank - 1) % n)]
+        )
         for req in reqs:
             req.wait()
         return out
@@ -231,8 +257,16 @@ def _exchange(info: dict[str, Any], max_bytes: int | None, device: Any) -> list[
     return metas
 
 
-def execute(spec: tuple, name: str, op: str = "sum", src: int = 0, capture: bool = True,
-            max_bytes: int | None = None, what: str = "the input", run_id: int = 0) -> dict[str, Any]:
+def execute(
+    spec: tuple,
+    name: str,
+    op: str = "sum",
+    src: int = 0,
+    capture: bool = True,
+    max_bytes: int | None = None,
+    what: str = "the input",
+    run_id: int = 0,
+) -> dict[str, Any]:
     """Build this rank's input from ``spec``, agree with every rank that the inputs are valid, run ``name``.
 
     The ranks exchange one description of their input each and all run the same checks
@@ -245,10 +279,10 @@ def execute(spec: tuple, name: str, op: str = "sum", src: int = 0, capture: bool
     The exchange doubles as the barrier before the timed collective: it returns on a rank only once
     every rank has entered it.
     """
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
     from jupyter_mgpu.ops import collective_checks
 
-    st = runtime.state()
+    st = rank_state.get()
     before = None
     failure: BaseException | None = None
     try:

@@ -91,8 +91,14 @@ def _broadcast(xs: list[Any], src: int, n: int) -> list[Frame]:
                 a, b = (v + src) % n, (v + mask + src) % n
                 hold[b] = hold[a].clone()
                 moves.append((a, b, "whole tensor"))
-        frames.append(Frame(f"step {k}: ranks that have rank {src}'s tensor send it on (binomial tree)",
-                            _snapshot(hold), moves, {b: (0, xs[0].numel()) for _, b, _ in moves}))
+        frames.append(
+            Frame(
+                f"step {k}: ranks that have rank {src}'s tensor send it on (binomial tree)",
+                _snapshot(hold),
+                moves,
+                {b: (0, xs[0].numel()) for _, b, _ in moves},
+            )
+        )
         mask, k = mask * 2, k + 1
     return frames
 
@@ -111,8 +117,14 @@ def _reduce(xs: list[Any], op: str, dst: int, n: int) -> list[Frame]:
         mask, k = mask * 2, k + 1
         if mask >= n:
             hold[dst] = finish(op, hold[dst], n)
-        frames.append(Frame(f"step {k - 1}: ranks send partial results towards root {dst} (binomial tree)",
-                            _snapshot(hold), moves, {b: (0, xs[0].numel()) for _, b, _ in moves}))
+        frames.append(
+            Frame(
+                f"step {k - 1}: ranks send partial results towards root {dst} (binomial tree)",
+                _snapshot(hold),
+                moves,
+                {b: (0, xs[0].numel()) for _, b, _ in moves},
+            )
+        )
     for r in range(n):
         if r != dst:
             hold[r] = None
@@ -140,8 +152,15 @@ def _all_reduce(xs: list[Any], op: str, n: int) -> list[Frame]:
             flat[dst][lo:hi] = combine(op, flat[dst][lo:hi], payload[r])
             moves.append((r, dst, f"chunk {c}"))
             hl[dst] = ranges[c]
-        frames.append(Frame(f"reduce-scatter step {s + 1}/{n - 1}: each rank sends one chunk to the next "
-                            f"rank in the ring, which combines it ({op})", view(), moves, hl))
+        frames.append(
+            Frame(
+                f"reduce-scatter step {s + 1}/{n - 1}: each rank sends one chunk to the next "
+                f"rank in the ring, which combines it ({op})",
+                view(),
+                moves,
+                hl,
+            )
+        )
     if op == "avg":
         for r in range(n):
             lo, hi = ranges[r]
@@ -156,8 +175,14 @@ def _all_reduce(xs: list[Any], op: str, n: int) -> list[Frame]:
             flat[dst][lo:hi] = payload[r]
             moves.append((r, dst, f"chunk {c} (final)"))
             hl[dst] = ranges[c]
-        frames.append(Frame(f"all-gather step {s + 1}/{n - 1}: each rank passes a finished chunk "
-                            "to the next rank in the ring", view(), moves, hl))
+        frames.append(
+            Frame(
+                f"all-gather step {s + 1}/{n - 1}: each rank passes a finished chunk to the next rank in the ring",
+                view(),
+                moves,
+                hl,
+            )
+        )
     return frames
 
 
@@ -172,8 +197,15 @@ def _reduce_scatter(xs: list[Any], op: str, n: int) -> list[Frame]:
             hold[dst][c] = combine(op, hold[dst][c], payload[r])
             moves.append((r, dst, f"chunk {c}"))
             hl[dst] = c
-        frames.append(Frame(f"ring step {s + 1}/{n - 1}: each rank sends one partial chunk to the next "
-                            f"rank, which combines it ({op})", _snapshot(hold), moves, hl))
+        frames.append(
+            Frame(
+                f"ring step {s + 1}/{n - 1}: each rank sends one partial chunk to the next "
+                f"rank, which combines it ({op})",
+                _snapshot(hold),
+                moves,
+                hl,
+            )
+        )
     final = [finish(op, hold[r][r], n) for r in range(n)]
     frames.append(Frame("each rank keeps its own finished chunk (rank r: chunk r)", _snapshot(final)))
     return frames
@@ -181,8 +213,11 @@ def _reduce_scatter(xs: list[Any], op: str, n: int) -> list[Frame]:
 
 def _all_gather(xs: list[Any], n: int) -> list[Frame]:
     hold: list[list[Any]] = [[x.clone() if j == r else None for j in range(n)] for r, x in enumerate(xs)]
-    frames = [Frame("each rank puts its own tensor in slot r of the output list", _snapshot(hold),
-                    [], {r: r for r in range(n)})]
+    frames = [
+        Frame(
+            "each rank puts its own tensor in slot r of the output list", _snapshot(hold), [], {r: r for r in range(n)}
+        )
+    ]
     for s in range(n - 1):
         moves, hl = [], {}
         payload = {r: hold[r][(r - s) % n].clone() for r in range(n)}
@@ -191,8 +226,14 @@ def _all_gather(xs: list[Any], n: int) -> list[Frame]:
             hold[dst][c] = payload[r]
             moves.append((r, dst, f"rank {c}'s tensor"))
             hl[dst] = c
-        frames.append(Frame(f"ring step {s + 1}/{n - 1}: each rank passes the newest entry to the next rank",
-                            _snapshot(hold), moves, hl))
+        frames.append(
+            Frame(
+                f"ring step {s + 1}/{n - 1}: each rank passes the newest entry to the next rank",
+                _snapshot(hold),
+                moves,
+                hl,
+            )
+        )
     return frames
 
 
@@ -200,23 +241,34 @@ def _scatter(xs: list[Any], src: int, n: int) -> list[Frame]:
     parts = chunks(xs[src], n)
     hold = [parts[r].clone() for r in range(n)]
     moves = [(src, r, f"chunk {r}") for r in range(n) if r != src]
-    return [Frame(f"rank {src} sends chunk r of its tensor to rank r (and keeps chunk {src})", hold, moves,
-                  {r: (0, parts[r].numel()) for r in range(n)})]
+    return [
+        Frame(
+            f"rank {src} sends chunk r of its tensor to rank r (and keeps chunk {src})",
+            hold,
+            moves,
+            {r: (0, parts[r].numel()) for r in range(n)},
+        )
+    ]
 
 
 def _gather(xs: list[Any], dst: int, n: int) -> list[Frame]:
     hold: list[Any] = [None] * n
     hold[dst] = [x.clone() for x in xs]
     moves = [(r, dst, f"rank {r}'s tensor") for r in range(n) if r != dst]
-    return [Frame(f"every rank sends its tensor to rank {dst}, which stores it in slot r", hold, moves,
-                  {dst: dst})]
+    return [Frame(f"every rank sends its tensor to rank {dst}, which stores it in slot r", hold, moves, {dst: dst})]
 
 
 def _all_to_all(xs: list[Any], n: int) -> list[Frame]:
     parts = [chunks(x, n) for x in xs]
     hold: list[list[Any]] = [[parts[r][r].clone() if j == r else None for j in range(n)] for r in range(n)]
-    frames = [Frame("each rank keeps chunk r of its own input in slot r of its output", _snapshot(hold),
-                    [], {r: r for r in range(n)})]
+    frames = [
+        Frame(
+            "each rank keeps chunk r of its own input in slot r of its output",
+            _snapshot(hold),
+            [],
+            {r: r for r in range(n)},
+        )
+    ]
     for s in range(1, n):
         moves, hl = [], {}
         for r in range(n):
@@ -224,8 +276,9 @@ def _all_to_all(xs: list[Any], n: int) -> list[Frame]:
             hold[dst][r] = parts[r][dst].clone()
             moves.append((r, dst, f"chunk {dst}"))
             hl[dst] = r
-        frames.append(Frame(f"shift {s}/{n - 1}: rank r sends chunk r+{s} of its input to rank r+{s}",
-                            _snapshot(hold), moves, hl))
+        frames.append(
+            Frame(f"shift {s}/{n - 1}: rank r sends chunk r+{s} of its input to rank r+{s}", _snapshot(hold), moves, hl)
+        )
     return frames
 
 
@@ -234,8 +287,13 @@ def _barrier(xs: list[Any], n: int) -> list[Frame]:
     frames, dist, k = [], 1, 1
     while dist < n:
         moves = [(r, (r + dist) % n, "arrived") for r in range(n)]
-        frames.append(Frame(f"round {k}: rank r tells rank r+{dist} it has arrived (dissemination barrier); "
-                            "no data moves", _snapshot(hold), moves))
+        frames.append(
+            Frame(
+                f"round {k}: rank r tells rank r+{dist} it has arrived (dissemination barrier); no data moves",
+                _snapshot(hold),
+                moves,
+            )
+        )
         dist, k = dist * 2, k + 1
     return frames
 
@@ -243,8 +301,14 @@ def _barrier(xs: list[Any], n: int) -> list[Frame]:
 def _send_recv(xs: list[Any], n: int) -> list[Frame]:
     hold = [xs[(r - 1) % n].clone() for r in range(n)]
     moves = [(r, (r + 1) % n, "whole tensor") for r in range(n)] if n > 1 else []
-    return [Frame("ring shift: every rank sends its tensor to rank r+1 and receives from rank r-1", hold,
-                  moves, {r: (0, xs[0].numel()) for r in range(n)})]
+    return [
+        Frame(
+            "ring shift: every rank sends its tensor to rank r+1 and receives from rank r-1",
+            hold,
+            moves,
+            {r: (0, xs[0].numel()) for r in range(n)},
+        )
+    ]
 
 
 def schedule(name: str, inputs: list[Any], op: str = "sum", src: int = 0) -> list[Frame]:

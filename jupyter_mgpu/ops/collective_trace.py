@@ -96,10 +96,10 @@ def names(tag: str) -> dict[str, str]:
 
 def begin(name: str, x: Any, tag: str, op: str) -> None:
     """Before the collective: name the tensors and record that this rank holds its input."""
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
     from jupyter_mgpu.engine import trace as etrace
 
-    st = runtime.state()
+    st = rank_state.get()
     shape, item = tuple(x.shape), x.element_size()
     nm = names(tag)
     etrace.begin_op(name)
@@ -112,10 +112,10 @@ def end(name: str, x: Any, tag: str, src: int) -> None:
     """After the collective returned: record its sends, receives, reductions and what this rank holds now."""
     import math
 
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
     from jupyter_mgpu.engine import trace as etrace
 
-    st = runtime.state()
+    st = rank_state.get()
     shape, item = tuple(x.shape), x.element_size()
     nm = names(tag)
     p = plan(name, st.rank, st.world_size, src, shape)

@@ -37,8 +37,9 @@ def parse_shape(shape: Any) -> tuple[int, ...]:
     if not 1 <= len(dims) <= 2 or any(d < 1 for d in dims):
         raise ValueError(f"demo shapes have 1 or 2 positive dimensions such as 11x11 or 12, got {shape!r}")
     if dims[0] * (dims[1] if len(dims) > 1 else 1) > 1 << 20:
-        raise ValueError(f"demo shape {shape!r} is too large to draw (more than 1M elements); "
-                         "pass your own tensors instead")
+        raise ValueError(
+            f"demo shape {shape!r} is too large to draw (more than 1M elements); pass your own tensors instead"
+        )
     return dims
 
 
@@ -73,7 +74,7 @@ def _mask(name: str, rows: int, cols: int) -> Any:
     elif name == "stripes":
         m = (torch.arange(rows).unsqueeze(1).expand(rows, cols) % 3) == 1
     else:  # dots
-        m = ((torch.arange(rows).unsqueeze(1) % 3 == 1) & (torch.arange(cols).unsqueeze(0) % 3 == 1))
+        m = (torch.arange(rows).unsqueeze(1) % 3 == 1) & (torch.arange(cols).unsqueeze(0) % 3 == 1)
     if not bool(m.any()):  # tiny grids: at least the centre
         m = torch.zeros(rows, cols, dtype=torch.bool)
         m[rows // 2, cols // 2] = True

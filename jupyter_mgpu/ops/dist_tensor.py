@@ -13,10 +13,11 @@ import os
 import warnings
 from typing import Any
 
-from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.engine import runtime, seeding, shared_blocks, telemetry
+from jupyter_mgpu.engine import seeding, shared_blocks, telemetry
 from jupyter_mgpu.engine import shard_store as store
+from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.layout import placement as pl
 
 
 def dtype_of(name: str) -> Any:
@@ -26,7 +27,7 @@ def dtype_of(name: str) -> Any:
 
 
 def _me(shape: tuple[int, ...], placement: pl.Placement) -> pl.ShardInfo:
-    st = runtime.state()
+    st = rank_state.get()
     return pl.shard_table(shape, placement, st.world_size)[st.rank]
 
 
@@ -35,13 +36,20 @@ def _sub(box: tuple[pl.Range, ...], origin: tuple[pl.Range, ...]) -> tuple[slice
     return tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, origin))
 
 
-def create(hid: str, kind: str, shape: tuple[int, ...], placement: pl.Placement, dtype: str,
-           seed: int | None, fill_value: float | None = None) -> int:
+def create(
+    hid: str,
+    kind: str,
+    shape: tuple[int, ...],
+    placement: pl.Placement,
+    dtype: str,
+    seed: int | None,
+    fill_value: float | None = None,
+) -> int:
     """Make this rank's shard of a new global tensor on the device; returns its bytes."""
     import torch
 
     me = _me(shape, placement)
-    out = torch.empty(me.shape, dtype=dtype_of(dtype), device=runtime.state().device)
+    out = torch.empty(me.shape, dtype=dtype_of(dtype), device=rank_state.get().device)
     if kind in ("randn", "rand"):
         seeding.fill(out, kind, shape, me.ranges, seed or 0)
     elif kind == "arange":
@@ -56,8 +64,9 @@ def create(hid: str, kind: str, shape: tuple[int, ...], placement: pl.Placement,
     return out.numel() * out.element_size()
 
 
-def _trace_one(label: str, hid: str, shape: tuple[int, ...], t: Any, box: Any, action: str, peer: int | None = None
-               ) -> None:
+def _trace_one(
+    label: str, hid: str, shape: tuple[int, ...], t: Any, box: Any, action: str, peer: int | None = None
+) -> None:
     """Trace a one-step op on this rank: ``action`` on its shard ``box`` of tensor ``hid``."""
     etrace.begin_op(label)
     etrace.declare(hid, shape, t.element_size(), "tensor")
@@ -111,7 +120,7 @@ def scatter_from_file(hid: str, path: str, shape: tuple[int, ...], placement: pl
 
     me = _me(shape, placement)
     dt = dtype_of(dtype)
-    out = torch.empty(me.shape, dtype=dt, device=runtime.state().device)
+    out = torch.empty(me.shape, dtype=dt, device=rank_state.get().device)
     if out.numel():
         view, m = _file_view(path, shape, me.ranges, dt, write=False)
         out.copy_(view)
@@ -131,7 +140,7 @@ def gather_address(hid: str, shape: tuple[int, ...], placement: pl.Placement) ->
     """Where the kernel can read this rank's shard in place ({}: nothing to send, None: not readable)."""
     local = store.get(hid)
     _trace_gather(hid, shape, placement, local)
-    if isinstance(placement, pl.Replicate) and runtime.state().rank != 0 or not local.numel():
+    if (isinstance(placement, pl.Replicate) and rank_state.get().rank != 0) or not local.numel():
         return {}
     if local.device.type != "cpu" or not local.is_contiguous():
         return None
@@ -161,20 +170,21 @@ def scatter_reserve(shape: tuple[int, ...], placement: pl.Placement, dtype: str)
     """A shared block for this rank's shard of a scatter (None off a CPU device or for an empty shard)."""
     import torch
 
-    if runtime.state().device_kind != "cpu":
+    if rank_state.get().device_kind != "cpu":
         return None
     me = _me(shape, placement)
     nbytes = math.prod(me.shape) * torch.empty((), dtype=dtype_of(dtype)).element_size()
     return shared_blocks.reserve(nbytes) if nbytes else None
 
 
-def scatter_adopt(hid: str, block_ids: list[int | None], shape: tuple[int, ...], placement: pl.Placement,
-                  dtype: str) -> int:
+def scatter_adopt(
+    hid: str, block_ids: list[int | None], shape: tuple[int, ...], placement: pl.Placement, dtype: str
+) -> int:
     """Make the block the kernel just filled this rank's shard ``hid``."""
     import torch
 
     me = _me(shape, placement)
-    block = block_ids[runtime.state().rank]
+    block = block_ids[rank_state.get().rank]
     dt = dtype_of(dtype)
     out = shared_blocks.adopt(block, me.shape, dt) if block else torch.empty(me.shape, dtype=dt)
     store.put(hid, out)
@@ -188,20 +198,21 @@ def scatter_abandon() -> None:
     shared_blocks.release_pending()
 
 
-def gather_locate(hid: str, shape: tuple[int, ...], placement: pl.Placement, trace: bool = True
-                  ) -> dict[str, Any] | None:
+def gather_locate(
+    hid: str, shape: tuple[int, ...], placement: pl.Placement, trace: bool = True
+) -> dict[str, Any] | None:
     """Which shard block the kernel can read this rank's shard from (None: it must be sent another way)."""
     local = store.get(hid)
     if trace:
         _trace_gather(hid, shape, placement, local)
-    if isinstance(placement, pl.Replicate) and runtime.state().rank != 0:
+    if isinstance(placement, pl.Replicate) and rank_state.get().rank != 0:
         return {}
     return shared_blocks.locate(local) if local.numel() else {}
 
 
 def _trace_gather(hid: str, shape: tuple[int, ...], placement: pl.Placement, local: Any) -> None:
     if etrace.active():
-        st = runtime.state()
+        st = rank_state.get()
         me = _me(shape, placement)
         etrace.begin_op("gather")
         etrace.declare(hid, shape, local.element_size(), "tensor")
@@ -216,7 +227,7 @@ def gather_to_file(hid: str, path: str, shape: tuple[int, ...], placement: pl.Pl
 
     ``trace=False`` after :func:`gather_locate` (which traced this gather already).
     """
-    st = runtime.state()
+    st = rank_state.get()
     local = store.get(hid)
     me = _me(shape, placement)
     if trace:
@@ -236,8 +247,14 @@ def _nbytes(t: Any) -> int:
     return t.numel() * t.element_size()
 
 
-def exchange(local: Any, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: pl.Placement,
-             names: tuple[str, str] | None = None, step0: int = 0) -> tuple[Any, int]:
+def exchange(
+    local: Any,
+    shape: tuple[int, ...],
+    src_pl: pl.Placement,
+    dst_pl: pl.Placement,
+    names: tuple[str, str] | None = None,
+    step0: int = 0,
+) -> tuple[Any, int]:
     """This rank's piece of the global tensor in ``dst_pl``, built from its piece in ``src_pl``.
 
     Step ``d`` (1..P-1) sends to rank ``r+d`` and receives from ``r-d``: every pair exchanges
@@ -248,7 +265,7 @@ def exchange(local: Any, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: p
     import torch
     import torch.distributed as dist
 
-    st = runtime.state()
+    st = rank_state.get()
     tracing = names is not None and etrace.active()
     r, p = st.rank, st.world_size
     mv = pl.moves(shape, src_pl, dst_pl, p)
@@ -257,7 +274,9 @@ def exchange(local: Any, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: p
     if mv[r][r] is not None:
         out[_sub(mv[r][r], d_me.ranges)].copy_(local[_sub(mv[r][r], s_me.ranges)])
         if tracing:
-            etrace.record(step0, "hold", [etrace.block(names[1], mv[r][r])], pl.box_numel(mv[r][r]) * local.element_size())
+            etrace.record(
+                step0, "hold", [etrace.block(names[1], mv[r][r])], pl.box_numel(mv[r][r]) * local.element_size()
+            )
     received = 0
     for d in range(1, p):
         to, frm = (r + d) % p, (r - d) % p
@@ -316,7 +335,7 @@ def shard_bytes(hid: str) -> int:
 
 def memory_status() -> dict[str, int]:
     """Free memory of this rank's device in bytes, as an allocation would see it."""
-    st = runtime.state()
+    st = rank_state.get()
     if st.device_kind == "cuda":
         import torch
 
@@ -327,9 +346,14 @@ def memory_status() -> dict[str, int]:
     shared_blocks.empty_cache()  # cached shard blocks hold budget a plain allocation cannot reclaim
     room = budget.room(st.budget_bytes)
     free_b = st.budget_bytes if room is None else room
-    return {"free": int(free_b), "total": int(st.budget_bytes), "budget": st.budget_bytes,
-            "allocated": budget.allocated(), "budget_mode": budget.mode(),
-            "resident": int(telemetry._proc_status().get("VmRSS", 0))}
+    return {
+        "free": int(free_b),
+        "total": int(st.budget_bytes),
+        "budget": st.budget_bytes,
+        "allocated": budget.allocated(),
+        "budget_mode": budget.mode(),
+        "resident": int(telemetry._proc_status().get("VmRSS", 0)),
+    }
 
 
 def empty_cache() -> dict[str, Any]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.engine import runtime
 from jupyter_mgpu.engine import shard_store as store
+from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.layout import placement as pl
 
 
 def _me(shape: tuple[int, ...], placement: pl.Placement) -> pl.ShardInfo:
-    st = runtime.state()
+    st = rank_state.get()
     return pl.shard_table(shape, placement, st.world_size)[st.rank]
 
 
@@ -27,7 +27,7 @@ def _index(info: pl.ShardInfo) -> tuple[slice, ...]:
 def _store(hid: str, local: Any) -> int:
     import torch
 
-    dev = runtime.state().device
+    dev = rank_state.get().device
     if not isinstance(local, torch.Tensor):
         import numpy as np
 
@@ -83,7 +83,7 @@ def save_npy(hid: str, path: str, shape: tuple[int, ...], placement: pl.Placemen
     """
     import numpy as np
 
-    st = runtime.state()
+    st = rank_state.get()
     if isinstance(placement, pl.Replicate) and st.rank != 0:
         return 0
     local = store.get(hid).detach().to("cpu")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jupyter_mgpu.engine import runtime, telemetry
 from jupyter_mgpu.engine import shard_store as store
+from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine import telemetry
 
 
 def _probe() -> Any:
@@ -28,7 +29,7 @@ def naive_concat(a_id: str, b_id: str, root: int = 0) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    st = runtime.state()
+    st = rank_state.get()
     a, b = store.get(a_id), store.get(b_id)
     held = a.numel() * a.element_size() + b.numel() * b.element_size()
     dist.barrier()
@@ -69,7 +70,7 @@ def dtensor_mm(a_id: str, b_id: str, a_shard: int, b_shard: int) -> dict[str, An
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
 
-    st = runtime.state()
+    st = rank_state.get()
     a, b = store.get(a_id), store.get(b_id)
     held = a.numel() * a.element_size() + b.numel() * b.element_size()
     mesh = init_device_mesh(st.device.type, (st.world_size,))
@@ -84,8 +85,12 @@ def dtensor_mm(a_id: str, b_id: str, a_shard: int, b_shard: int) -> dict[str, An
     local = dc.to_local()
     dist.barrier()
     elapsed = time.perf_counter() - start
-    out = {"peak_bytes": held + growth(), "time": elapsed, "placement": str(dc.placements),
-           "local_shape": tuple(local.shape)}
+    out = {
+        "peak_bytes": held + growth(),
+        "time": elapsed,
+        "placement": str(dc.placements),
+        "local_shape": tuple(local.shape),
+    }
     del dc, local, da, db
     store.trim()
     return out

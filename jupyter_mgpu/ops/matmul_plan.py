@@ -10,11 +10,12 @@ from the shard tables, including inputs that must be redistributed first.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.devices import format_bytes as _fmt
+from jupyter_mgpu.units import format_bytes as _fmt
 
 STRATEGIES = ("ring", "summa", "inner", "row", "col")
 ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
@@ -22,8 +23,8 @@ ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 SPEED = {"cpu": (8e9, 2e9, 1e-4), "cuda": (3e13, 2e10, 2e-5)}
 # ring chunks and SUMMA panels are sized so their buffers stay below this share of A + B + C shards
 BUFFER_SHARE = 0.15
-RING_SLOTS = 4       # ring chunk buffers per rank
-RING_LOOKAHEAD = 2   # receives a ring rank posts ahead (a sender may run this many chunks in front)
+RING_SLOTS = 4  # ring chunk buffers per rank
+RING_LOOKAHEAD = 2  # receives a ring rank posts ahead (a sender may run this many chunks in front)
 
 
 @dataclass
@@ -32,9 +33,9 @@ class StrategyPlan:
 
     strategy: str
     placements: tuple[pl.Placement, pl.Placement, pl.Placement]  # A, B in; C out
-    peak_bytes: list[int]        # inputs held + everything the op allocates
-    extra_bytes: list[int]       # what the op allocates on top of the inputs already held
-    bytes_moved: list[int]       # bytes received per rank (redistribution + the strategy's own traffic)
+    peak_bytes: list[int]  # inputs held + everything the op allocates
+    extra_bytes: list[int]  # what the op allocates on top of the inputs already held
+    bytes_moved: list[int]  # bytes received per rank (redistribution + the strategy's own traffic)
     steps: int
     predicted_time: float
     params: dict[str, Any] = field(default_factory=dict)
@@ -63,8 +64,16 @@ class MatmulPlan:
         return self.options.get(self.strategy) if self.strategy else None
 
     def __getattr__(self, name: str) -> Any:  # plan.peak_bytes etc. read the chosen strategy
-        if name in ("peak_bytes", "extra_bytes", "bytes_moved", "steps", "predicted_time", "placements",
-                    "params", "out_placement"):
+        if name in (
+            "peak_bytes",
+            "extra_bytes",
+            "bytes_moved",
+            "steps",
+            "predicted_time",
+            "placements",
+            "params",
+            "out_placement",
+        ):
             chosen = self.__dict__.get("options", {}).get(self.__dict__.get("strategy") or "")
             if chosen is not None:
                 return getattr(chosen, name)
@@ -73,14 +82,18 @@ class MatmulPlan:
     def table(self) -> str:
         """A text table of every strategy's prediction."""
         (m, k), (_, n) = self.shapes
-        lines = [f"matmul plan: ({m}x{k}) @ ({k}x{n}) {self.dtype} on {self.world_size} ranks — {self.reason}",
-                 f"  {'strategy':8} {'A,B -> C':24} {'peak/rank (max)':>16} {'moved/rank':>12} {'steps':>6} "
-                 f"{'pred. time':>10}  fits"]
+        lines = [
+            f"matmul plan: ({m}x{k}) @ ({k}x{n}) {self.dtype} on {self.world_size} ranks — {self.reason}",
+            f"  {'strategy':8} {'A,B -> C':24} {'peak/rank (max)':>16} {'moved/rank':>12} {'steps':>6} "
+            f"{'pred. time':>10}  fits",
+        ]
         for name, o in self.options.items():
             mark = "*" if name == self.strategy else " "
             pls = ",".join(p.label for p in o.placements[:2]) + " -> " + o.placements[2].label
-            lines.append(f"{mark} {name:8} {pls:24} {_fmt(max(o.peak_bytes)):>16} {_fmt(max(o.bytes_moved)):>12} "
-                         f"{o.steps:>6} {o.predicted_time * 1e3:>8.1f}ms  {'yes' if o.fits else 'no (rank %s)' % o.short_rank}")
+            lines.append(
+                f"{mark} {name:8} {pls:24} {_fmt(max(o.peak_bytes)):>16} {_fmt(max(o.bytes_moved)):>12} "
+                f"{o.steps:>6} {o.predicted_time * 1e3:>8.1f}ms  {'yes' if o.fits else 'no (rank %s)' % o.short_rank}"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -166,8 +179,17 @@ def summa_panels(k: int, grid: tuple[int, int], width: int) -> list[tuple[int, i
     return out
 
 
-def _strategy(name: str, m: int, k: int, n: int, p: int, itemsize: int, current: tuple[Any, Any] | None,
-              grid: tuple[int, int] | None, kind: str) -> StrategyPlan:
+def _strategy(
+    name: str,
+    m: int,
+    k: int,
+    n: int,
+    p: int,
+    itemsize: int,
+    current: tuple[Any, Any] | None,
+    grid: tuple[int, int] | None,
+    kind: str,
+) -> StrategyPlan:
     a_pl, b_pl, c_pl = required_placements(name, p, grid)
     cur_a, cur_b = current or (a_pl, b_pl)
     a_held, b_held = _local((m, k), cur_a, p), _local((k, n), cur_b, p)
@@ -219,8 +241,10 @@ def _strategy(name: str, m: int, k: int, n: int, p: int, itemsize: int, current:
     box_b = _exchange_buffers((k, n), cur_b, b_pl, p) if redist_b else [0] * p
     new_a = a_need if redist_a else [0] * p
     new_b = b_need if redist_b else [0] * p
-    extra = [max(new_a[r] + box_a[r], new_a[r] + new_b[r] + box_b[r], new_a[r] + new_b[r] + c_loc[r] + buffers[r])
-             * itemsize for r in range(p)]
+    extra = [
+        max(new_a[r] + box_a[r], new_a[r] + new_b[r] + box_b[r], new_a[r] + new_b[r] + c_loc[r] + buffers[r]) * itemsize
+        for r in range(p)
+    ]
     peak = [(a_held[r] + b_held[r]) * itemsize + extra[r] for r in range(p)]
     moved = [(moved_a[r] + moved_b[r] + own_moved[r]) * itemsize for r in range(p)]
     rate, bw, lat = SPEED.get(kind, SPEED["cpu"])
@@ -231,8 +255,16 @@ def _strategy(name: str, m: int, k: int, n: int, p: int, itemsize: int, current:
         pre = (moved_a[r] + moved_b[r]) * itemsize / bw
         times.append(pre + (max(comp, own) if overlap else comp + own))
     redist_steps = (p - 1) * (int(redist_a) + int(redist_b))
-    return StrategyPlan(name, (a_pl, b_pl, c_pl), peak, extra, moved, steps + redist_steps,
-                        max(times) + (steps + redist_steps) * lat, params)
+    return StrategyPlan(
+        name,
+        (a_pl, b_pl, c_pl),
+        peak,
+        extra,
+        moved,
+        steps + redist_steps,
+        max(times) + (steps + redist_steps) * lat,
+        params,
+    )
 
 
 def _free_list(device_memory: Any, p: int) -> list[int] | None:
@@ -255,9 +287,17 @@ def _fits(extra: list[int], free: list[int] | None) -> tuple[bool, int | None]:
     return True, None
 
 
-def plan_matmul(shapes: Sequence[Sequence[int]], world_size: int, dtype: str = "float32",
-                device_memory: Any = None, *, strategy: str = "auto", placements: tuple[Any, Any] | None = None,
-                grid: tuple[int, int] | None = None, device_kind: str = "cpu") -> MatmulPlan:
+def plan_matmul(
+    shapes: Sequence[Sequence[int]],
+    world_size: int,
+    dtype: str = "float32",
+    device_memory: Any = None,
+    *,
+    strategy: str = "auto",
+    placements: tuple[Any, Any] | None = None,
+    grid: tuple[int, int] | None = None,
+    device_kind: str = "cpu",
+) -> MatmulPlan:
     """Predict every strategy for ``A @ B`` with ``shapes = ((M, K), (K, N))`` on ``world_size`` ranks.
 
     ``device_memory``: free bytes per rank (one number for all, or a list); None means unlimited.
@@ -296,20 +336,37 @@ def plan_matmul(shapes: Sequence[Sequence[int]], world_size: int, dtype: str = "
         best = min(close, key=lambda o: (max(o.peak_bytes), o.predicted_time))
         reason = "chosen: fastest predicted that fits" if strategy == "auto" else "fits"
         return MatmulPlan(((m, k), (k, n)), world_size, dtype, free, options, best.strategy, reason)
-    return MatmulPlan(((m, k), (k, n)), world_size, dtype, free, options, None,
-                      misfit_message(options, free, m, k, n, world_size, itemsize, grid, device_kind))
+    return MatmulPlan(
+        ((m, k), (k, n)),
+        world_size,
+        dtype,
+        free,
+        options,
+        None,
+        misfit_message(options, free, m, k, n, world_size, itemsize, grid, device_kind),
+    )
 
 
 MAX_SUGGESTED_DEVICES = 1024  # a misfit names a device count up to this, else "more devices"
 
 
-def misfit_message(options: dict[str, StrategyPlan], free: list[int], m: int, k: int, n: int, p: int,
-                   itemsize: int, grid: Any, kind: str) -> str:
+def misfit_message(
+    options: dict[str, StrategyPlan],
+    free: list[int],
+    m: int,
+    k: int,
+    n: int,
+    p: int,
+    itemsize: int,
+    grid: Any,
+    kind: str,
+) -> str:
     """One sentence: what is short, and the smallest world size or memory per device that would fit."""
     lean = min(options.values(), key=lambda o: max(o.extra_bytes))
     r = lean.short_rank if lean.short_rank is not None else 0
     need = max(lean.extra_bytes)
     per_device = min(free)
+
     def ring_fits(q: int) -> bool:  # ring's per-rank need shrinks like 1/P; it is the yardstick
         return max(_strategy("ring", m, k, n, q, itemsize, None, None, kind).extra_bytes) <= per_device
 
@@ -320,8 +377,10 @@ def misfit_message(options: dict[str, StrategyPlan], free: list[int], m: int, k:
             mid = (lo + bigger) // 2
             lo, bigger = (lo, mid) if ring_fits(mid) else (mid, bigger)
     more = f"at least {bigger} devices with this much free memory" if bigger else "more devices"
-    return (f"no matmul strategy fits: the leanest ({lean.strategy}) needs {_fmt(need)} on rank {r}, "
-            f"which has {_fmt(free[r])} free; use {more}, or at least {_fmt(need)} free per device")
+    return (
+        f"no matmul strategy fits: the leanest ({lean.strategy}) needs {_fmt(need)} on rank {r}, "
+        f"which has {_fmt(free[r])} free; use {more}, or at least {_fmt(need)} free per device"
+    )
 
 
 EPS = {"float64": 2.2e-16, "float32": 1.2e-7, "bfloat16": 7.8e-3, "float16": 9.8e-4}

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.engine import runtime
+from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops.matmul_plan import RING_SLOTS, summa_panels
 
 
@@ -26,9 +26,20 @@ def _nb(box: Any, item: int) -> int:
 class MatmulTracer:
     """Records one matmul on this rank (made only when tracing is on)."""
 
-    def __init__(self, strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placement, c_id: str,
-                 shapes: Any, params: dict, need: tuple, itemsize: int):
-        st = runtime.state()
+    def __init__(
+        self,
+        strategy: str,
+        a_id: str,
+        a_pl: pl.Placement,
+        b_id: str,
+        b_pl: pl.Placement,
+        c_id: str,
+        shapes: Any,
+        params: dict,
+        need: tuple,
+        itemsize: int,
+    ):
+        st = rank_state.get()
         self.r, self.p = st.rank, st.world_size
         self.strategy, self.params, self.item = strategy, params, itemsize
         (self.m, self.k), (_, self.n) = shapes
@@ -41,8 +52,12 @@ class MatmulTracer:
         etrace.declare(c_id, (self.m, self.n), itemsize, "C")
         a_box = pl.shard_table((self.m, self.k), a_pl, self.p)[self.r].ranges
         b_box = pl.shard_table((self.k, self.n), b_pl, self.p)[self.r].ranges
-        etrace.record(0, "hold", [etrace.block(a_id, a_box), etrace.block(b_id, b_box)],
-                      _nb(a_box, itemsize) + _nb(b_box, itemsize))
+        etrace.record(
+            0,
+            "hold",
+            [etrace.block(a_id, a_box), etrace.block(b_id, b_box)],
+            _nb(a_box, itemsize) + _nb(b_box, itemsize),
+        )
         self.a_name, self.b_name = a_id, b_id
         self.copies: list[tuple] = []
         self.slots: dict[Any, tuple] = {}
@@ -92,23 +107,38 @@ class MatmulTracer:
 
     def _simple(self, s: int, step: int, action: str, info: dict) -> None:
         if action == "compute":
-            etrace.record(s, "compute", [etrace.block(self.a_name, self.a_box), etrace.block(self.b_name, self.b_box),
-                                         etrace.block(self.c_id, self.c_box)], 2 * pl.box_numel(self.c_box) * self.k)
+            etrace.record(
+                s,
+                "compute",
+                [
+                    etrace.block(self.a_name, self.a_box),
+                    etrace.block(self.b_name, self.b_box),
+                    etrace.block(self.c_id, self.c_box),
+                ],
+                2 * pl.box_numel(self.c_box) * self.k,
+            )
 
     def _inner(self, s: int, step: int, action: str, info: dict) -> None:
         if self.p == 1:
             return self._simple(s, step, action, info)
         d = info["block"]
         rows = pl.split(self.m, self.p)[d]
-        target = etrace.block(self.c_id, (rows, (0, self.n))) if d == self.r else \
-            etrace.block(f"{self.c_id}~partial", (rows, (0, self.n)), f"partial{d % 2}")
+        target = (
+            etrace.block(self.c_id, (rows, (0, self.n)))
+            if d == self.r
+            else etrace.block(f"{self.c_id}~partial", (rows, (0, self.n)), f"partial{d % 2}")
+        )
         if action == "compute":
             if d != self.r:
                 etrace.declare(f"{self.c_id}~partial", (self.m, self.n), self.item, "C partial sums")
                 self._fill(s, d % 2, target)
             a_part = etrace.block(self.a_name, (rows, self.a_box[1]))
-            etrace.record(s, "compute", [a_part, etrace.block(self.b_name, self.b_box), target],
-                          2 * pl.box_numel(target[1]) * (self.a_box[1][1] - self.a_box[1][0]))
+            etrace.record(
+                s,
+                "compute",
+                [a_part, etrace.block(self.b_name, self.b_box), target],
+                2 * pl.box_numel(target[1]) * (self.a_box[1][1] - self.a_box[1][0]),
+            )
         elif action == "reduce":
             if d != self.r:
                 etrace.record(s, "reduce", [target], _nb(target[1], self.item), d)
@@ -137,10 +167,16 @@ class MatmulTracer:
             etrace.record(s, "send", [blk], _nb(blk[1], self.item), info["to"])
         elif action == "compute":
             j, ci = info["block"], info["chunk"]
-            etrace.record(s, "compute", [etrace.block(self.a_name, (self.a_box[0], kr[j])),
-                                         etrace.block(self.b_name, (kr[j], cols[ci]), f"slot{slot}"),
-                                         etrace.block(self.c_id, (self.c_box[0], cols[ci]))],
-                          2 * (self.c_box[0][1] - self.c_box[0][0]) * (kr[j][1] - kr[j][0]) * (cols[ci][1] - cols[ci][0]))
+            etrace.record(
+                s,
+                "compute",
+                [
+                    etrace.block(self.a_name, (self.a_box[0], kr[j])),
+                    etrace.block(self.b_name, (kr[j], cols[ci]), f"slot{slot}"),
+                    etrace.block(self.c_id, (self.c_box[0], cols[ci])),
+                ],
+                2 * (self.c_box[0][1] - self.c_box[0][0]) * (kr[j][1] - kr[j][0]) * (cols[ci][1] - cols[ci][0]),
+            )
 
     def _summa(self, s: int, step: int, action: str, info: dict) -> None:
         rows, cols = self.params["grid"]
@@ -169,8 +205,9 @@ class MatmulTracer:
             else:
                 self._fill(s, ("b", t % 2), bp, "recv", b_owner)
         elif action == "compute":
-            etrace.record(s, "compute", [ap, bp, etrace.block(self.c_id, self.c_box)],
-                          2 * pl.box_numel(self.c_box) * (hi - lo))
+            etrace.record(
+                s, "compute", [ap, bp, etrace.block(self.c_id, self.c_box)], 2 * pl.box_numel(self.c_box) * (hi - lo)
+            )
 
     def finish(self, step: int) -> None:
         """The op ended: temporaries and redistributed copies are freed; C stays."""
@@ -189,12 +226,24 @@ class MatmulTracer:
         return self.orig_pl[name]
 
 
-def start(strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placement, c_id: str, shapes: Any,
-          params: dict, need: tuple, itemsize: int) -> MatmulTracer | None:
+def start(
+    strategy: str,
+    a_id: str,
+    a_pl: pl.Placement,
+    b_id: str,
+    b_pl: pl.Placement,
+    c_id: str,
+    shapes: Any,
+    params: dict,
+    need: tuple,
+    itemsize: int,
+) -> MatmulTracer | None:
     """A tracer for this matmul when tracing is on, else None (nothing else is done)."""
     if not etrace.active():
         return None
     tr = MatmulTracer(strategy, a_id, a_pl, b_id, b_pl, c_id, shapes, params, need, itemsize)
-    tr.orig_pl = {f"{a_id}@{need[0].label}": pl.normalize(a_pl, 2, tr.p),
-                  f"{b_id}@{need[1].label}": pl.normalize(b_pl, 2, tr.p)}
+    tr.orig_pl = {
+        f"{a_id}@{need[0].label}": pl.normalize(a_pl, 2, tr.p),
+        f"{b_id}@{need[1].label}": pl.normalize(b_pl, 2, tr.p),
+    }
     return tr

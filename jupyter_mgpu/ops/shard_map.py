@@ -11,8 +11,8 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from jupyter_mgpu.engine import runtime
 from jupyter_mgpu.engine import shard_store as store
+from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine.shipped_function import ShippedFunction
 
 
@@ -35,7 +35,9 @@ def describe(value: Any) -> dict[str, Any]:
     return {"kind": "value"}
 
 
-def apply(shipped: ShippedFunction, in_ids: list[str | None], out_id: str, keep: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+def apply(
+    shipped: ShippedFunction, in_ids: list[str | None], out_id: str, keep: bool, kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """Run the function on this rank's shards.
 
     ``in_ids`` are shard handles (in argument order). The result tensor is stored under ``out_id``
@@ -53,15 +55,20 @@ def apply(shipped: ShippedFunction, in_ids: list[str | None], out_id: str, keep:
     try:
         with torch.no_grad(), running as fn:
             value = fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - reported to the controller with the rows it was working on
-        return {"ok": False, "stage": "call", "ename": type(exc).__name__, "message": str(exc).strip(),
-                "line": _user_line(exc.__traceback__)}
+    except Exception as exc:
+        return {
+            "ok": False,
+            "stage": "call",
+            "ename": type(exc).__name__,
+            "message": str(exc).strip(),
+            "line": _user_line(exc.__traceback__),
+        }
     finally:
         del args
     info = describe(value)
     if info["kind"] == "tensor" and keep:
-        if value.device != runtime.state().device:
-            value = value.to(runtime.state().device)
+        if value.device != rank_state.get().device:
+            value = value.to(rank_state.get().device)
         store.put(out_id, value.contiguous())
         return {"ok": True, "result": info, "value": None}
     if isinstance(value, torch.Tensor):

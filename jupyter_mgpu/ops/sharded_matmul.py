@@ -10,13 +10,15 @@ temporaries at once and measures peak memory and time. Every strategy reports it
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.engine import runtime, telemetry
 from jupyter_mgpu.engine import shard_store as store
-from jupyter_mgpu.ops import matmul_trace
+from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine import telemetry
+from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import matmul_trace
 from jupyter_mgpu.ops.matmul_plan import RING_LOOKAHEAD, RING_SLOTS, required_placements, summa_panels
 
 
@@ -66,7 +68,7 @@ def inner(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> No
     import torch
     import torch.distributed as dist
 
-    st = runtime.state()
+    st = rank_state.get()
     r, p = st.rank, st.world_size
     (m, _), (_, n) = shapes
     rows = pl.split(m, p)
@@ -106,7 +108,7 @@ def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> Non
     import torch
     import torch.distributed as dist
 
-    st = runtime.state()
+    st = rank_state.get()
     r, p = st.rank, st.world_size
     (_, k), (_, n) = shapes
     if p == 1:
@@ -132,7 +134,7 @@ def ring(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> Non
         _, j, ci = items[i]
         steps.add(i, "buffer", slot=i % RING_SLOTS)
         rows, width = kr[j][1] - kr[j][0], cols[ci][1] - cols[ci][0]
-        return pool[i % RING_SLOTS][: rows * width].view(rows, width)
+        return pool[i % RING_SLOTS][: rows * width].view(rows, width)  # noqa: F821  (bound below; deleted once the ring is done)
 
     def post_recv(i: int) -> None:
         if i >= len(items) or i in recvs or items[i][0] == 0:
@@ -177,7 +179,7 @@ def _grid_groups(rows: int, cols: int) -> tuple[Any, Any]:
     """This rank's row and column process groups of a ``rows × cols`` grid (made once, cached)."""
     import torch.distributed as dist
 
-    st = runtime.state()
+    st = rank_state.get()
     key = (rows, cols, st.pg_generation)  # not id() of the default group: a rebuilt group can reuse the address
     if key not in _GROUPS:
         r = st.rank
@@ -205,7 +207,7 @@ def summa(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> No
     import torch
     import torch.distributed as dist
 
-    st = runtime.state()
+    st = rank_state.get()
     r = st.rank
     (_, k), _ = shapes
     rows, cols = params["grid"]
@@ -227,15 +229,15 @@ def summa(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> No
         w = hi - lo
         a_owner = next(j for j, (x, y) in enumerate(kc) if x <= lo < y)
         b_owner = next(i for i, (x, y) in enumerate(kr) if x <= lo < y)
-        ap = abuf[t % 2][: c.shape[0] * w].view(c.shape[0], w)
-        bp = bbuf[t % 2][: w * c.shape[1]].view(w, c.shape[1])
+        ap = abuf[t % 2][: c.shape[0] * w].view(c.shape[0], w)  # noqa: F821  (bound above; deleted once the panels are done)
+        bp = bbuf[t % 2][: w * c.shape[1]].view(w, c.shape[1])  # noqa: F821
         works = []
         if a_owner == gj:
-            ap.copy_(a[:, lo - kc[gj][0]: hi - kc[gj][0]])
+            ap.copy_(a[:, lo - kc[gj][0] : hi - kc[gj][0]])
         else:
             steps.received += _nbytes(ap)
         if b_owner == gi:
-            bp.copy_(b[lo - kr[gi][0]: hi - kr[gi][0]])
+            bp.copy_(b[lo - kr[gi][0] : hi - kr[gi][0]])
         else:
             steps.received += _nbytes(bp)
         steps.add(t, "broadcast", panel=t, a_from=(gi, a_owner), b_from=(b_owner, gj))
@@ -262,7 +264,7 @@ STRATEGY_FUNCTIONS = {"row": row, "col": col, "inner": inner, "ring": ring, "sum
 
 def _peak_probe() -> Callable[[], int]:
     """Reset the peak and return a function giving the growth of peak memory since then (bytes)."""
-    st = runtime.state()
+    st = rank_state.get()
     telemetry.reset_peak()
     if st.device_kind == "cuda":
         import torch
@@ -278,8 +280,16 @@ def _peak_probe() -> Callable[[], int]:
     return lambda: int(telemetry._proc_status().get("VmHWM", 0) - base)
 
 
-def run(strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placement, c_id: str,
-        shapes: tuple[tuple[int, int], tuple[int, int]], params: dict) -> dict[str, Any]:
+def run(
+    strategy: str,
+    a_id: str,
+    a_pl: pl.Placement,
+    b_id: str,
+    b_pl: pl.Placement,
+    c_id: str,
+    shapes: tuple[tuple[int, int], tuple[int, int]],
+    params: dict,
+) -> dict[str, Any]:
     """Run ``strategy`` on this rank: store C as ``c_id``; returns measured peak, time, bytes, steps.
 
     ``peak_bytes`` = bytes of the input shards this rank held before the op + the growth of its
@@ -289,7 +299,7 @@ def run(strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placem
     import torch
     import torch.distributed as dist
 
-    st = runtime.state()
+    st = rank_state.get()
     (m, k), (_, n) = shapes
     a, b = store.get(a_id), store.get(b_id)
     held = _nbytes(a) + _nbytes(b)
@@ -298,8 +308,9 @@ def run(strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placem
     growth = _peak_probe()
     start = time.perf_counter()
     steps = Steps()
-    tracer = matmul_trace.start(strategy, a_id, a_pl, b_id, b_pl, c_id, shapes, params, (need_a, need_b, c_pl),
-                                a.element_size())  # None unless mg.trace() is on
+    tracer = matmul_trace.start(
+        strategy, a_id, a_pl, b_id, b_pl, c_id, shapes, params, (need_a, need_b, c_pl), a.element_size()
+    )  # None unless mg.trace() is on
     redistribution_steps = 0
     if pl.normalize(a_pl, 2, st.world_size) != need_a:
         a, got = shards.exchange(a, (m, k), a_pl, need_a, tracer and tracer.exchange_names("a"), 1)
@@ -330,8 +341,14 @@ def run(strategy: str, a_id: str, a_pl: pl.Placement, b_id: str, b_pl: pl.Placem
     peak = held + growth()
     store.put(c_id, c)
     store.trim()
-    return {"peak_bytes": peak, "time": elapsed, "compute_time": compute_done - start,
-            "bytes_moved": steps.received, "steps": steps.count + redistribution_steps, "held_bytes": held}
+    return {
+        "peak_bytes": peak,
+        "time": elapsed,
+        "compute_time": compute_done - start,
+        "bytes_moved": steps.received,
+        "steps": steps.count + redistribution_steps,
+        "held_bytes": held,
+    }
 
 
 def check_against(c_id: str, shapes: Any, c_pl: pl.Placement, a_seed: int, b_seed: int, dtype: str) -> float:
@@ -344,7 +361,7 @@ def check_against(c_id: str, shapes: Any, c_pl: pl.Placement, a_seed: int, b_see
 
     from jupyter_mgpu.engine import seeding
 
-    st = runtime.state()
+    st = rank_state.get()
     (m, k), (_, n) = shapes
     me = pl.shard_table((m, n), c_pl, st.world_size)[st.rank]
     (r0, r1), (c0, c1) = me.ranges
@@ -356,6 +373,6 @@ def check_against(c_id: str, shapes: Any, c_pl: pl.Placement, a_seed: int, b_see
     b = b.to(calc)
     worst = 0.0
     for lo in range(0, c.shape[0], 256):  # row blocks: the check never needs a second copy of C
-        ref = torch.mm(a[lo:lo + 256].to(calc), b)
-        worst = max(worst, float((c[lo:lo + 256].to(calc) - ref).abs().max()) if ref.numel() else 0.0)
+        ref = torch.mm(a[lo : lo + 256].to(calc), b)
+        worst = max(worst, float((c[lo : lo + 256].to(calc) - ref).abs().max()) if ref.numel() else 0.0)
     return worst

@@ -13,10 +13,11 @@ import ctypes
 import socket
 from typing import Any
 
-from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.engine import link, runtime
 from jupyter_mgpu.engine import launched_setup as remote_setup
+from jupyter_mgpu.engine import link
 from jupyter_mgpu.engine import shard_store as store
+from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as shards
 
 CONNECT_TIMEOUT = 30.0
@@ -32,8 +33,9 @@ def open_stream(where: dict[str, Any], rank: int) -> socket.socket:
     """Connect to the kernel's listener of one transfer and authenticate."""
     sock = socket.create_connection((where["address"], int(where["port"])), timeout=CONNECT_TIMEOUT)
     try:
-        link.client_handshake(sock, remote_setup.link_key(), {"role": "data", "transfer": where["transfer"],
-                                                              "rank": rank})
+        link.client_handshake(
+            sock, remote_setup.link_key(), {"role": "data", "transfer": where["transfer"], "rank": rank}
+        )
     except BaseException:
         sock.close()
         raise
@@ -50,13 +52,14 @@ def recv_into(sock: socket.socket, view: memoryview) -> None:
         got += k
 
 
-def scatter(hid: str, shape: tuple[int, ...], placement: pl.Placement, dtype: str,
-            streams: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def scatter(
+    hid: str, shape: tuple[int, ...], placement: pl.Placement, dtype: str, streams: dict[int, dict[str, Any]]
+) -> dict[str, Any]:
     """This rank's shard of a scatter: over the transfer's socket if listed in ``streams``, else placed
     for the kernel to write by address (returns where)."""
     import torch
 
-    st = runtime.state()
+    st = rank_state.get()
     if st.rank not in streams:
         return shards.scatter_place(hid, shape, placement, dtype)
     me = pl.shard_table(shape, placement, st.world_size)[st.rank]
@@ -73,11 +76,12 @@ def scatter(hid: str, shape: tuple[int, ...], placement: pl.Placement, dtype: st
     return {}
 
 
-def gather(hid: str, shape: tuple[int, ...], placement: pl.Placement, streams: dict[int, dict[str, Any]],
-           by_address: list[int]) -> dict[str, Any] | None:
+def gather(
+    hid: str, shape: tuple[int, ...], placement: pl.Placement, streams: dict[int, dict[str, Any]], by_address: list[int]
+) -> dict[str, Any] | None:
     """Say where the kernel can read this rank's shard (ranks in ``by_address``, on the kernel's host), or
     send it over the transfer's socket (the others, and a local shard the kernel cannot read in place)."""
-    st = runtime.state()
+    st = rank_state.get()
     local = store.get(hid)
     if st.rank in by_address:
         where = shards.gather_address(hid, shape, placement)  # traces the gather
@@ -85,7 +89,7 @@ def gather(hid: str, shape: tuple[int, ...], placement: pl.Placement, streams: d
             return where
     else:
         shards._trace_gather(hid, shape, placement, local)
-    if isinstance(placement, pl.Replicate) and st.rank != 0 or not local.numel():
+    if (isinstance(placement, pl.Replicate) and st.rank != 0) or not local.numel():
         return {}
     data = local.detach().to("cpu").contiguous()
     with open_stream(streams[st.rank], st.rank) as sock:

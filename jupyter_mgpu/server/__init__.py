@@ -17,8 +17,7 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     from jupyter_mgpu.server.handlers import setup_handlers
 
     setup_handlers(server_app.web_app)
-    server_app.log.info("jupyter_mgpu server extension loaded at %smgpu/api/",
-                        server_app.web_app.settings["base_url"])
+    server_app.log.info("jupyter_mgpu server extension loaded at %smgpu/api/", server_app.web_app.settings["base_url"])
 
 
 load_jupyter_server_extension = _load_jupyter_server_extension

@@ -27,8 +27,9 @@ def owner_uid(pid: int) -> int | None:
         return None
 
 
-def split_memory(processes: Iterable[Any], uid: int,
-                 owner_of: Callable[[int], int | None] = owner_uid) -> tuple[int, int]:
+def split_memory(
+    processes: Iterable[Any], uid: int, owner_of: Callable[[int], int | None] = owner_uid
+) -> tuple[int, int]:
     """``(own, other users')`` bytes of NVML process records (``.pid``, ``.usedGpuMemory``).
 
     A process listed twice (compute and graphics) counts once; one whose usage NVML cannot tell
@@ -58,8 +59,9 @@ def _processes(nvml: Any, handle: Any) -> list[Any]:
     return out
 
 
-def read_devices(nvml: Any, visible: str | None, uid: int,
-                 owner_of: Callable[[int], int | None] = owner_uid) -> list[dict[str, Any]]:
+def read_devices(
+    nvml: Any, visible: str | None, uid: int, owner_of: Callable[[int], int | None] = owner_uid
+) -> list[dict[str, Any]]:
     """One entry per GPU visible to this server (keys mirrored by ``DeviceEntry`` in the labextension)."""
     tokens = [t.strip() for t in visible.split(",")] if visible else None
     indices = tokens if tokens is not None else [str(i) for i in range(nvml.nvmlDeviceGetCount())]
@@ -67,8 +69,9 @@ def read_devices(nvml: Any, visible: str | None, uid: int,
     for cuda_index, token in enumerate(indices):
         if not token or token.startswith("-"):  # CUDA stops at the first invalid entry
             break
-        handle = (nvml.nvmlDeviceGetHandleByIndex(int(token)) if token.isdigit()
-                  else nvml.nvmlDeviceGetHandleByUUID(token))
+        handle = (
+            nvml.nvmlDeviceGetHandleByIndex(int(token)) if token.isdigit() else nvml.nvmlDeviceGetHandleByUUID(token)
+        )
         name = nvml.nvmlDeviceGetName(handle)
         mem = nvml.nvmlDeviceGetMemoryInfo(handle)
         try:
@@ -79,19 +82,21 @@ def read_devices(nvml: Any, visible: str | None, uid: int,
             own, other = split_memory(_processes(nvml, handle), uid, owner_of)
         except Exception:  # NVML may not list processes here (permissions, some containers)
             own = other = None
-        out.append({
-            "id": f"cuda:{cuda_index}",
-            "kind": "cuda",
-            "index": cuda_index,
-            "name": name.decode() if isinstance(name, bytes) else str(name),
-            "used_bytes": int(mem.used),
-            "total_bytes": int(mem.total),
-            "utilization": util,
-            "cluster_id": None,
-            "rank": None,
-            "own_bytes": own,
-            "other_users_bytes": other,
-        })
+        out.append(
+            {
+                "id": f"cuda:{cuda_index}",
+                "kind": "cuda",
+                "index": cuda_index,
+                "name": name.decode() if isinstance(name, bytes) else str(name),
+                "used_bytes": int(mem.used),
+                "total_bytes": int(mem.total),
+                "utilization": util,
+                "cluster_id": None,
+                "rank": None,
+                "own_bytes": own,
+                "other_users_bytes": other,
+            }
+        )
     return out
 
 

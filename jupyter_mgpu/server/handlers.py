@@ -85,9 +85,9 @@ def parse_stream_message(text: str | bytes, interval: float, paused: bool) -> tu
     try:
         msg = json.loads(text)
     except (TypeError, ValueError):
-        raise ValueError("the message is not JSON; send e.g. {\"type\": \"configure\", \"interval\": 1.0}") from None
+        raise ValueError('the message is not JSON; send e.g. {"type": "configure", "interval": 1.0}') from None
     if not isinstance(msg, dict):
-        raise ValueError("the message must be a JSON object with a \"type\" key")
+        raise ValueError('the message must be a JSON object with a "type" key')
     kind = msg.get("type")
     if kind == "pause":
         return interval, True, False
@@ -148,8 +148,9 @@ class StreamHandler(_ManagerMixin, WebSocketMixin, tornado.websocket.WebSocketHa
                     snap = await loop.run_in_executor(None, self.manager.snapshot)
                     if self.ws_connection is None:
                         return
-                    await self.write_message(json.dumps(
-                        {"type": "snapshot", **snap, "interval": self.interval, "paused": self.paused}))
+                    await self.write_message(
+                        json.dumps({"type": "snapshot", **snap, "interval": self.interval, "paused": self.paused})
+                    )
                 except tornado.websocket.WebSocketClosedError:
                     return
                 except Exception as exc:  # a bad read must not kill the stream or spam the log

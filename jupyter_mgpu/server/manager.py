@@ -16,9 +16,10 @@ import re
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -65,8 +66,9 @@ def _process_of_cluster(pid: Any, path: Path) -> psutil.Process | None:
     return proc if any(text in arg for arg in cmdline) else None
 
 
-def _rank_entry(rank: int, pid: Any, sample: dict[str, Any] | None, alive: bool, now: float,
-                host: str | None = None) -> dict[str, Any]:
+def _rank_entry(
+    rank: int, pid: Any, sample: dict[str, Any] | None, alive: bool, now: float, host: str | None = None
+) -> dict[str, Any]:
     """One rank of a cluster payload: memory used/limit in bytes (the convention of every view, see
     ``engine/memory_figures``) and as text, state, age of the telemetry sample; ``host`` in a cluster
     across hosts (the sidebar groups ranks under it)."""
@@ -238,19 +240,21 @@ class ClusterManager:
                 info = c["devices"][r["rank"]] if r["rank"] < len(c["devices"]) else {}
                 kind = info.get("kind", r["kind"] or "cpu")
                 index = int(info.get("index", r["rank"]))
-                out.append({
-                    "id": f"{c['cluster_id']}/{kind}:{index}",
-                    "kind": kind,
-                    "index": index,
-                    "name": info.get("name", f"{kind}:{index}"),
-                    "used_bytes": r["used_bytes"],
-                    "total_bytes": r["total_bytes"] or int(info.get("total_memory", 0)),
-                    "utilization": None,
-                    "cluster_id": c["cluster_id"],
-                    "rank": r["rank"],
-                    "own_bytes": None,  # a CPU virtual device is its rank's alone
-                    "other_users_bytes": None,
-                })
+                out.append(
+                    {
+                        "id": f"{c['cluster_id']}/{kind}:{index}",
+                        "kind": kind,
+                        "index": index,
+                        "name": info.get("name", f"{kind}:{index}"),
+                        "used_bytes": r["used_bytes"],
+                        "total_bytes": r["total_bytes"] or int(info.get("total_memory", 0)),
+                        "utilization": None,
+                        "cluster_id": c["cluster_id"],
+                        "rank": r["rank"],
+                        "own_bytes": None,  # a CPU virtual device is its rank's alone
+                        "other_users_bytes": None,
+                    }
+                )
         return {"time": time.time(), "host": socket.gethostname(), "source": "clusters", "devices": out}
 
     def snapshot(self) -> dict[str, Any]:
@@ -267,11 +271,20 @@ class ClusterManager:
         anything when the id is not one of this user's running clusters.
         """
         path, state = self.locate(cluster_id)
-        main = [p for p in (_process_of_cluster(state.get(k), path) for k in ("supervisor_pid", "controller_pid"))
-                if p is not None]
-        engines = [] if state.get("launcher") else [  # a launcher's engines end with their relay's links
-            p for p in (_process_of_cluster(pid, path) for pid in (state.get("engine_pids") or {}).values())
-            if p is not None]
+        main = [
+            p
+            for p in (_process_of_cluster(state.get(k), path) for k in ("supervisor_pid", "controller_pid"))
+            if p is not None
+        ]
+        engines = (
+            []
+            if state.get("launcher")
+            else [  # a launcher's engines end with their relay's links
+                p
+                for p in (_process_of_cluster(pid, path) for pid in (state.get("engine_pids") or {}).values())
+                if p is not None
+            ]
+        )
         signalled = []
         for proc in main or engines:
             try:

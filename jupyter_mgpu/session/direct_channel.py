@@ -12,11 +12,12 @@ import json
 import select
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from jupyter_mgpu.engine import unix_socket
 from jupyter_mgpu.engine import direct_channel as direct
+from jupyter_mgpu.engine import unix_socket
 
 CONNECT_TIMEOUT = 5.0
 
@@ -84,8 +85,9 @@ class DirectChannel:
                 if attempt:
                     raise ChannelClosed(rank) from None
 
-    def call(self, ranks: list[int], bufs: list[Any], check: Callable[[list[int], dict[int, Any]], None],
-             poll: float = 0.05) -> dict[int, Any]:
+    def call(
+        self, ranks: list[int], bufs: list[Any], check: Callable[[list[int], dict[int, Any]], None], poll: float = 0.05
+    ) -> dict[int, Any]:
         """Send one request to ``ranks`` and wait for every reply; ``check(pending, replies so far)``
         runs between polls.
 
@@ -104,8 +106,9 @@ class DirectChannel:
                     self.forget(r)
                 raise
 
-    def _replies(self, rid: int, ranks: list[int], check: Callable[[list[int], dict[int, Any]], None],
-                 poll: float) -> dict[int, Any]:
+    def _replies(
+        self, rid: int, ranks: list[int], check: Callable[[list[int], dict[int, Any]], None], poll: float
+    ) -> dict[int, Any]:
         results: dict[int, Any] = {}
         by_fd = {self.socks[r].fileno(): r for r in ranks}
         while len(results) < len(ranks):

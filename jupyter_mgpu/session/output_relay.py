@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 _GROUP = contextvars.ContextVar("mgpu_group_by_rank", default=False)
 
@@ -36,7 +37,7 @@ class OutputRelay:
         self.prefix = prefix
         self.group = _GROUP.get()
         self._sent = {(r, s): 0 for r in ranks for s in ("stdout", "stderr")}
-        self._shown_outputs = {r: 0 for r in ranks}
+        self._shown_outputs = dict.fromkeys(ranks, 0)
         self._shown: list[tuple[int, str, Any]] = []  # (rank, "stdout" | "stderr" | "display", what), as shown
 
     def _write(self, rank: int, name: str, text: str) -> None:
@@ -69,7 +70,7 @@ class OutputRelay:
                 self._sent[(rank, name)] = end
                 self._emit(rank, name, chunk[:-1] if chunk.endswith("\n") else chunk)
             outputs = md.get("outputs") or []
-            for out in outputs[self._shown_outputs[rank]:]:
+            for out in outputs[self._shown_outputs[rank] :]:
                 if self.group:
                     self._shown.append((rank, "display", out))
                 self._display(out)

@@ -8,16 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_mgpu.devices import format_bytes
-from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, RankError
-
+from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, RankError, rank_list
+from jupyter_mgpu.units import format_bytes
 
 REBUILT_NOTE = "the process group was rebuilt; tensors kept, in-flight collectives dropped"
-
-
-def rank_list(ranks: list[int]) -> str:
-    ranks = sorted(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def _where(info: dict[str, Any]) -> str:
@@ -32,8 +26,11 @@ def _where(info: dict[str, Any]) -> str:
 
 def oom_message(rank: int, info: dict[str, Any], budget: int | None, kind: str) -> str:
     what = "device memory"
-    limit = f" (budget {format_bytes(budget)})" if budget and kind == "cpu" else (
-        f" ({format_bytes(budget)})" if budget else "")
+    limit = (
+        f" (budget {format_bytes(budget)})"
+        if budget and kind == "cpu"
+        else (f" ({format_bytes(budget)})" if budget else "")
+    )
     req = info.get("requested_bytes")
     doing = f"allocating {format_bytes(req)}" if req else f"running {info.get('op') or 'its code'}"
     return f"rank {rank} ran out of {what}{limit} while {doing}{_where(info)}"
@@ -97,14 +94,12 @@ def _build_error(
         if missing:
             msg += f": {rank_list(missing)} never joined it"
         msg += _where(failures[timed[0]])
-        msg += (f"; {REBUILT_NOTE}" if rebuilt else
-                "; the process group may be unusable now, run %mgpu_init --restart")
+        msg += f"; {REBUILT_NOTE}" if rebuilt else "; the process group may be unusable now, run %mgpu_init --restart"
         return CollectiveTimeoutError(msg, failed, failures)
     real = [r for r in failed if not failures[r].get("collective_failure")]
     if timed and real:
         # one rank failed on its own; the others were stuck waiting for it in a collective
-        inner = _build_error({r: failures[r] for r in real}, succeeded=None, budgets=budgets,
-                            device_kind=device_kind)
+        inner = _build_error({r: failures[r] for r in real}, succeeded=None, budgets=budgets, device_kind=device_kind)
         return type(inner)(f"{inner}; {_left_waiting(timed, released, timeout)}", failed, failures)
     if all(failures[r].get("interrupted") for r in failed):
         return RankError(f"interrupted on {rank_list(failed)}", failed, failures)

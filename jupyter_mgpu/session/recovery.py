@@ -21,8 +21,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from jupyter_mgpu.engine import collective_guard as guard
-from jupyter_mgpu.errors import Interrupted, MgpuError
-from jupyter_mgpu.session.rank_errors import REBUILT_NOTE, rank_list
+from jupyter_mgpu.errors import Interrupted, MgpuError, rank_list
+from jupyter_mgpu.session.rank_errors import REBUILT_NOTE
 
 if TYPE_CHECKING:
     from jupyter_mgpu.session.core import Session
@@ -35,7 +35,7 @@ SETTLE = 3.0  # how long released ranks get to leave their call
 class GroupRecovery:
     """The clean-group guarantee of one session."""
 
-    def __init__(self, session: "Session") -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
         self.dirty: str | None = None  # why the group must be rebuilt before the next call
         self.released: set[int] = set()  # ranks released during the call being waited on
@@ -72,8 +72,9 @@ class GroupRecovery:
 
     def watch(self, done: dict[int, dict[str, Any]], pending: list[int]) -> None:
         """Release pending ranks stuck in a collective that a rank which already failed never entered."""
-        failed = [res for res in done.values() if isinstance(res, dict) and not res.get("ok")
-                  and not res.get("interrupted")]
+        failed = [
+            res for res in done.values() if isinstance(res, dict) and not res.get("ok") and not res.get("interrupted")
+        ]
         if not failed or not pending:
             return
         now = time.monotonic()
@@ -86,8 +87,7 @@ class GroupRecovery:
             return
         fewest = min(counts)
         progress = self._ask([r for r in pending if r not in self.released], "progress")
-        stuck = [r for r, p in progress.items()
-                 if p and p.get("in_call") and (p.get("collectives") or 0) > fewest]
+        stuck = [r for r, p in progress.items() if p and p.get("in_call") and (p.get("collectives") or 0) > fewest]
         if stuck:
             self.release(stuck)
 
@@ -118,8 +118,10 @@ class GroupRecovery:
             busy = self.wait_idle(everyone, SETTLE)
         where = f"interrupted on {rank_list(ranks)}"
         if busy:
-            return Interrupted(f"{where}; {rank_list(busy)} still busy (a long C++ operation?): the process "
-                               "group will be rebuilt before the next call")
+            return Interrupted(
+                f"{where}; {rank_list(busy)} still busy (a long C++ operation?): the process "
+                "group will be rebuilt before the next call"
+            )
         if self.rebuild():
             return Interrupted(f"{where}; {REBUILT_NOTE}")
         return Interrupted(f"{where}; the process group will be rebuilt before the next call")

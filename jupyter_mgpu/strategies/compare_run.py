@@ -28,7 +28,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from jupyter_mgpu.engine import budget, runtime, telemetry
+from jupyter_mgpu.engine import budget, telemetry
+from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine import trace as etrace
 from jupyter_mgpu.strategies import ddp, fsdp, measure, pp, single, tp
 from jupyter_mgpu.strategies import weights as wmod
@@ -37,9 +38,16 @@ from jupyter_mgpu.strategies.step import Context
 
 BUILDERS = {"single": single, "ddp": ddp, "fsdp": fsdp, "tp": tp, "pp": pp}
 _DATA: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-TORCH_APIS = ("torch._dynamo", "torch.distributed._tools.fsdp2_mem_tracker", "torch.distributed._tools.mem_tracker",
-              "torch.distributed.algorithms.ddp_comm_hooks.default_hooks", "torch.distributed.fsdp",
-              "torch.distributed.pipelining", "torch.distributed.tensor.parallel", "torch.nn.parallel")
+TORCH_APIS = (
+    "torch._dynamo",
+    "torch.distributed._tools.fsdp2_mem_tracker",
+    "torch.distributed._tools.mem_tracker",
+    "torch.distributed.algorithms.ddp_comm_hooks.default_hooks",
+    "torch.distributed.fsdp",
+    "torch.distributed.pipelining",
+    "torch.distributed.tensor.parallel",
+    "torch.nn.parallel",
+)
 
 
 def put_data(key: str, x: Any, y: Any) -> int:
@@ -95,13 +103,17 @@ def _failure(exc: BaseException, base: dict[str, int]) -> dict[str, Any]:
     if budget.is_oom(exc):
         now = measure.device_bytes()
         requested = budget.requested_bytes(str(exc)) or 0
-        st = runtime.state()
+        st = rank_state.get()
         if st.device_kind == "cpu" and budget.mode() == "rlimit":  # the OS limit: what this run added to VmData
             used, limit = max(0, now["data"] - base["data"]), (st.data_limit - base["data"]) if st.data_limit else None
         else:  # counted like a GPU's allocator: every tensor on the device against its budget
             used, limit = now["current"], st.budget_bytes
-        return {"status": "oom", "needs_bytes": used + requested, "limit_bytes": limit,
-                "error": f"out of memory ({text[:160]})"}
+        return {
+            "status": "oom",
+            "needs_bytes": used + requested,
+            "limit_bytes": limit,
+            "error": f"out of memory ({text[:160]})",
+        }
     lowered = text.lower()
     if any(s in lowered for s in ("timed out", "timeout", "connection closed", "connection reset")):
         return {"status": "peer", "error": "stopped: another rank of this strategy did not answer in time"}
@@ -123,10 +135,18 @@ def import_torch_apis() -> None:
 def run(job: dict[str, Any]) -> dict[str, Any]:
     """Train ``job["strategy"]`` on this rank and measure it (see the module docstring)."""
     import_torch_apis()
-    st = runtime.state()
+    st = rank_state.get()
     kind = "pp" if job["strategy"].startswith("pp") else job["strategy"]
-    result: dict[str, Any] = {"rank": st.rank, "strategy": job["strategy"], "status": "ok", "losses": [],
-                              "step_times": [], "memory": {}, "bytes": {}, "calls": {}}
+    result: dict[str, Any] = {
+        "rank": st.rank,
+        "strategy": job["strategy"],
+        "status": "ok",
+        "losses": [],
+        "step_times": [],
+        "memory": {},
+        "bytes": {},
+        "calls": {},
+    }
     group = prepared = x = y = None
     recording = kind == "pp" and bool(job.get("trace_id"))
     measure.release()
@@ -137,14 +157,28 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         if recording:
             etrace.start(job["trace_id"], live=True)
         if kind != "single":
-            group = dist.new_group(list(range(st.world_size)), backend=st.backend,
-                                   timeout=datetime.timedelta(seconds=float(job["timeout"])))
-        ctx = Context(rank=st.rank, world_size=st.world_size if kind != "single" else 1, group=group,
-                      device=st.device, layers=job["layers"], init=job["init"], seed=int(job["seed"]),
-                      loss=job["loss"], optimizer=job["optimizer"], lr=float(job["lr"]), batch=int(job["batch"]),
-                      microbatches=int(job.get("microbatches", 1)), schedule=job.get("schedule", "gpipe"),
-                      stages=[tuple(s) for s in job.get("stages", [])],
-                      tp_pairs=[tuple(p) for p in job.get("tp_pairs", [])])
+            group = dist.new_group(
+                list(range(st.world_size)),
+                backend=st.backend,
+                timeout=datetime.timedelta(seconds=float(job["timeout"])),
+            )
+        ctx = Context(
+            rank=st.rank,
+            world_size=st.world_size if kind != "single" else 1,
+            group=group,
+            device=st.device,
+            layers=job["layers"],
+            init=job["init"],
+            seed=int(job["seed"]),
+            loss=job["loss"],
+            optimizer=job["optimizer"],
+            lr=float(job["lr"]),
+            batch=int(job["batch"]),
+            microbatches=int(job.get("microbatches", 1)),
+            schedule=job.get("schedule", "gpipe"),
+            stages=[tuple(s) for s in job.get("stages", [])],
+            tp_pairs=[tuple(p) for p in job.get("tp_pairs", [])],
+        )
         prepared = BUILDERS[kind].build(ctx)
         result["weights"] = wmod.shard_boxes(prepared.module)
         x, y = _data(job, st.device)
@@ -153,7 +187,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     except KeyboardInterrupt as exc:
         interrupted = exc
         result.update(status="error", error="interrupted")
-    except BaseException as exc:  # noqa: BLE001 - reported as this rank's result row
+    except BaseException as exc:
         result.update(_failure(exc, base))
         exc.__traceback__ = None  # its frames hold the strategy's tensors
     finally:
@@ -174,8 +208,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _train_step(prepared: Any, group: Any, job: dict[str, Any], x: torch.Tensor, y: torch.Tensor, k: int,
-                result: dict[str, Any]) -> None:
+def _train_step(
+    prepared: Any, group: Any, job: dict[str, Any], x: torch.Tensor, y: torch.Tensor, k: int, result: dict[str, Any]
+) -> None:
     """Step ``k``: barrier, then the step (measured for memory and bytes at ``MEASURED_STEP``, else timed)."""
     bx, by = _batch(x, y, k, int(job["batch"]))
     if group is not None:
@@ -203,4 +238,4 @@ def _train_step(prepared: Any, group: Any, job: dict[str, Any], x: torch.Tensor,
     result["losses"].append(loss)
     result["step_times"].append(seconds)
     if k > MEASURED_STEP:
-        result["step_time"] = statistics.median(result["step_times"][MEASURED_STEP + 1:])
+        result["step_time"] = statistics.median(result["step_times"][MEASURED_STEP + 1 :])

@@ -62,11 +62,18 @@ def _loss_floats(plan: ComparePlan) -> int:
     return out * (2 if plan.loss == "mse" else 1)
 
 
-def _row(params: float, k: int, act: float, comm: float, nbytes: dict[str, float],
-         bubble: float | None = None) -> dict[str, Any]:
-    return {"params": params * F32, "grads": params * F32, "optimizer": k * params * F32,
-            "activations": act * F32, "comm_buffers": comm * F32, "bytes": {c: b * F32 for c, b in nbytes.items()},
-            "bubble": bubble}
+def _row(
+    params: float, k: int, act: float, comm: float, nbytes: dict[str, float], bubble: float | None = None
+) -> dict[str, Any]:
+    return {
+        "params": params * F32,
+        "grads": params * F32,
+        "optimizer": k * params * F32,
+        "activations": act * F32,
+        "comm_buffers": comm * F32,
+        "bytes": {c: b * F32 for c, b in nbytes.items()},
+        "bubble": bubble,
+    }
 
 
 def expected(plan: ComparePlan, strategy: str) -> list[dict[str, Any]]:
@@ -85,8 +92,13 @@ def expected(plan: ComparePlan, strategy: str) -> list[dict[str, Any]]:
         rows = []
         for r in range(P):  # parameters and gradients sit in padded shards, optimizer state is made per shard
             mine = sum(_chunk_rows(d, P, r) * e for s in layers for d, e in _tensors(s))
-            row = _row(padded / P, k, B // P * per_sample, 4 * largest,
-                       {"all_gather": 2 * padded / P, "reduce_scatter": padded})
+            row = _row(
+                padded / P,
+                k,
+                B // P * per_sample,
+                4 * largest,
+                {"all_gather": 2 * padded / P, "reduce_scatter": padded},
+            )
             row["optimizer"] = k * mine * F32
             rows.append(row)
         return rows
@@ -133,4 +145,3 @@ def _pp_row(plan: ComparePlan, k: int, s: int, schedule: str) -> dict[str, Any]:
         nbytes["send"] = nbytes.get("send", 0) + B * w[a]
         nbytes["recv"] = nbytes.get("recv", 0) + B * w[a]
     return _row(params, k, act, comm, nbytes, bubble=(P - 1) / (m + P - 1))
-

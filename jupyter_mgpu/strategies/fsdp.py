@@ -24,5 +24,4 @@ def build(ctx: Context) -> Prepared:
     weights.materialize(model, ctx)
     opt = make_optimizer(ctx, model.parameters())
     watch: dict = {"tracker": None}
-    return Prepared(model, opt, local_step(ctx, model, opt, share=True, watch=watch), tracker_kind="fsdp",
-                    watch=watch)
+    return Prepared(model, opt, local_step(ctx, model, opt, share=True, watch=watch), tracker_kind="fsdp", watch=watch)

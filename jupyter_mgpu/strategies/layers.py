@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -27,34 +27,53 @@ M32 = 0xFFFFFFFF
 def describe(model: Any) -> list[dict[str, Any]]:
     """The specs of an ``nn.Sequential``; one sentence naming the first layer that cannot be split."""
     if not isinstance(model, nn.Sequential):
-        raise MgpuError("mg.compare needs an nn.Sequential of Linear, activation, LayerNorm and Dropout layers "
-                        f"(or a bundled model such as 'mlp:1024x8'), got {type(model).__name__}")
+        raise MgpuError(
+            "mg.compare needs an nn.Sequential of Linear, activation, LayerNorm and Dropout layers "
+            f"(or a bundled model such as 'mlp:1024x8'), got {type(model).__name__}"
+        )
     out: list[dict[str, Any]] = []
     for i, layer in enumerate(model):
         name = type(layer).__name__
         if type(layer) is nn.Linear:
-            out.append({"kind": "linear", "in": layer.in_features, "out": layer.out_features,
-                        "bias": layer.bias is not None})
+            out.append(
+                {"kind": "linear", "in": layer.in_features, "out": layer.out_features, "bias": layer.bias is not None}
+            )
         elif type(layer) is nn.LayerNorm and len(layer.normalized_shape) == 1:
-            out.append({"kind": "layernorm", "features": int(layer.normalized_shape[0]), "eps": float(layer.eps),
-                        "affine": layer.elementwise_affine, "bias": getattr(layer, "bias", None) is not None})
+            out.append(
+                {
+                    "kind": "layernorm",
+                    "features": int(layer.normalized_shape[0]),
+                    "eps": float(layer.eps),
+                    "affine": layer.elementwise_affine,
+                    "bias": getattr(layer, "bias", None) is not None,
+                }
+            )
         elif type(layer) is nn.Dropout:
             out.append({"kind": "dropout", "p": float(layer.p)})
         elif name in ms.ACTIVATIONS and type(layer) is getattr(nn, name):
             out.append({"kind": "act", "cls": name, "args": _activation_args(layer)})
         else:
-            raise MgpuError(f"layer {i} ({name}) is not supported: mg.compare splits nn.Sequential models of Linear, "
-                            f"activation ({', '.join(ms.ACTIVATIONS)}), 1-D LayerNorm and Dropout layers")
+            raise MgpuError(
+                f"layer {i} ({name}) is not supported: mg.compare splits nn.Sequential models of Linear, "
+                f"activation ({', '.join(ms.ACTIVATIONS)}), 1-D LayerNorm and Dropout layers"
+            )
         if any(p.dtype != torch.float32 for p in layer.parameters()):
-            raise MgpuError(f"{ms.label(out, i)} has {next(layer.parameters()).dtype} parameters; "
-                            "mg.compare measures float32 models (call model.float() first)")
+            raise MgpuError(
+                f"{ms.label(out, i)} has {next(layer.parameters()).dtype} parameters; "
+                "mg.compare measures float32 models (call model.float() first)"
+            )
     ms.widths(out)
     return out
 
 
 def _activation_args(layer: nn.Module) -> dict[str, Any]:
-    keep = {"GELU": ("approximate",), "LeakyReLU": ("negative_slope",), "ELU": ("alpha",),
-            "Softplus": ("beta", "threshold"), "Hardtanh": ("min_val", "max_val")}
+    keep = {
+        "GELU": ("approximate",),
+        "LeakyReLU": ("negative_slope",),
+        "ELU": ("alpha",),
+        "Softplus": ("beta", "threshold"),
+        "Hardtanh": ("min_val", "max_val"),
+    }
     return {k: getattr(layer, k) for k in keep.get(type(layer).__name__, ())}
 
 
@@ -95,7 +114,7 @@ class SeededDropout(nn.Module):
     splits the features, ``width`` the full feature count.
     """
 
-    context: dict[str, Any] = {"rows": None, "step": 0}
+    context: ClassVar[dict[str, Any]] = {"rows": None, "step": 0}
 
     def __init__(self, p: float, index: int, seed: int, width: int, col0: int = 0):
         super().__init__()
@@ -107,8 +126,14 @@ class SeededDropout(nn.Module):
         rows = self.context["rows"]
         if rows is None or len(rows) != x.shape[0]:
             rows = torch.arange(x.shape[0])
-        keep = keep_mask(rows.to(x.device), self.col0, x.shape[-1], self.width,
-                         (self.seed * 7919 + self.index * 104729 + int(self.context["step"]) * 1299709) & M32, self.p)
+        keep = keep_mask(
+            rows.to(x.device),
+            self.col0,
+            x.shape[-1],
+            self.width,
+            (self.seed * 7919 + self.index * 104729 + int(self.context["step"]) * 1299709) & M32,
+            self.p,
+        )
         return x * keep.to(x.dtype) * (1.0 / (1.0 - self.p))
 
 
@@ -122,8 +147,9 @@ def keep_mask(rows: torch.Tensor, col0: int, ncols: int, width: int, key: int, p
     return x >= int(p * 2**32)
 
 
-def build(spec: dict[str, Any], index: int, seed: int = 0, width: int = 0, col0: int = 0,
-          features: int | None = None) -> nn.Module:
+def build(
+    spec: dict[str, Any], index: int, seed: int = 0, width: int = 0, col0: int = 0, features: int | None = None
+) -> nn.Module:
     """A fresh layer for ``spec`` (weights uninitialised: call inside ``torch.device("meta")`` or load them).
 
     ``features``: this rank's feature count for a dropout inside a tensor-parallel pair.

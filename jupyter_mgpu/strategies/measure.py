@@ -29,27 +29,50 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # torch's category names → the table's columns
 COLUMNS = ("params", "grads", "optimizer", "activations", "comm_buffers", "temporaries", "inputs")
 CATEGORY = {
-    "Parameter": "params", "Buffer": "params", "Sharded Param": "params",
-    "Gradient": "grads", "Sharded Grad": "grads",
-    "Optstate": "optimizer", "OptState": "optimizer",
-    "Activation": "activations", "Inputs": "inputs",
+    "Parameter": "params",
+    "Buffer": "params",
+    "Sharded Param": "params",
+    "Gradient": "grads",
+    "Sharded Grad": "grads",
+    "Optstate": "optimizer",
+    "OptState": "optimizer",
+    "Activation": "activations",
+    "Inputs": "inputs",
     "Temp": "temporaries",
     # buffers made for communication: DDP's buckets and the pipeline's receive buffers (registered as
     # "Other"), FSDP's all-gather/reduce-scatter buffers and the layers it gathered for compute
-    "Other": "comm_buffers", "All Gather": "comm_buffers", "Reduce Scatter": "comm_buffers",
-    "Unsharded Param": "comm_buffers", "Unsharded Grad": "comm_buffers",
+    "Other": "comm_buffers",
+    "All Gather": "comm_buffers",
+    "Reduce Scatter": "comm_buffers",
+    "Unsharded Param": "comm_buffers",
+    "Unsharded Grad": "comm_buffers",
 }
 OP_NAMES = {
-    "allreduce_": "all_reduce", "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
-    "allreduce_coalesced_": "all_reduce", "all_reduce_coalesced": "all_reduce",
-    "_allgather_base_": "all_gather", "allgather_": "all_gather", "allgather_into_tensor_coalesced_": "all_gather",
-    "all_gather_into_tensor": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
-    "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_": "reduce_scatter",
-    "reduce_scatter_tensor_coalesced_": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "allreduce_": "all_reduce",
+    "all_reduce": "all_reduce",
+    "all_reduce_": "all_reduce",
+    "allreduce_coalesced_": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "_allgather_base_": "all_gather",
+    "allgather_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
     "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "broadcast_": "broadcast", "broadcast": "broadcast", "send": "send", "recv_": "recv",
-    "recv_any_source_": "recv", "alltoall_base_": "all_to_all", "all_to_all_single": "all_to_all",
-    "reduce_": "reduce", "gather_": "gather", "scatter_": "scatter",
+    "broadcast_": "broadcast",
+    "broadcast": "broadcast",
+    "send": "send",
+    "recv_": "recv",
+    "recv_any_source_": "recv",
+    "alltoall_base_": "all_to_all",
+    "all_to_all_single": "all_to_all",
+    "reduce_": "reduce",
+    "gather_": "gather",
+    "scatter_": "scatter",
 }
 INPUT_ARGS = ("input", "input_tensor", "input_tensors", "inputs", "tensors", "tensor", "self")
 
@@ -210,15 +233,22 @@ def set_backward(t: Any, on: bool) -> None:
 
 def device_bytes() -> dict[str, int]:
     """This process's device memory now: ``current``, ``peak`` and ``data`` (VmData; CPU) in bytes."""
-    from jupyter_mgpu.engine import allocator_budget, budget, runtime, telemetry
+    from jupyter_mgpu.engine import allocator_budget, budget, telemetry
+    from jupyter_mgpu.engine import state as rank_state
 
-    st = runtime.STATE
+    st = rank_state.STATE
     if st is not None and st.device_kind == "cuda":
-        return {"current": int(torch.cuda.memory_allocated()), "peak": int(torch.cuda.max_memory_allocated()),
-                "data": int(torch.cuda.memory_allocated())}
+        return {
+            "current": int(torch.cuda.memory_allocated()),
+            "peak": int(torch.cuda.max_memory_allocated()),
+            "data": int(torch.cuda.memory_allocated()),
+        }
     if budget.mode() == "allocator":  # the CPU budget counts tensor bytes, as a GPU's allocator does
-        return {"current": allocator_budget.allocated(), "peak": allocator_budget.peak(),
-                "data": allocator_budget.allocated()}
+        return {
+            "current": allocator_budget.allocated(),
+            "peak": allocator_budget.peak(),
+            "data": allocator_budget.allocated(),
+        }
     status = telemetry._proc_status()
     return {"current": status.get("VmRSS", 0), "peak": status.get("VmHWM", 0), "data": status.get("VmData", 0)}
 

@@ -84,14 +84,16 @@ def widths(layers: list[dict[str, Any]]) -> list[int]:
                 raise MgpuError(f"{label(layers, i)} takes {s['in']} features but the layers before it give {width}")
             width = s["out"]
         elif s["kind"] == "layernorm" and s["features"] != width:
-            raise MgpuError(f"{label(layers, i)} normalises {s['features']} features but the layers before it "
-                            f"give {width}")
+            raise MgpuError(
+                f"{label(layers, i)} normalises {s['features']} features but the layers before it give {width}"
+            )
     out.append(width)
     return out
 
 
-def saved_floats(layers: list[dict[str, Any]], start: int = 0, stop: int | None = None,
-                 split: dict[int, int] | None = None) -> float:
+def saved_floats(
+    layers: list[dict[str, Any]], start: int = 0, stop: int | None = None, split: dict[int, int] | None = None
+) -> float:
     """Floats per sample that autograd keeps from the forward of ``layers[start:stop]`` for the backward.
 
     Linear keeps its input; LayerNorm its input plus a mean and a reciprocal deviation; Dropout its
@@ -112,6 +114,6 @@ def saved_floats(layers: list[dict[str, Any]], start: int = 0, stop: int | None 
             total += 0 if first else f
         elif s["kind"] == "layernorm":
             total += (0 if first else f) + 2
-        elif s["kind"] == "dropout" and s["p"] > 0 or s["kind"] == "act" and s["cls"] in SAVES_INPUT and not first:
+        elif (s["kind"] == "dropout" and s["p"] > 0) or (s["kind"] == "act" and s["cls"] in SAVES_INPUT and not first):
             total += f
     return total

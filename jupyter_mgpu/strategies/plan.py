@@ -73,19 +73,25 @@ def tp_pairs(layers: list[dict[str, Any]], world_size: int) -> list[tuple[int, i
     lin = ms.linear_indices(layers)
     if len(lin) % 2:
         last = lin[-1]
-        raise MgpuError(f"tensor parallel pairs consecutive Linear layers (column- then row-parallel), but "
-                        f"{ms.label(layers, last)} is Linear number {len(lin)} and has no partner; "
-                        "use an even number of Linear layers")
+        raise MgpuError(
+            f"tensor parallel pairs consecutive Linear layers (column- then row-parallel), but "
+            f"{ms.label(layers, last)} is Linear number {len(lin)} and has no partner; "
+            "use an even number of Linear layers"
+        )
     pairs = list(zip(lin[0::2], lin[1::2]))
     for col, row in pairs:
         for j in range(col + 1, row):
             if layers[j]["kind"] not in ELEMENTWISE:
-                raise MgpuError(f"tensor parallel cannot split {ms.label(layers, j)}: it sits between column-parallel "
-                                f"layer {col} and row-parallel layer {row}, where each rank holds only some features")
+                raise MgpuError(
+                    f"tensor parallel cannot split {ms.label(layers, j)}: it sits between column-parallel "
+                    f"layer {col} and row-parallel layer {row}, where each rank holds only some features"
+                )
         out = layers[col]["out"]
         if out % world_size:
-            raise MgpuError(f"tensor parallel splits the {out} output features of {ms.label(layers, col)} over "
-                            f"{world_size} ranks, and {out} does not divide by {world_size}")
+            raise MgpuError(
+                f"tensor parallel splits the {out} output features of {ms.label(layers, col)} over "
+                f"{world_size} ranks, and {out} does not divide by {world_size}"
+            )
     return pairs
 
 
@@ -93,8 +99,10 @@ def pp_stages(layers: list[dict[str, Any]], stages: int) -> list[tuple[int, int]
     """``stages`` contiguous layer ranges, each starting at a Linear layer, balanced by parameter count."""
     lin = ms.linear_indices(layers)
     if len(lin) < stages:
-        raise MgpuError(f"pipeline parallel needs at least one Linear layer per stage: {stages} stages, but the "
-                        f"model has {len(lin)} Linear layer{'s' if len(lin) != 1 else ''}")
+        raise MgpuError(
+            f"pipeline parallel needs at least one Linear layer per stage: {stages} stages, but the "
+            f"model has {len(lin)} Linear layer{'s' if len(lin) != 1 else ''}"
+        )
     starts = [0] + lin[1:]
     units = [(a, b) for a, b in zip(starts, starts[1:] + [len(layers)])]
     cost = [sum(ms.param_count(layers[i]) for i in range(a, b)) for a, b in units]
@@ -127,8 +135,19 @@ def _positive_int(name: str, value: Any, low: int = 1) -> int:
     return value
 
 
-def make_plan(layers: list[dict[str, Any]], strategies: Any, world_size: int, *, batch: Any, steps: Any,
-              microbatches: Any, optimizer: Any, lr: Any, loss: Any, samples: int) -> ComparePlan:
+def make_plan(
+    layers: list[dict[str, Any]],
+    strategies: Any,
+    world_size: int,
+    *,
+    batch: Any,
+    steps: Any,
+    microbatches: Any,
+    optimizer: Any,
+    lr: Any,
+    loss: Any,
+    samples: int,
+) -> ComparePlan:
     """Check everything ``mg.compare`` was given and split the model; raises one sentence on bad input."""
     names = strategy_names(strategies)
     batch = _positive_int("batch", batch)
@@ -144,10 +163,13 @@ def make_plan(layers: list[dict[str, Any]], strategies: Any, world_size: int, *,
         raise MgpuError(f"the data has {samples} samples, fewer than one batch of {batch}")
     for s in names:
         if s in ("ddp", "fsdp") and batch % world_size:
-            raise MgpuError(f"batch {batch} does not split evenly over {world_size} ranks ({s} gives each rank an "
-                            "equal share of every batch)")
-    plan = ComparePlan(layers, names, world_size, batch, steps, microbatches, optimizer.lower(), float(lr),
-                       loss.lower(), samples)
+            raise MgpuError(
+                f"batch {batch} does not split evenly over {world_size} ranks ({s} gives each rank an "
+                "equal share of every batch)"
+            )
+    plan = ComparePlan(
+        layers, names, world_size, batch, steps, microbatches, optimizer.lower(), float(lr), loss.lower(), samples
+    )
     if "tp" in names:
         plan.tp_pairs = tp_pairs(layers, world_size)
     if any(s.startswith("pp") for s in names):

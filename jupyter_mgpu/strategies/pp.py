@@ -54,8 +54,14 @@ class StageRecorder:
         def wrapped(mb: int, *args: Any, **kwargs: Any) -> Any:
             got = self.pending.pop((kind, mb), None)
             if got is not None:  # the schedule waited for this receive just before calling us
-                etrace.record(self.step, "recv", nbytes=got[0], peer=got[1], mb=mb,
-                              kind="activation" if kind == "forward" else "gradient")
+                etrace.record(
+                    self.step,
+                    "recv",
+                    nbytes=got[0],
+                    peer=got[1],
+                    mb=mb,
+                    kind="activation" if kind == "forward" else "gradient",
+                )
             if kind == "forward":
                 set_dropout_rows(torch.arange(mb * self.rows_per_mb, (mb + 1) * self.rows_per_mb), self.step)
             measure.set_backward(self.watch["tracker"], kind == "backward")
@@ -67,8 +73,9 @@ class StageRecorder:
                     torch.cuda.synchronize(self.stage.device)
                 end = time.time()
                 measure.set_backward(self.watch["tracker"], False)
-                etrace.record(self.step, "compute", kind=kind, mb=mb, start=start, end=end,
-                              stage=self.stage.stage_index)
+                etrace.record(
+                    self.step, "compute", kind=kind, mb=mb, start=start, end=end, stage=self.stage.stage_index
+                )
 
         return wrapped
 

@@ -56,7 +56,7 @@ class Prepared:
     module: nn.Module
     optimizer: torch.optim.Optimizer
     step: Callable[[torch.Tensor, torch.Tensor, int], float | None]
-    tracker_kind: str = "phase"          # "phase" (MemTracker, phase set by the step) or "fsdp" (FSDPMemTracker)
+    tracker_kind: str = "phase"  # "phase" (MemTracker, phase set by the step) or "fsdp" (FSDPMemTracker)
     comm_buffers: Callable[[], list[torch.Tensor]] = list
     watch: dict[str, Any] = field(default_factory=lambda: {"tracker": None})  # the tracker of the measured step
 
@@ -85,8 +85,9 @@ def set_dropout_rows(rows: torch.Tensor, step: int) -> None:
     SeededDropout.context["step"] = step
 
 
-def local_step(ctx: Context, module: nn.Module, opt: torch.optim.Optimizer, share: bool,
-               watch: dict[str, Any]) -> Callable:
+def local_step(
+    ctx: Context, module: nn.Module, opt: torch.optim.Optimizer, share: bool, watch: dict[str, Any]
+) -> Callable:
     """One step of a model that runs whole on this rank: on its share of the batch (``share``) or all of it.
 
     ``watch["tracker"]``, when set, is told when the backward runs.

@@ -32,8 +32,7 @@ def sequential(ctx: Any, indices: Iterable[int], tp_cols: dict[int, int] | None 
     with torch.device("meta"):
         for i in indices:
             cols = tp_cols.get(i)
-            children[str(i)] = lay.build(ctx.layers[i], i, ctx.seed, width=w[i],
-                                         col0=ctx.rank * cols if cols else 0)
+            children[str(i)] = lay.build(ctx.layers[i], i, ctx.seed, width=w[i], col0=ctx.rank * cols if cols else 0)
     return nn.Sequential(children)
 
 
@@ -80,6 +79,12 @@ def shard_boxes(module: nn.Module) -> list[dict[str, Any]]:
     for name, child in root.named_children():
         for pname, p in child.named_parameters(recurse=False):
             shape = tuple(int(n) for n in p.shape)
-            out.append({"layer": int(name), "name": f"{name}.{pname}", "shape": list(shape),
-                        "box": [list(b) for b in _local_box(p, shape)]})
+            out.append(
+                {
+                    "layer": int(name),
+                    "name": f"{name}.{pname}",
+                    "shape": list(shape),
+                    "box": [list(b) for b in _local_box(p, shape)],
+                }
+            )
     return out

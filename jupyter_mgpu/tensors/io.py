@@ -9,12 +9,15 @@ then every rank reads just its own rows — the file is never read whole by anyo
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from jupyter_mgpu.session import core as sessmod
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.ops import io as rank_io
-from jupyter_mgpu.tensors.dist_tensor import DistTensor, _new_handle, _placement, _run_creating, dtype_name, flush_frees, scatter, session_of
+from jupyter_mgpu.session import lifecycle as sessmod
+from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle, session_of
+from jupyter_mgpu.tensors.factories import scatter
+from jupyter_mgpu.tensors.handles import dtype_name, flush_frees, placement_of, run_creating
 
 SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 _NUMPY_OK = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
@@ -25,8 +28,10 @@ def _kind(path: str) -> str:
     for suffix in SUFFIXES:
         if low.endswith(suffix):
             return {".pth": ".pt"}.get(suffix, suffix)
-    raise MgpuError(f"cannot tell the format of {path!r}: mg.load/mg.save read and write "
-                    f".npy, .pt (torch.save) and .safetensors files")
+    raise MgpuError(
+        f"cannot tell the format of {path!r}: mg.load/mg.save read and write "
+        f".npy, .pt (torch.save) and .safetensors files"
+    )
 
 
 def _npy_header(path: str) -> tuple[tuple[int, ...], str]:
@@ -35,21 +40,28 @@ def _npy_header(path: str) -> tuple[tuple[int, ...], str]:
     with open(path, "rb") as f:
         magic = f.read(6)
     if magic != b"\x93NUMPY":
-        raise MgpuError(f"{path} is not a .npy file (it does not start with numpy's format header); "
-                        "write arrays with numpy.save or mg.save")
+        raise MgpuError(
+            f"{path} is not a .npy file (it does not start with numpy's format header); "
+            "write arrays with numpy.save or mg.save"
+        )
     try:
         arr = np.load(path, mmap_mode="r")
     except ValueError as exc:
         if "object" in str(exc).lower():
-            raise MgpuError(f"{path} holds Python objects, not numbers, so no rank can read a slice of it; "
-                            "save a numeric array (numpy.stack the rows first)") from None
-        raise MgpuError(f"{path} is not an array of numbers that can be memory-mapped ({exc}); "
-                        "save a numeric array with numpy.save") from None
+            raise MgpuError(
+                f"{path} holds Python objects, not numbers, so no rank can read a slice of it; "
+                "save a numeric array (numpy.stack the rows first)"
+            ) from None
+        raise MgpuError(
+            f"{path} is not an array of numbers that can be memory-mapped ({exc}); save a numeric array with numpy.save"
+        ) from None
     except Exception as exc:
         raise MgpuError(f"{path} is not a .npy array file ({type(exc).__name__}: {exc})") from None
     if not isinstance(arr, np.ndarray):
-        raise MgpuError(f"{path} is not a .npy array file (numpy.load gave a {type(arr).__name__}); "
-                        "for .npz archives load each array with numpy and use mg.from_numpy")
+        raise MgpuError(
+            f"{path} is not a .npy array file (numpy.load gave a {type(arr).__name__}); "
+            "for .npz archives load each array with numpy and use mg.from_numpy"
+        )
     name = str(arr.dtype)
     if name not in _NUMPY_OK:
         raise MgpuError(f"{path} holds {name} data; mg.load reads numeric .npy files ({', '.join(_NUMPY_OK)})")
@@ -63,15 +75,18 @@ def _pt_header(path: str, key: str | None) -> tuple[tuple[int, ...], str, str | 
         obj = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
     except Exception as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MgpuError(f"{path} cannot be memory-mapped as a torch.save file ({text}); save tensors with "
-                        "torch.save (zip format, the default) so each rank can read only its slice") from None
+        raise MgpuError(
+            f"{path} cannot be memory-mapped as a torch.save file ({text}); save tensors with "
+            "torch.save (zip format, the default) so each rank can read only its slice"
+        ) from None
     if isinstance(obj, dict):
         tensors = [k for k, v in obj.items() if isinstance(v, torch.Tensor)]
         if key is None and len(tensors) == 1:
             key = tensors[0]
         if key is None:
-            raise MgpuError(f"{path} holds {len(tensors)} tensors ({', '.join(map(str, tensors[:5]))}); "
-                            "pass key= to choose one")
+            raise MgpuError(
+                f"{path} holds {len(tensors)} tensors ({', '.join(map(str, tensors[:5]))}); pass key= to choose one"
+            )
         if key not in obj or not isinstance(obj[key], torch.Tensor):
             raise MgpuError(f"{path} has no tensor named {key!r}; it has {', '.join(map(str, tensors)) or 'none'}")
         t = obj[key]
@@ -88,8 +103,9 @@ def _safetensors_header(path: str, key: str | None) -> tuple[tuple[int, ...], st
     try:
         from safetensors import safe_open
     except ImportError:
-        raise MgpuError("reading .safetensors files needs the safetensors package: "
-                        "pip install 'jupyter_mgpu[io]'") from None
+        raise MgpuError(
+            "reading .safetensors files needs the safetensors package: pip install 'jupyter_mgpu[io]'"
+        ) from None
     try:
         with safe_open(path, framework="pt") as f:
             keys = list(f.keys())
@@ -105,15 +121,24 @@ def _safetensors_header(path: str, key: str | None) -> tuple[tuple[int, ...], st
         raise
     except Exception as exc:
         raise MgpuError(f"{path} is not a safetensors file ({type(exc).__name__}: {exc})") from None
-    names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-             "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+    names = {
+        "F64": "float64",
+        "F32": "float32",
+        "F16": "float16",
+        "BF16": "bfloat16",
+        "I64": "int64",
+        "I32": "int32",
+        "I16": "int16",
+        "I8": "int8",
+        "U8": "uint8",
+        "BOOL": "bool",
+    }
     if dt not in names:
         raise MgpuError(f"{path}: tensor {key!r} has dtype {dt}, which jupyter_mgpu does not hold")
     return shape, names[dt], key
 
 
-def load(path: str | os.PathLike, placement: Any = None, *, key: str | None = None,
-         session: Any = None) -> DistTensor:
+def load(path: str | os.PathLike, placement: Any = None, *, key: str | None = None, session: Any = None) -> DistTensor:
     """A DistTensor read from ``path`` (.npy, .pt, .safetensors); each rank reads only its shard.
 
     ``key`` picks one tensor of a file that holds several (a dict saved with ``torch.save``, or a
@@ -136,16 +161,16 @@ def load(path: str | os.PathLike, placement: Any = None, *, key: str | None = No
         shape, dt, key = _safetensors_header(path, key)
     s = session or sessmod.current()
     s.check_alive()
-    target = _placement(placement, len(shape), s.world_size)
+    target = placement_of(placement, len(shape), s.world_size)
     flush_frees(s)
-    h = _new_handle(s, shape, dt, target)
+    h = new_handle(s, shape, dt, target)
     label = f"mg.load {os.path.basename(path)}"
     if kind == ".npy":
-        _run_creating(h, rank_io.load_npy, h.handle_id, path, shape, target, label=label)
+        run_creating(h, rank_io.load_npy, h.handle_id, path, shape, target, label=label)
     elif kind == ".pt":
-        _run_creating(h, rank_io.load_pt, h.handle_id, path, key, shape, target, label=label)
+        run_creating(h, rank_io.load_pt, h.handle_id, path, key, shape, target, label=label)
     else:
-        _run_creating(h, rank_io.load_safetensors, h.handle_id, path, key, shape, target, label=label)
+        run_creating(h, rank_io.load_safetensors, h.handle_id, path, key, shape, target, label=label)
     return h
 
 
@@ -166,15 +191,22 @@ def save(tensor: DistTensor, path: str | os.PathLike, *, key: str = "tensor") ->
         import numpy as np
 
         if tensor.dtype_name not in _NUMPY_OK:
-            raise MgpuError(f"numpy has no {tensor.dtype_name}: save this tensor as .pt or .safetensors, "
-                            "or convert it first")
+            raise MgpuError(
+                f"numpy has no {tensor.dtype_name}: save this tensor as .pt or .safetensors, or convert it first"
+            )
         if tensor.nbytes == 0:
             np.save(path, np.empty(tensor.shape, dtype=tensor.dtype_name))
             return path
         # the header (and the file's full size) now; the ranks fill in their rows below
         np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(tensor.dtype_name), shape=tensor.shape).flush()
-        tensor.session.run(rank_io.save_npy, tensor.handle_id, path, tensor.shape, tensor.placement,
-                           label=f"mg.save {os.path.basename(path)}")
+        tensor.session.run(
+            rank_io.save_npy,
+            tensor.handle_id,
+            path,
+            tensor.shape,
+            tensor.placement,
+            label=f"mg.save {os.path.basename(path)}",
+        )
         return path
     data = tensor.gather().clone()
     if kind == ".pt":
@@ -185,8 +217,9 @@ def save(tensor: DistTensor, path: str | os.PathLike, *, key: str = "tensor") ->
         try:
             from safetensors.torch import save_file
         except ImportError:
-            raise MgpuError("writing .safetensors files needs the safetensors package: "
-                            "pip install 'jupyter_mgpu[io]'") from None
+            raise MgpuError(
+                "writing .safetensors files needs the safetensors package: pip install 'jupyter_mgpu[io]'"
+            ) from None
         save_file({key: data}, path)
     return path
 
@@ -198,8 +231,10 @@ def from_numpy(array: Any, placement: Any = None, session: Any = None) -> DistTe
     if not isinstance(array, np.ndarray):
         raise MgpuError(f"from_numpy needs a numpy array, got {type(array).__name__}")
     if array.dtype == object:
-        raise MgpuError("this numpy array holds Python objects, not numbers; for rows that are arrays "
-                        "use numpy.stack(list(array)) first (or mg.from_pandas for a dataframe)")
+        raise MgpuError(
+            "this numpy array holds Python objects, not numbers; for rows that are arrays "
+            "use numpy.stack(list(array)) first (or mg.from_pandas for a dataframe)"
+        )
     if str(array.dtype) not in _NUMPY_OK:
         raise MgpuError(f"unsupported numpy dtype {array.dtype}: use one of {', '.join(_NUMPY_OK)}")
     import warnings
@@ -222,16 +257,23 @@ def _stack_cells(values: Sequence[Any], name: str) -> Any:
     for i, cell in enumerate(values):
         shape = np.shape(cell)
         if shape != first.shape:
-            raise MgpuError(f"row {i} of column {name} has shape {shape} but row 0 has {first.shape}: "
-                            "every row must hold an array of the same shape")
+            raise MgpuError(
+                f"row {i} of column {name} has shape {shape} but row 0 has {first.shape}: "
+                "every row must hold an array of the same shape"
+            )
     try:
         return np.stack(values)
     except (TypeError, ValueError) as exc:
         raise MgpuError(f"column {name} cannot be turned into numbers ({exc})") from None
 
 
-def from_pandas(frame: Any, columns: Sequence[str] | str | None = None, placement: Any = None,
-                dtype: Any = None, session: Any = None) -> DistTensor:
+def from_pandas(
+    frame: Any,
+    columns: Sequence[str] | str | None = None,
+    placement: Any = None,
+    dtype: Any = None,
+    session: Any = None,
+) -> DistTensor:
     """A DataFrame or Series as one ``(rows, …)`` DistTensor.
 
     Cells that are arrays (e.g. a 300-d embedding per row) become trailing dims: one such column
@@ -266,8 +308,10 @@ def from_pandas(frame: Any, columns: Sequence[str] | str | None = None, placemen
             parts.append(col.to_numpy())
     shapes = {p.shape[1:] for p in parts}
     if len(shapes) > 1:
-        raise MgpuError("the columns hold cells of different shapes "
-                        f"({', '.join(str(p.shape[1:]) for p in parts)}); choose columns of one shape with columns=")
+        raise MgpuError(
+            "the columns hold cells of different shapes "
+            f"({', '.join(str(p.shape[1:]) for p in parts)}); choose columns of one shape with columns="
+        )
     scalars = parts[0].ndim == 1
     array = parts[0] if len(parts) == 1 and (series or not scalars) else np.stack(parts, axis=1)
     if dtype is not None:

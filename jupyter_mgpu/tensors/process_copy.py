@@ -16,8 +16,9 @@ import ctypes
 import errno
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 IOV_MAX = 1024
 MIN_PIECE = 16 * 2**20  # the work is cut into one piece per thread, no smaller than this
@@ -33,8 +34,8 @@ class Denied(OSError):
     """The system refuses cross-process copies here (the caller falls back to shared memory)."""
 
 
-_calls: "tuple[Any, Any] | None" = None
-_pool: "ThreadPoolExecutor | None" = None
+_calls: tuple[Any, Any] | None = None
+_pool: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
 
 
@@ -48,8 +49,14 @@ def _functions() -> tuple[Any, Any]:
             if fn is None:
                 raise Denied(errno.ENOSYS, f"{name} is not available")
             fn.restype = ctypes.c_ssize_t
-            fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
-                           ctypes.c_ulong]
+            fn.argtypes = [
+                ctypes.c_int,
+                ctypes.c_void_p,
+                ctypes.c_ulong,
+                ctypes.c_void_p,
+                ctypes.c_ulong,
+                ctypes.c_ulong,
+            ]
             fns.append(fn)
         _calls = (fns[0], fns[1])
     return _calls

@@ -10,14 +10,16 @@ small value per rank (a partial sum, a count) come back as a list, or reduced wi
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.engine.shipped_function import ShippedFunction, function_name
 from jupyter_mgpu.errors import MgpuError, RankError
-from jupyter_mgpu.ops import shard_map as rank_map
+from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as shards
-from jupyter_mgpu.tensors.dist_tensor import DistTensor, _new_handle, flush_frees, session_of
+from jupyter_mgpu.ops import shard_map as rank_map
+from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle, session_of
+from jupyter_mgpu.tensors.handles import dtype_name, flush_frees
 
 REDUCTIONS = (None, "sum", "mean", "concat")
 
@@ -31,8 +33,10 @@ def _target(tensors: tuple[DistTensor, ...], placement: Any) -> pl.Shard:
         if isinstance(t.placement, pl.Shard):
             return t.placement
     if all(isinstance(t.placement, pl.Replicate) for t in tensors):
-        raise MgpuError("every input of mg.map is replicated, so each rank would do the same work; "
-                        "shard one of them (mg.load(..., placement=mg.Shard(0)) or t.redistribute(mg.Shard(0)))")
+        raise MgpuError(
+            "every input of mg.map is replicated, so each rank would do the same work; "
+            "shard one of them (mg.load(..., placement=mg.Shard(0)) or t.redistribute(mg.Shard(0)))"
+        )
     return pl.Shard(0)
 
 
@@ -45,8 +49,10 @@ def _check_lengths(tensors: tuple[DistTensor, ...], dim: int) -> int:
             length, first = t.shape[dim], i
         elif t.shape[dim] != length:
             what = "rows" if dim == 0 else f"entries along dim {dim}"
-            raise MgpuError(f"mg.map needs inputs of the same length along dim {dim}: argument {first} has "
-                            f"{length} {what} but argument {i} has {t.shape[dim]}")
+            raise MgpuError(
+                f"mg.map needs inputs of the same length along dim {dim}: argument {first} has "
+                f"{length} {what} but argument {i} has {t.shape[dim]}"
+            )
     return length or 0
 
 
@@ -62,8 +68,10 @@ def _failure(name: str, failures: dict[int, dict], table: list[pl.ShardInfo], di
     others = sorted(x for x in failures if x != r)
     also = f"; rank{'s' if len(others) > 1 else ''} {', '.join(str(x) for x in others)} failed too" if others else ""
     if f["stage"] == "unpickle":
-        msg = (f"{name} cannot be loaded on rank {r} ({f['ename']}: {f['message']}); define it in the notebook "
-               f"or make its module importable on the engines{also}")
+        msg = (
+            f"{name} cannot be loaded on rank {r} ({f['ename']}: {f['message']}); define it in the notebook "
+            f"or make its module importable on the engines{also}"
+        )
     else:
         msg = f"{name} raised {f['ename']} on rank {r} ({_rows(table, r, dim)}): {f['message']}{f['line']}{also}"
     return RankError(msg, sorted(failures), failures)
@@ -96,12 +104,13 @@ def _reduce(values: list[Any], how: str | None, weights: list[int]) -> Any:
             total = total + v * w
         return total / n
     except TypeError as exc:
-        raise MgpuError(f"reduce={how!r} cannot combine the per-rank results ({exc}); "
-                        "return numbers or tensors, or use reduce='concat'") from None
+        raise MgpuError(
+            f"reduce={how!r} cannot combine the per-rank results ({exc}); "
+            "return numbers or tensors, or use reduce='concat'"
+        ) from None
 
 
-def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement: Any = None,
-        **kwargs: Any) -> Any:
+def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement: Any = None, **kwargs: Any) -> Any:
     """Call ``fn(*local_shards, **kwargs)`` on every rank (under ``torch.no_grad()``); a DistTensor of the
     results, or their values.
 
@@ -119,8 +128,10 @@ def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement
         raise MgpuError("mg.map needs at least one DistTensor to map over")
     for i, t in enumerate(tensors, 1):
         if not isinstance(t, DistTensor):
-            raise MgpuError(f"argument {i} of mg.map is a {type(t).__name__}, not a DistTensor; distribute it "
-                            "with mg.scatter / mg.from_numpy, or pass plain values as keyword arguments")
+            raise MgpuError(
+                f"argument {i} of mg.map is a {type(t).__name__}, not a DistTensor; distribute it "
+                "with mg.scatter / mg.from_numpy, or pass plain values as keyword arguments"
+            )
     for k, v in kwargs.items():
         if isinstance(v, DistTensor):
             raise MgpuError(f"keyword {k}= is a DistTensor; pass DistTensors as positional arguments")
@@ -135,8 +146,11 @@ def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement
     target = pl.Shard(target.dim + first.ndim if target.dim < 0 else target.dim)
     length = _check_lengths(tuple(sharded), target.dim)
     # a replicated input as long as the sharded ones is aligned too; any other is passed whole
-    aligned = {id(t) for t in tensors if not isinstance(t.placement, pl.Replicate)
-               or (t.ndim > target.dim and t.shape[target.dim] == length)}
+    aligned = {
+        id(t)
+        for t in tensors
+        if not isinstance(t.placement, pl.Replicate) or (t.ndim > target.dim and t.shape[target.dim] == length)
+    }
     table = pl.shard_table(first.shape, target, s.world_size)
     flush_frees(s)
     temporary: list[DistTensor] = []
@@ -149,7 +163,7 @@ def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement
                 moved = t.redistribute(target)
                 temporary.append(moved)
                 inputs.append(moved)
-        out = _new_handle(s, (0,), "float32", target)
+        out = new_handle(s, (0,), "float32", target)
         keep = reduce is None
         ids = [t.handle_id for t in inputs]
         try:
@@ -181,7 +195,6 @@ def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement
 
 def _as_tensor(out: DistTensor, results: list[dict], target: pl.Shard, name: str) -> DistTensor | None:
     """Turn the stored per-rank results into ``out`` if they form one evenly split tensor, else None."""
-    from jupyter_mgpu.tensors.dist_tensor import dtype_name
 
     infos = [res["result"] for res in results]
     if any(i["kind"] != "tensor" for i in infos):
@@ -193,11 +206,11 @@ def _as_tensor(out: DistTensor, results: list[dict], target: pl.Shard, name: str
     # pieces join along the input's shard dim; a result with fewer dims (a reduction) along its last
     d = target.dim if len(shapes[0]) > target.dim else len(shapes[0]) - 1
     target = pl.Shard(d)
-    rest = {sh[:d] + sh[d + 1:] for sh in shapes}
+    rest = {sh[:d] + sh[d + 1 :] for sh in shapes}
     if len(rest) > 1:
         raise_uneven(out, name, shapes, dtypes)
     total = sum(sh[d] for sh in shapes)
-    shape = shapes[0][:d] + (total,) + shapes[0][d + 1:]
+    shape = shapes[0][:d] + (total,) + shapes[0][d + 1 :]
     expected = [i.shape for i in pl.shard_table(shape, target, len(shapes))]
     if expected != shapes:
         raise_uneven(out, name, shapes, dtypes)
@@ -212,5 +225,7 @@ def raise_uneven(out: DistTensor, name: str, shapes: list[tuple], dtypes: set[st
     out.session.run(shards.free, [out.handle_id], label="free")
     detail = ", ".join(f"{sh}" for sh in shapes)
     kinds = f" and dtypes {', '.join(sorted(dtypes))}" if len(dtypes) > 1 else ""
-    raise MgpuError(f"{name} returned pieces of shapes {detail}{kinds} on ranks 0–{len(shapes) - 1}, which do not "
-                    "form one evenly split tensor; pass reduce='concat' to collect them in the controller")
+    raise MgpuError(
+        f"{name} returned pieces of shapes {detail}{kinds} on ranks 0–{len(shapes) - 1}, which do not "
+        "form one evenly split tensor; pass reduce='concat' to collect them in the controller"
+    )

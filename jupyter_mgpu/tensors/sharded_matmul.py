@@ -9,12 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_mgpu.devices import format_bytes
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.ops import sharded_matmul as mm
-from jupyter_mgpu.ops import matmul_plan as mp
 from jupyter_mgpu.ops import dist_tensor as shards
-from jupyter_mgpu.tensors.dist_tensor import DistTensor, _new_handle, _run_creating, dtype_name, flush_frees, session_of
+from jupyter_mgpu.ops import matmul_plan as mp
+from jupyter_mgpu.ops import sharded_matmul as mm
+from jupyter_mgpu.tensors import dist_tensor
+from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle, session_of
+from jupyter_mgpu.tensors.handles import dtype_name, flush_frees, run_creating
+from jupyter_mgpu.units import format_bytes
 
 STRATEGY_NAMES = ("auto",) + mp.STRATEGIES
 
@@ -43,24 +45,29 @@ class MatmulReport:
         return self.flops / self.time / 1e9 if self.time > 0 else float("nan")
 
     def __repr__(self) -> str:
-        lines = [f"matmul report: {self.strategy}, {self.time * 1e3:.1f} ms ({self.gflops:.1f} GFLOP/s), "
-                 f"{self.steps} steps; peak = input shards + measured peak growth",
-                 f"  {'rank':>4} {'peak (measured)':>16} {'peak (predicted)':>17} {'moved (measured)':>17} "
-                 f"{'moved (predicted)':>18}"]
-        for r, (pk, pp, bm, bp) in enumerate(zip(self.peak_bytes, self.predicted_peak_bytes, self.bytes_moved,
-                                                self.predicted_bytes_moved)):
-            lines.append(f"  {r:>4} {format_bytes(pk):>16} {format_bytes(pp):>17} {format_bytes(bm):>17} "
-                         f"{format_bytes(bp):>18}")
+        lines = [
+            f"matmul report: {self.strategy}, {self.time * 1e3:.1f} ms ({self.gflops:.1f} GFLOP/s), "
+            f"{self.steps} steps; peak = input shards + measured peak growth",
+            f"  {'rank':>4} {'peak (measured)':>16} {'peak (predicted)':>17} {'moved (measured)':>17} "
+            f"{'moved (predicted)':>18}",
+        ]
+        for r, (pk, pp, bm, bp) in enumerate(
+            zip(self.peak_bytes, self.predicted_peak_bytes, self.bytes_moved, self.predicted_bytes_moved)
+        ):
+            lines.append(
+                f"  {r:>4} {format_bytes(pk):>16} {format_bytes(pp):>17} {format_bytes(bm):>17} {format_bytes(bp):>18}"
+            )
         return "\n".join(lines)
 
 
-def plan_matmul(shapes: Any, world_size: int, dtype: Any = "float32", device_memory: Any = None, **kwargs: Any
-                ) -> mp.MatmulPlan:
+def plan_matmul(
+    shapes: Any, world_size: int, dtype: Any = "float32", device_memory: Any = None, **kwargs: Any
+) -> mp.MatmulPlan:
     """Predict per-rank peak bytes, bytes moved and steps of every strategy (see ``ops.matmul_plan``).
 
     ``device_memory`` is free bytes per rank (a number, a list, or a size string such as "2GiB").
     """
-    from jupyter_mgpu.devices import parse_size
+    from jupyter_mgpu.units import parse_size
 
     if isinstance(device_memory, str):
         device_memory = parse_size(device_memory)
@@ -106,15 +113,34 @@ def matmul(A: DistTensor, B: DistTensor, strategy: str = "auto", *, grid: Any = 
     s, shapes, grid = _validate(A, B, strategy, grid)
     flush_frees(s)
     free = [st["free"] for st in s.run(shards.memory_status, label="memory")]
-    plan = plan_matmul(shapes, s.world_size, A.dtype_name, free, strategy=strategy,
-                       placements=(A.placement, B.placement), grid=grid, device_kind=s.device_kind)
+    plan = plan_matmul(
+        shapes,
+        s.world_size,
+        A.dtype_name,
+        free,
+        strategy=strategy,
+        placements=(A.placement, B.placement),
+        grid=grid,
+        device_kind=s.device_kind,
+    )
     if plan.strategy is None:
         raise MgpuError(plan.reason)
     chosen = plan.chosen
     (m, k), (_, n) = shapes
-    C = _new_handle(s, (m, n), A.dtype_name, chosen.out_placement)
-    results = _run_creating(C, mm.run, chosen.strategy, A.handle_id, A.placement, B.handle_id, B.placement,
-                            C.handle_id, shapes, chosen.params, label=f"matmul:{chosen.strategy}")
+    C = new_handle(s, (m, n), A.dtype_name, chosen.out_placement)
+    results = run_creating(
+        C,
+        mm.run,
+        chosen.strategy,
+        A.handle_id,
+        A.placement,
+        B.handle_id,
+        B.placement,
+        C.handle_id,
+        shapes,
+        chosen.params,
+        label=f"matmul:{chosen.strategy}",
+    )
     C.plan = plan
     C.report = MatmulReport(
         strategy=chosen.strategy,
@@ -130,10 +156,14 @@ def matmul(A: DistTensor, B: DistTensor, strategy: str = "auto", *, grid: Any = 
     return C
 
 
+dist_tensor.OPERATORS["matmul"] = matmul  # ``A @ B``
+
+
 def max_error(C: DistTensor, a_seed: int, b_seed: int) -> float:
     """Max abs error of ``C`` against ``torch.mm`` of ``randn`` inputs with these seeds (on the ranks)."""
     (m, n) = C.shape
     k = C.plan.shapes[0][1]
-    errs = C.session.run(mm.check_against, C.handle_id, ((m, k), (k, n)), C.placement, a_seed, b_seed,
-                         C.dtype_name, label="check")
+    errs = C.session.run(
+        mm.check_against, C.handle_id, ((m, k), (k, n)), C.placement, a_seed, b_seed, C.dtype_name, label="check"
+    )
     return max(errs)

@@ -20,12 +20,13 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 STAGING_MAX = 2 * 1024**3
 _lock = threading.Lock()
-_staging: "Buffer | None" = None
+_staging: Buffer | None = None
 
 
 class Buffer:
@@ -42,8 +43,9 @@ class Buffer:
             os.close(self.fd)
             from jupyter_mgpu.errors import MgpuError
 
-            raise MgpuError(f"cannot reserve {size} bytes of shared memory ({exc.strerror}); "
-                            "free memory or use smaller tensors") from None
+            raise MgpuError(
+                f"cannot reserve {size} bytes of shared memory ({exc.strerror}); free memory or use smaller tensors"
+            ) from None
 
     @property
     def path(self) -> str:

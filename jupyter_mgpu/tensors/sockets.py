@@ -67,8 +67,12 @@ class Transfer:
     def _check(self, hello: dict[str, Any]) -> str | None:
         rank = hello.get("rank")
         with self.lock:
-            if hello.get("role") != "data" or hello.get("transfer") != self.id or rank not in self.expected \
-                    or rank in self.done:
+            if (
+                hello.get("role") != "data"
+                or hello.get("transfer") != self.id
+                or rank not in self.expected
+                or rank in self.done
+            ):
                 return "not a rank of this transfer"
             self.done.add(rank)
         return None
@@ -90,7 +94,7 @@ class Transfer:
                 self.handler(int(hello["rank"]), conn)
             except link.AuthError:
                 pass
-            except BaseException as exc:  # noqa: BLE001 - reported by finish()
+            except BaseException as exc:
                 self.errors.append(exc)
 
     def finish(self, timeout: float = ACCEPT_TIMEOUT) -> None:
@@ -149,16 +153,24 @@ def receive_shards(result: Any, table: list[Any]) -> Callable[[int, socket.socke
 
 def scatter(handle: Any, tensor: Any, table: list[Any], streamed: set[int]) -> Any:
     """Fill a new DistTensor ``handle``: streamed ranks over sockets, the others by address."""
-    from jupyter_mgpu.tensors import process_copy as remote_copy
     from jupyter_mgpu.ops import sockets as stream_io
-    from jupyter_mgpu.tensors.dist_tensor import _run_creating
+    from jupyter_mgpu.tensors import process_copy as remote_copy
+    from jupyter_mgpu.tensors.handles import run_creating
 
     s = handle.session
     expected = {r for r in streamed if table[r].numel}
     transfer = Transfer(s, expected, send_slices(tensor, table))
     try:
-        where = _run_creating(handle, stream_io.scatter, handle.handle_id, handle.shape, handle.placement,
-                              handle.dtype_name, transfer.where(), label="scatter")
+        where = run_creating(
+            handle,
+            stream_io.scatter,
+            handle.handle_id,
+            handle.shape,
+            handle.placement,
+            handle.dtype_name,
+            transfer.where(),
+            label="scatter",
+        )
         transfer.finish()
     except BaseException:
         transfer.abandon()
@@ -184,18 +196,26 @@ def torch_empty(shape: tuple[int, ...], dtype: Any) -> Any:
 def gather(handle: Any, out: Any, streamed: set[int]) -> Any:
     """The global tensor of ``handle``: streamed ranks' shards over sockets, the others read by address."""
     from jupyter_mgpu.layout import placement as pl
-    from jupyter_mgpu.tensors import process_copy as remote_copy
     from jupyter_mgpu.ops import sockets as stream_io
+    from jupyter_mgpu.tensors import process_copy as remote_copy
 
     table = handle.table
     result = out if out is not None else torch_empty(handle.shape, handle.dtype)
-    senders = {r for r, info in enumerate(table)
-               if info.numel and (r == 0 or not isinstance(handle.placement, pl.Replicate))}
+    senders = {
+        r for r, info in enumerate(table) if info.numel and (r == 0 or not isinstance(handle.placement, pl.Replicate))
+    }
     by_address = sorted(set(range(handle.world_size)) - set(streamed))
     transfer = Transfer(handle.session, senders, receive_shards(result, table))
     try:
-        where = handle.session.run(stream_io.gather, handle.handle_id, handle.shape, handle.placement,
-                                   transfer.where(), by_address, label="gather")
+        where = handle.session.run(
+            stream_io.gather,
+            handle.handle_id,
+            handle.shape,
+            handle.placement,
+            transfer.where(),
+            by_address,
+            label="gather",
+        )
         transfer.finish()
     except BaseException:
         transfer.abandon()

@@ -20,10 +20,10 @@ import threading
 import time
 from typing import Any
 
-from jupyter_mgpu.session import core as sessmod
-from jupyter_mgpu.tracing import replay as tr
 from jupyter_mgpu.engine import trace as etrace
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.session import lifecycle as sessmod
+from jupyter_mgpu.tracing import replay as tr
 
 _ids = itertools.count(1)
 
@@ -46,7 +46,7 @@ class Trace:
         self._t0 = 0.0
 
     # -- the block ------------------------------------------------------------------------
-    def __enter__(self) -> "Trace":
+    def __enter__(self) -> Trace:
         self.session.check_alive()
         if getattr(self.session, "_mgpu_trace", None) is not None:
             raise MgpuError("a trace is already recording in this session; end that `with mg.trace()` block first")
@@ -87,9 +87,11 @@ class Trace:
             rows = memory_history(minutes, session=self.session)
         except Exception:
             return []
-        return [{"rank": r["rank"], "time": r["time"],
-                 "bytes": r.get("allocated_bytes") or r.get("resident_bytes") or 0}
-                for r in rows if r.get("time", 0) >= self._t0 - 0.5]
+        return [
+            {"rank": r["rank"], "time": r["time"], "bytes": r.get("allocated_bytes") or r.get("resident_bytes") or 0}
+            for r in rows
+            if r.get("time", 0) >= self._t0 - 0.5
+        ]
 
     # -- facts ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -133,8 +135,10 @@ class Trace:
         if self.running and not self.live:
             raise MgpuError(f"the trace is still recording; {what} after the `with mg.trace()` block ends")
         if not self.events and not self.running:
-            raise MgpuError(f"this trace has no events to {what.split()[0]}: run a traced op (mg.matmul, scatter, "
-                            "gather, redistribute, mg.collective) inside the `with mg.trace()` block")
+            raise MgpuError(
+                f"this trace has no events to {what.split()[0]}: run a traced op (mg.matmul, scatter, "
+                "gather, redistribute, mg.collective) inside the `with mg.trace()` block"
+            )
 
     # -- pictures -------------------------------------------------------------------------
     def data(self) -> dict[str, Any]:
@@ -153,8 +157,14 @@ class Trace:
         from jupyter_mgpu.widgets.placement import PlacementWidget
 
         self._check_events("play it")
-        p = PlacementWidget(data=self.data() if self.events else {}, mode="player", interval_ms=interval_ms,
-                            title=self._title(), badge=self._badge(), live=self.running)
+        p = PlacementWidget(
+            data=self.data() if self.events else {},
+            mode="player",
+            interval_ms=interval_ms,
+            title=self._title(),
+            badge=self._badge(),
+            live=self.running,
+        )
         if self.running:
             self._players.append(p)
             p.playing = True
@@ -180,8 +190,8 @@ class Trace:
         from jupyter_mgpu.widgets.placement_svg import frame_svg
 
         if not self.events:
-            return f"<pre>{repr(self)}</pre>"
-        return f"<div class='mgpu-placement-static'><pre>{repr(self)}</pre>{frame_svg(self.data(), -1)}</div>"
+            return f"<pre>{self!r}</pre>"
+        return f"<div class='mgpu-placement-static'><pre>{self!r}</pre>{frame_svg(self.data(), -1)}</div>"
 
     # -- live -----------------------------------------------------------------------------
     def _start_follower(self) -> None:

@@ -10,7 +10,8 @@ panel buffer), so a copy of a block a rank already holds is counted in its memor
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 Key = tuple[str, tuple[tuple[int, int], ...], Any]
 ACTIONS = ("hold", "send", "recv", "compute", "reduce", "free")
@@ -105,7 +106,9 @@ def memory(states: list[list[set[Key]]], tensors: dict[str, dict]) -> list[list[
             groups: dict[tuple, list] = {}
             for name, box, buf in held:
                 groups.setdefault((name, buf), []).append(box)
-            cache[k] = sum(union_numel(bs) * int(tensors.get(n, {}).get("itemsize", 1)) for (n, _), bs in groups.items())
+            cache[k] = sum(
+                union_numel(bs) * int(tensors.get(n, {}).get("itemsize", 1)) for (n, _), bs in groups.items()
+            )
         return cache[k]
 
     return [[rank_bytes(s) for s in st] for st in states]

@@ -84,18 +84,27 @@ class OriginFill:
         for mask in sorted(self.mixed):
             who = ranks_of(mask)
             w = STRIPE * len(who)
-            stripes = "".join(f"<rect x='{i * STRIPE:g}' y='0' width='{STRIPE:g}' height='{w:g}' "
-                              f"fill='{rank_color(r)}'/>" for i, r in enumerate(who))
-            out.append(f"<pattern id='mgpu-mix-{mask}' patternUnits='userSpaceOnUse' width='{w:g}' "
-                       f"height='{w:g}' patternTransform='rotate(45)'>{stripes}</pattern>")
+            stripes = "".join(
+                f"<rect x='{i * STRIPE:g}' y='0' width='{STRIPE:g}' height='{w:g}' fill='{rank_color(r)}'/>"
+                for i, r in enumerate(who)
+            )
+            out.append(
+                f"<pattern id='mgpu-mix-{mask}' patternUnits='userSpaceOnUse' width='{w:g}' "
+                f"height='{w:g}' patternTransform='rotate(45)'>{stripes}</pattern>"
+            )
         return "".join(out)
 
     def legend(self) -> list[tuple[str, str]]:
         """``(fill, label)`` items: each rank drawn, stripes if any value mixes ranks, white for 0."""
         items = [(rank_color(r), f"from rank {r}") for r in sorted(self.ranks)[:20]]
         if self.mixed:
-            how = {"sum": "summed", "avg": "averaged", "product": "multiplied", "max": "tied maximum",
-                   "min": "tied minimum"}.get(self.op or "", "combined")
+            how = {
+                "sum": "summed",
+                "avg": "averaged",
+                "product": "multiplied",
+                "max": "tied maximum",
+                "min": "tied minimum",
+            }.get(self.op or "", "combined")
             items.append((f"url(#mgpu-mix-{min(self.mixed)})", f"{how}: from the ranks of its stripes"))
         if self.unknown:
             items.append((UNKNOWN, "origin not tracked"))

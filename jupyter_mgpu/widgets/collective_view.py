@@ -15,8 +15,8 @@ import html
 import math
 from typing import Any
 
-from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.ops import collective_run as coll
+from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.widgets.collective_colors import OriginFill, attach, cell_title, track
 from jupyter_mgpu.widgets.colors import rank_color
 from jupyter_mgpu.widgets.rank_names import rank_names
@@ -77,21 +77,51 @@ class _Canvas:
     def __init__(self) -> None:
         self.parts: list[str] = []
 
-    def text(self, x: float, y: float, s: str, size: float = 12, anchor: str = "start", weight: str = "normal",
-             fill: str = "#222") -> None:
-        self.parts.append(f"<text x='{x:.1f}' y='{y:.1f}' font-size='{size:g}' text-anchor='{anchor}' "
-                          f"font-weight='{weight}' fill='{fill}' {FONT}>{html.escape(s)}</text>")
+    def text(
+        self,
+        x: float,
+        y: float,
+        s: str,
+        size: float = 12,
+        anchor: str = "start",
+        weight: str = "normal",
+        fill: str = "#222",
+    ) -> None:
+        self.parts.append(
+            f"<text x='{x:.1f}' y='{y:.1f}' font-size='{size:g}' text-anchor='{anchor}' "
+            f"font-weight='{weight}' fill='{fill}' {FONT}>{html.escape(s)}</text>"
+        )
 
-    def rect(self, x: float, y: float, w: float, h: float, fill: str, stroke: str = "none", sw: float = 0,
-             dash: str = "", title: str = "") -> None:
+    def rect(
+        self,
+        x: float,
+        y: float,
+        w: float,
+        h: float,
+        fill: str,
+        stroke: str = "none",
+        sw: float = 0,
+        dash: str = "",
+        title: str = "",
+    ) -> None:
         d = f" stroke-dasharray='{dash}'" if dash else ""
-        head = (f"<rect x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' height='{h:.1f}' fill='{fill}' "
-                f"stroke='{stroke}' stroke-width='{sw:g}'{d}")
+        head = (
+            f"<rect x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' height='{h:.1f}' fill='{fill}' "
+            f"stroke='{stroke}' stroke-width='{sw:g}'{d}"
+        )
         self.parts.append(f"{head}><title>{title}</title></rect>" if title else f"{head}/>")
 
 
-def _tensor(c: _Canvas, t: Any, x: float, y: float, cell: float, fill: OriginFill,
-            outline: tuple[int, int] | None = None, hover: bool = False) -> None:
+def _tensor(
+    c: _Canvas,
+    t: Any,
+    x: float,
+    y: float,
+    cell: float,
+    fill: OriginFill,
+    outline: tuple[int, int] | None = None,
+    hover: bool = False,
+) -> None:
     grid, sampled = _grid(t)
     rows, cols = len(grid), len(grid[0])
     numbers = rows * cols <= 64 and cell >= 14
@@ -99,11 +129,25 @@ def _tensor(c: _Canvas, t: Any, x: float, y: float, cell: float, fill: OriginFil
     for i, row in enumerate(grid):
         for j, (v, m) in enumerate(row):
             f = fill(v, m)
-            c.rect(x + j * cell, y + i * cell, cell, cell, f, "#dddddd" if cell >= 6 else "none", 0.5,
-                   title=cell_title(v, m) if hover else "")
+            c.rect(
+                x + j * cell,
+                y + i * cell,
+                cell,
+                cell,
+                f,
+                "#dddddd" if cell >= 6 else "none",
+                0.5,
+                title=cell_title(v, m) if hover else "",
+            )
             if numbers:  # zeros (the demo's background) faint, so the values that matter stand out
-                c.text(x + (j + 0.5) * cell, y + (i + 0.68) * cell, _fmt(v), size=max(8, int(cell * 0.5)),
-                       anchor="middle", fill="#c8c8c8" if v == 0 else fill.ink(f))
+                c.text(
+                    x + (j + 0.5) * cell,
+                    y + (i + 0.68) * cell,
+                    _fmt(v),
+                    size=max(8, int(cell * 0.5)),
+                    anchor="middle",
+                    fill="#c8c8c8" if v == 0 else fill.ink(f),
+                )
     if outline is not None and not sampled:
         lo, hi = outline
         for k in range(lo, hi):
@@ -129,8 +173,9 @@ def _slots(h: Any) -> list[Any]:
     return h if isinstance(h, list) else [h]
 
 
-def _layout(cells: list[list[Any]], labels: list[list[str] | None], nothing: list[str],
-            cell: float | None) -> tuple[float, list[float], float, float]:
+def _layout(
+    cells: list[list[Any]], labels: list[list[str] | None], nothing: list[str], cell: float | None
+) -> tuple[float, list[float], float, float]:
     """Cell size, each column's entry width, the tallest block and the nothing-box height."""
     ncol = len(labels)
     tensors = [t for row in cells for h in row for t in _slots(h) if t is not None]
@@ -150,10 +195,19 @@ def _layout(cells: list[list[Any]], labels: list[list[str] | None], nothing: lis
     return cell, widths, bh, max(bh, 14.0 * lines + 12)
 
 
-def render_grid(title: str, subtitle: str, columns: list[str], cells: list[list[Any]],
-                labels: list[list[str] | None], nothing: list[str], op: str | None = None,
-                transfers: list[tuple[int, int, str]] | None = None, highlight: dict[int, Any] | None = None,
-                cell: float | None = None, hover: bool = False) -> str:
+def render_grid(
+    title: str,
+    subtitle: str,
+    columns: list[str],
+    cells: list[list[Any]],
+    labels: list[list[str] | None],
+    nothing: list[str],
+    op: str | None = None,
+    transfers: list[tuple[int, int, str]] | None = None,
+    highlight: dict[int, Any] | None = None,
+    cell: float | None = None,
+    hover: bool = False,
+) -> str:
     """SVG of a rank × column grid; ``cells[r][k]`` is a tracked tensor, a list of slots, or None.
 
     ``labels[k]`` labels the list entries of column k; ``nothing[k]`` is the text for None in column k;
@@ -211,13 +265,17 @@ def render_grid(title: str, subtitle: str, columns: list[str], cells: list[list[
         yb = top + b * row_h + label_h + bh / 2
         gx = left - 10 - (i % 8) * 10
         tip = html.escape(f"rank {a} → rank {b}: {what}")
-        c.parts.append(f"<path d='M {left - 6:.1f} {ya:.1f} C {gx - 24:.1f} {ya:.1f}, {gx - 24:.1f} {yb:.1f}, "
-                       f"{left - 8:.1f} {yb:.1f}' fill='none' stroke='{rank_color(a)}' stroke-width='2' "
-                       f"marker-end='url(#mgpu-arrow-{a % 20})'><title>{tip}</title></path>")
+        c.parts.append(
+            f"<path d='M {left - 6:.1f} {ya:.1f} C {gx - 24:.1f} {ya:.1f}, {gx - 24:.1f} {yb:.1f}, "
+            f"{left - 8:.1f} {yb:.1f}' fill='none' stroke='{rank_color(a)}' stroke-width='2' "
+            f"marker-end='url(#mgpu-arrow-{a % 20})'><title>{tip}</title></path>"
+        )
     markers = "".join(
         f"<marker id='mgpu-arrow-{a % 20}' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='6' "
         f"markerHeight='6' orient='auto-start-reverse'><path d='M 0 0 L 10 5 L 0 10 z' fill='{rank_color(a)}'/>"
-        "</marker>" for a in sorted({a for a, _, _ in transfers or []}))
+        "</marker>"
+        for a in sorted({a for a, _, _ in transfers or []})
+    )
     body_w = left + sum(col_w) + COL_GAP * (ncol - 1) + 16
     width = max(body_w, 24 + _text_w(title, 16), 24 + _text_w(subtitle, 12))
     ly = top + n * row_h + 8
@@ -225,9 +283,11 @@ def render_grid(title: str, subtitle: str, columns: list[str], cells: list[list[
     width = max(width, 520)
     height = ly + legend_h + 8
     defs = f"<defs>{markers}{fill.defs()}</defs>"
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' class='mgpu-collective-svg' width='{width:.0f}' "
-            f"height='{height:.0f}' viewBox='0 0 {width:.0f} {height:.0f}' "
-            f"style='background:#fff;max-width:100%;height:auto'>{defs}" + "".join(c.parts) + "</svg>")
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' class='mgpu-collective-svg' width='{width:.0f}' "
+        f"height='{height:.0f}' viewBox='0 0 {width:.0f} {height:.0f}' "
+        f"style='background:#fff;max-width:100%;height:auto'>{defs}" + "".join(c.parts) + "</svg>"
+    )
 
 
 def _legend(c: _Canvas, fill: OriginFill, x0: float, y0: float, width: float) -> float:
@@ -247,8 +307,9 @@ def _legend(c: _Canvas, fill: OriginFill, x0: float, y0: float, width: float) ->
 
 def entry_labels(name: str, n: int) -> tuple[list[str] | None, list[str] | None]:
     """Labels of list entries in the before and after columns of collective ``name``."""
-    before = [f"chunk {j} → rank {j}" for j in range(n)] if name in ("reduce_scatter", "all_to_all", "scatter") \
-        else None
+    before = (
+        [f"chunk {j} → rank {j}" for j in range(n)] if name in ("reduce_scatter", "all_to_all", "scatter") else None
+    )
     after = [f"from rank {j}" for j in range(n)] if name in ("all_gather", "gather", "all_to_all") else None
     return before, after
 
@@ -265,8 +326,15 @@ def tracked_schedule(name: str, op: str | None, src: int | None, inputs: list[An
     return sched.schedule(name, [track(x, r) for r, x in enumerate(inputs)], op or "sum", src or 0)
 
 
-def before_after_svg(name: str, op: str | None, src: int | None, inputs: list[Any], after: list[Any],
-                     backend: str = "", seconds: float | None = None) -> str:
+def before_after_svg(
+    name: str,
+    op: str | None,
+    src: int | None,
+    inputs: list[Any],
+    after: list[Any],
+    backend: str = "",
+    seconds: float | None = None,
+) -> str:
     """The before/after figure of one collective run: one row per rank, columns before and after.
 
     ``inputs`` are the ranks' input tensors, ``after`` what each rank held afterwards (captured on the
@@ -283,16 +351,34 @@ def before_after_svg(name: str, op: str | None, src: int | None, inputs: list[An
     return render_grid(title, subtitle, ["before", "after"], cells, [bl, al], [nb, na], op, hover=True)
 
 
-def frame_svg(name: str, op: str | None, src: int | None, frame: sched.Frame, index: int, total: int, n: int,
-              cell: float | None = None) -> str:
+def frame_svg(
+    name: str,
+    op: str | None,
+    src: int | None,
+    frame: sched.Frame,
+    index: int,
+    total: int,
+    n: int,
+    cell: float | None = None,
+) -> str:
     """One frame of the logical-schedule animation (tracked holdings after the step, arrows for transfers)."""
     title = f"{name}{f' (op {op})' if op else ''} — logical schedule, step {index}/{total - 1}"
     bl, al = entry_labels(name, n)
     labels = al if (index > 0 and al) else bl
     _, na = nothing_text(name, src or 0)
     cells = [[h] for h in frame.holdings]
-    return render_grid(title, frame.caption, ["holds"], cells, [labels], [na if index else "nothing"], op,
-                       frame.transfers, frame.highlight, cell)
+    return render_grid(
+        title,
+        frame.caption,
+        ["holds"],
+        cells,
+        [labels],
+        [na if index else "nothing"],
+        op,
+        frame.transfers,
+        frame.highlight,
+        cell,
+    )
 
 
 def schedule_frames(name: str, op: str | None, src: int | None, inputs: list[Any]) -> tuple[list[str], list[str]]:

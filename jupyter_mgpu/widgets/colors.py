@@ -7,10 +7,30 @@ pictures colour a value by the rank its data came from (``collective_colors.py``
 
 from __future__ import annotations
 
-TAB20_STRONG = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-TAB20_LIGHT = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
-               "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+TAB20_STRONG = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+TAB20_LIGHT = (
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
+)
 PALETTE = TAB20_STRONG + TAB20_LIGHT
 EMPTY = "#ffffff"
 
@@ -24,5 +44,5 @@ def rank_color(rank: int) -> str:
 
 def text_color(background: str) -> str:
     """Black or white, whichever reads better on ``background`` (a ``#rrggbb`` colour)."""
-    r, g, b = (int(background[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(background[i : i + 2], 16) for i in (1, 3, 5))
     return "#000000" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "#ffffff"

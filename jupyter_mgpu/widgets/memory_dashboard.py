@@ -18,9 +18,10 @@ from typing import Any
 import anywidget
 import traitlets
 
-from jupyter_mgpu.session import core as sessmod
-from jupyter_mgpu.engine.memory_figures import figures, format_bytes
+from jupyter_mgpu.engine.memory_figures import figures
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.session import lifecycle as sessmod
+from jupyter_mgpu.units import format_bytes
 from jupyter_mgpu.widgets.colors import rank_color
 
 STATIC = Path(__file__).parent / "static"
@@ -74,11 +75,19 @@ def device_row(sample: dict[str, Any]) -> dict[str, Any]:
     used, reserved, peak, limit, labels = f["used"], f["reserved"], f["peak"], f["limit"], f["labels"]
     fraction = (used / limit) if used is not None and limit else None
     size = lambda n: "?" if n is None else format_bytes(n)  # noqa: E731
-    text = size(used) + (f" / {size(limit)}" if limit else "") + (f" · peak {size(peak)}" if peak else "") + \
-        (f" · reserved {size(reserved)}" if reserved is not None else "")
-    tips = {"used": f"{labels['used']} {size(used)}", "reserved": f"{labels['reserved']} {size(reserved)}",
-            "peak": f"{labels['peak']} {size(peak)}", "limit": f"{labels['limit']} {size(limit)}",
-            "baseline": f"engine runtime {size(f['baseline'])}"}
+    text = (
+        size(used)
+        + (f" / {size(limit)}" if limit else "")
+        + (f" · peak {size(peak)}" if peak else "")
+        + (f" · reserved {size(reserved)}" if reserved is not None else "")
+    )
+    tips = {
+        "used": f"{labels['used']} {size(used)}",
+        "reserved": f"{labels['reserved']} {size(reserved)}",
+        "peak": f"{labels['peak']} {size(peak)}",
+        "limit": f"{labels['limit']} {size(limit)}",
+        "baseline": f"engine runtime {size(f['baseline'])}",
+    }
     return {
         "rank": rank,
         "device": sample.get("device") or f"rank {rank}",
@@ -110,8 +119,14 @@ def timeline_axis(timeline: list[list[list[float]]], devices: list[dict[str, Any
     lo, hi = max(0.0, lo - pad), hi + pad
     oldest = -min([pts[0][0] for pts in timeline if pts] + [0.0])
     span = min(window, max(10.0, 10.0 * -(-oldest // 10)))  # whole tens of seconds, at least 10
-    return {"lo": lo, "hi": hi, "lo_text": format_bytes(lo), "hi_text": format_bytes(hi), "span": span,
-            "span_text": f"−{span:.0f} s"}
+    return {
+        "lo": lo,
+        "hi": hi,
+        "lo_text": format_bytes(lo),
+        "hi_text": format_bytes(hi),
+        "span": span,
+        "span_text": f"−{span:.0f} s",
+    }
 
 
 class MemoryDashboard(anywidget.AnyWidget):
@@ -131,15 +146,18 @@ class MemoryDashboard(anywidget.AnyWidget):
     updates = traitlets.Int(0).tag(sync=True)
     updated_at = traitlets.Float(0.0).tag(sync=True)
 
-    def __init__(self, session: Any = None, refresh_rate: float = DEFAULT_RATE, *, detached: bool = False,
-                 **kwargs: Any):
+    def __init__(
+        self, session: Any = None, refresh_rate: float = DEFAULT_RATE, *, detached: bool = False, **kwargs: Any
+    ):
         """A dashboard of ``session`` (default: the current one); ``detached=True`` for one fed by :meth:`update`."""
         rate = check_refresh_rate(refresh_rate)
         if not detached and session is None:
             session = sessmod.current(required=False)
             if session is None:
-                raise MgpuError("no multi-GPU session is running, so there is no memory to show; "
-                                "start one with %mgpu_init N or mg.init(N) first")
+                raise MgpuError(
+                    "no multi-GPU session is running, so there is no memory to show; "
+                    "start one with %mgpu_init N or mg.init(N) first"
+                )
         if session is not None:
             session.check_alive()
         self.session = session
@@ -184,8 +202,11 @@ class MemoryDashboard(anywidget.AnyWidget):
         with self._lock:
             self._latest = latest
             self._record(latest)
-        if not self.paused and not self._halt.is_set() and \
-                time.monotonic() - self._last_push >= 1.0 / self.refresh_rate:
+        if (
+            not self.paused
+            and not self._halt.is_set()
+            and time.monotonic() - self._last_push >= 1.0 / self.refresh_rate
+        ):
             try:
                 if self._push(latest, force=False):
                     self._last_push = time.monotonic()
@@ -297,8 +318,10 @@ def dashboard(session: Any = None, refresh_rate: float | None = None) -> MemoryD
         refresh_rate = check_refresh_rate(refresh_rate)
     s = session if session is not None else sessmod.current(required=False)
     if s is None:
-        raise MgpuError("no multi-GPU session is running, so there is no memory to show; "
-                        "start one with %mgpu_init N or mg.init(N) first")
+        raise MgpuError(
+            "no multi-GPU session is running, so there is no memory to show; "
+            "start one with %mgpu_init N or mg.init(N) first"
+        )
     s.check_alive()
     board = getattr(s, "_memory_dashboard", None)
     if board is None or not board.running:

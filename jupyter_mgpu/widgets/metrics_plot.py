@@ -23,13 +23,28 @@ def _figure(name: str, world_size: int) -> Any:
     import plotly.graph_objects as go
 
     names = rank_names(world_size)  # across hosts: "rank 2 · node2:cuda:1"
-    traces = [go.Scatter(x=[], y=[], mode="lines", name=rank_title(r, names), legendgroup=f"rank {r}",
-                         line={"color": rank_color(r), "width": 1}, opacity=0.7) for r in range(world_size)]
-    traces.append(go.Scatter(x=[], y=[], mode="lines", name="mean over ranks",
-                             line={"color": MEAN_COLOR, "width": 3}))
+    traces = [
+        go.Scatter(
+            x=[],
+            y=[],
+            mode="lines",
+            name=rank_title(r, names),
+            legendgroup=f"rank {r}",
+            line={"color": rank_color(r), "width": 1},
+            opacity=0.7,
+        )
+        for r in range(world_size)
+    ]
+    traces.append(go.Scatter(x=[], y=[], mode="lines", name="mean over ranks", line={"color": MEAN_COLOR, "width": 3}))
     fig = go.FigureWidget(data=traces)
-    fig.update_layout(title=name, xaxis_title="step", yaxis_title=name, height=300,
-                      margin={"l": 50, "r": 20, "t": 40, "b": 40}, template="plotly_white")
+    fig.update_layout(
+        title=name,
+        xaxis_title="step",
+        yaxis_title=name,
+        height=300,
+        margin={"l": 50, "r": 20, "t": 40, "b": 40},
+        template="plotly_white",
+    )
     return fig
 
 

@@ -30,12 +30,18 @@ def schedule_data(trace: Any) -> dict[str, Any]:
     steps = trace.steps()
     frames = [[i, n] for i, s in enumerate(steps) for n in range(1, len(s["boxes"]) + 1)]
     bubble = trace.bubble()
-    return {"stages": trace.world_size, "colors": [rank_color(r) for r in range(trace.world_size)],
-            "light": [TAB20_LIGHT[r % len(TAB20_LIGHT)] for r in range(trace.world_size)],
-            "microbatches": trace.microbatches, "schedule": trace.schedule_name, "timed_from": trace.timed_from,
-            "expected_bubble": trace.expected_bubble, "bubble": bubble,
-            "steps": [{k: s[k] for k in ("step", "span", "boxes", "arrows", "idle")} for s in steps],
-            "frames": frames}
+    return {
+        "stages": trace.world_size,
+        "colors": [rank_color(r) for r in range(trace.world_size)],
+        "light": [TAB20_LIGHT[r % len(TAB20_LIGHT)] for r in range(trace.world_size)],
+        "microbatches": trace.microbatches,
+        "schedule": trace.schedule_name,
+        "timed_from": trace.timed_from,
+        "expected_bubble": trace.expected_bubble,
+        "bubble": bubble,
+        "steps": [{k: s[k] for k in ("step", "span", "boxes", "arrows", "idle")} for s in steps],
+        "frames": frames,
+    }
 
 
 def _pct(x: float | None) -> str:
@@ -47,22 +53,31 @@ def caption(data: dict[str, Any], index: int) -> tuple[str, str]:
     si, n = data["frames"][index]
     st = data["steps"][si]
     stage, kind, mb, a, b = st["boxes"][n - 1]
-    phase = "timed" if st["step"] >= data["timed_from"] else ("measured" if st["step"] == data["timed_from"] - 1
-                                                              else "warm-up")
-    line1 = (f"training step {st['step']} ({phase}) · stage {stage} {KIND[kind]} of micro-batch {mb} · "
-             f"{1000 * a:.1f}–{1000 * b:.1f} ms of {1000 * st['span']:.1f} ms")
+    phase = (
+        "timed"
+        if st["step"] >= data["timed_from"]
+        else ("measured" if st["step"] == data["timed_from"] - 1 else "warm-up")
+    )
+    line1 = (
+        f"training step {st['step']} ({phase}) · stage {stage} {KIND[kind]} of micro-batch {mb} · "
+        f"{1000 * a:.1f}–{1000 * b:.1f} ms of {1000 * st['span']:.1f} ms"
+    )
     measured = ", ".join(_pct(x) for x in data["bubble"])
     p, m = data["stages"], data["microbatches"]
-    line2 = (f"idle per stage (median of timed steps): {measured} · formula (p−1)/(m+p−1) = "
-             f"{_pct(data['expected_bubble'])} (bubble ÷ compute (p−1)/m = {_pct((p - 1) / m)})")
+    line2 = (
+        f"idle per stage (median of timed steps): {measured} · formula (p−1)/(m+p−1) = "
+        f"{_pct(data['expected_bubble'])} (bubble ÷ compute (p−1)/m = {_pct((p - 1) / m)})"
+    )
     return line1, line2
 
 
 def static_svg(data: dict[str, Any], index: int = -1) -> str:
     """Frame ``index`` (default the last: a whole step) as an SVG that scales to its container."""
     if not data.get("frames"):
-        return "<svg xmlns='http://www.w3.org/2000/svg' width='240' height='30'><text y='20' font-size='12' " \
-               "font-family='sans-serif'>no events yet</text></svg>"
+        return (
+            "<svg xmlns='http://www.w3.org/2000/svg' width='240' height='30'><text y='20' font-size='12' "
+            "font-family='sans-serif'>no events yet</text></svg>"
+        )
     i = index % len(data["frames"])
     si, n = data["frames"][i]
     st = data["steps"][si]
@@ -72,8 +87,10 @@ def static_svg(data: dict[str, Any], index: int = -1) -> str:
     cur = st["boxes"][n - 1]
     now = cur[3]
     l1, l2 = caption(data, i)
-    parts = [f"<text x='8' y='16' font-size='13' font-weight='bold'>{html.escape(l1)}</text>",
-             f"<text x='8' y='34' font-size='11' fill='#444'>{html.escape(l2)}</text>"]
+    parts = [
+        f"<text x='8' y='16' font-size='13' font-weight='bold'>{html.escape(l1)}</text>",
+        f"<text x='8' y='34' font-size='11' fill='#444'>{html.escape(l2)}</text>",
+    ]
     for s in range(P):
         y = TOP + s * (ROW + GAP)
         parts.append(f"<rect x='{LEFT}' y='{y}' width='{W - LEFT - RIGHT}' height='{ROW}' fill='#f1f1f1'/>")
@@ -83,32 +100,44 @@ def static_svg(data: dict[str, Any], index: int = -1) -> str:
         x, w = LEFT + a * scale, max(1.5, (b - a) * scale)
         fill = data["colors"][s] if kind else data["light"][s]
         stroke = " stroke='#000' stroke-width='2'" if j == n - 1 else " stroke='#fff' stroke-width='0.5'"
-        parts.append(f"<g class='mgpu-sched-box' data-stage='{s}' data-kind='{KIND[kind]}' data-mb='{mb}'>"
-                     f"<title>stage {s} {KIND[kind]} of micro-batch {mb}: {1000 * a:.2f}–{1000 * b:.2f} ms</title>"
-                     f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{ROW}' fill='{fill}'{stroke}/>")
+        parts.append(
+            f"<g class='mgpu-sched-box' data-stage='{s}' data-kind='{KIND[kind]}' data-mb='{mb}'>"
+            f"<title>stage {s} {KIND[kind]} of micro-batch {mb}: {1000 * a:.2f}–{1000 * b:.2f} ms</title>"
+            f"<rect x='{x:.1f}' y='{y}' width='{w:.1f}' height='{ROW}' fill='{fill}'{stroke}/>"
+        )
         if w > 18:
-            parts.append(f"<text x='{x + w / 2:.1f}' y='{y + ROW / 2 + 4}' font-size='10' text-anchor='middle'>"
-                         f"{'FB'[kind]}{mb}</text>")
+            parts.append(
+                f"<text x='{x + w / 2:.1f}' y='{y + ROW / 2 + 4}' font-size='10' text-anchor='middle'>"
+                f"{'FB'[kind]}{mb}</text>"
+            )
         parts.append("</g>")
     for src, dst, kind, mb, ts, tr_, nbytes in st["arrows"]:
         if tr_ > now + 1e-9:
             continue
         y1 = TOP + src * (ROW + GAP) + (ROW if dst > src else 0)
         y2 = TOP + dst * (ROW + GAP) + (0 if dst > src else ROW)
-        parts.append(f"<line class='mgpu-sched-arrow' x1='{LEFT + ts * scale:.1f}' y1='{y1}' x2='{LEFT + tr_ * scale:.1f}' "
-                     f"y2='{y2}' stroke='#555' stroke-width='1' marker-end='url(#mgpu-sched-head)'/>")
+        parts.append(
+            f"<line class='mgpu-sched-arrow' x1='{LEFT + ts * scale:.1f}' y1='{y1}' x2='{LEFT + tr_ * scale:.1f}' "
+            f"y2='{y2}' stroke='#555' stroke-width='1' marker-end='url(#mgpu-sched-head)'/>"
+        )
     if n == len(st["boxes"]):
         for s in range(P):
             y = TOP + s * (ROW + GAP)
-            parts.append(f"<text class='mgpu-sched-idle' x='{W - RIGHT + 6}' y='{y + ROW / 2 + 4}' font-size='11'>"
-                         f"idle {_pct(st['idle'][s])}</text>")
+            parts.append(
+                f"<text class='mgpu-sched-idle' x='{W - RIGHT + 6}' y='{y + ROW / 2 + 4}' font-size='11'>"
+                f"idle {_pct(st['idle'][s])}</text>"
+            )
     axis = TOP + P * (ROW + GAP) + 14
-    parts.append(f"<text x='{LEFT}' y='{axis}' font-size='10'>0 ms</text><text x='{W - RIGHT}' y='{axis}' "
-                 f"font-size='10' text-anchor='end'>{1000 * span:.1f} ms</text>")
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' class='mgpu-schedule-svg' viewBox='0 0 {W} {height}' "
-            f"width='100%' style='max-width:{W}px' font-family='sans-serif'><defs><marker id='mgpu-sched-head' "
-            "viewBox='0 0 10 10' refX='9' refY='5' markerWidth='5' markerHeight='5' orient='auto'>"
-            f"<path d='M0,0 L10,5 L0,10 z' fill='#555'/></marker></defs>{''.join(parts)}</svg>")
+    parts.append(
+        f"<text x='{LEFT}' y='{axis}' font-size='10'>0 ms</text><text x='{W - RIGHT}' y='{axis}' "
+        f"font-size='10' text-anchor='end'>{1000 * span:.1f} ms</text>"
+    )
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' class='mgpu-schedule-svg' viewBox='0 0 {W} {height}' "
+        f"width='100%' style='max-width:{W}px' font-family='sans-serif'><defs><marker id='mgpu-sched-head' "
+        "viewBox='0 0 10 10' refX='9' refY='5' markerWidth='5' markerHeight='5' orient='auto'>"
+        f"<path d='M0,0 L10,5 L0,10 z' fill='#555'/></marker></defs>{''.join(parts)}</svg>"
+    )
 
 
 class ScheduleWidget(TransportWidget):
@@ -145,13 +174,21 @@ class ScheduleWidget(TransportWidget):
 
 def standalone_html(data: dict[str, Any], title: str = "", badge: str = "") -> str:
     """One self-contained page that plays ``data`` without a kernel."""
-    state = {"data": data, "index": 0, "playing": False, "interval_ms": 250, "speed": 1.0, "loop": False,
-             "live": False, "follow": False, "title": title, "badge": badge}
+    state = {
+        "data": data,
+        "index": 0,
+        "playing": False,
+        "interval_ms": 250,
+        "speed": 1.0,
+        "loop": False,
+        "live": False,
+        "follow": False,
+        "title": title,
+        "badge": badge,
+    }
     return standalone_page.page(ESM, state, title or "pipeline schedule")
 
 
 def save_html(data: dict[str, Any], path: str | os.PathLike, title: str = "", badge: str = "") -> str:
     """Write :func:`standalone_html` to ``path`` atomically (a failure leaves nothing behind)."""
     return standalone_page.write(standalone_html(data, title, badge), path)
-
-

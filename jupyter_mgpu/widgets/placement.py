@@ -62,8 +62,9 @@ class PlacementWidget(TransportWidget):
             picture = self.svg(-1 if self.mode == "player" else self.index)
             data["image/svg+xml"] = picture
             data["text/html"] = f"<div class='mgpu-placement-static'>{picture}</div>"
-            data["text/plain"] = getattr(self, "text_summary", "") or \
-                f"<{self.title or 'placement'}: {self.n_frames} frame(s)>"
+            data["text/plain"] = (
+                getattr(self, "text_summary", "") or f"<{self.title or 'placement'}: {self.n_frames} frame(s)>"
+            )
         return bundle
 
     def save_html(self, path: str | os.PathLike) -> str:
@@ -73,8 +74,19 @@ class PlacementWidget(TransportWidget):
 
 def standalone_html(data: dict[str, Any], title: str = "", badge: str = "") -> str:
     """One self-contained page that plays ``data`` without a kernel."""
-    state = {"data": data, "index": 0, "playing": False, "interval_ms": 600, "speed": 1.0, "loop": False,
-             "live": False, "follow": False, "mode": "player", "title": title, "badge": badge}
+    state = {
+        "data": data,
+        "index": 0,
+        "playing": False,
+        "interval_ms": 600,
+        "speed": 1.0,
+        "loop": False,
+        "live": False,
+        "follow": False,
+        "mode": "player",
+        "title": title,
+        "badge": badge,
+    }
     return standalone_page.page(ESM, state, title or "placement trace")
 
 
@@ -87,12 +99,19 @@ def placement_view(tensor: Any, dims: Any = None) -> PlacementWidget:
     """The interactive placement view of a DistTensor (grid of blocks coloured by owning rank)."""
     tensor.check()
     try:
-        data = pdata.view_data(tensor.shape, tensor.placement, tensor.world_size, tensor.itemsize,
-                               f"{tensor.shape} {tensor.dtype_name}", dims)
+        data = pdata.view_data(
+            tensor.shape,
+            tensor.placement,
+            tensor.world_size,
+            tensor.itemsize,
+            f"{tensor.shape} {tensor.dtype_name}",
+            dims,
+        )
     except ValueError as exc:
         raise MgpuError(str(exc)) from None
-    w = PlacementWidget(data=data, mode="view", title=f"placement {tensor.placement.label}",
-                        badge=f"{tensor.world_size} ranks")
+    w = PlacementWidget(
+        data=data, mode="view", title=f"placement {tensor.placement.label}", badge=f"{tensor.world_size} ranks"
+    )
     try:
         w.text_summary = repr(tensor) + "\n" + text_diagram(tensor.shape, tensor.placement, tensor.world_size, dims)
     except ValueError:
@@ -107,8 +126,14 @@ def tensor_html(tensor: Any) -> str:
     except MgpuError as exc:  # freed, or its session is gone: say so instead of drawing shards that are not there
         return f"<pre>{html.escape(repr(tensor))}</pre><div style='color:#a00'>{html.escape(str(exc))}</div>"
     try:
-        data = pdata.view_data(tensor.shape, tensor.placement, tensor.world_size, tensor.itemsize,
-                               f"{tensor.shape} {tensor.dtype_name}", None if tensor.ndim < 3 else (0, 1))
+        data = pdata.view_data(
+            tensor.shape,
+            tensor.placement,
+            tensor.world_size,
+            tensor.itemsize,
+            f"{tensor.shape} {tensor.dtype_name}",
+            None if tensor.ndim < 3 else (0, 1),
+        )
     except ValueError as exc:  # more than 16 ranks, too many small multiples: the text summary only
         return f"<pre>{html.escape(repr(tensor))}</pre><div>({html.escape(str(exc))})</div>"
     return f"<div class='mgpu-placement-static'>{frame_svg(data, 0)}<pre>{html.escape(repr(tensor))}</pre></div>"
@@ -145,14 +170,19 @@ def side_by_side(*widgets: PlacementWidget) -> Any:
             bundle = super()._repr_mimebundle_(**kwargs)
             data = bundle[0] if isinstance(bundle, tuple) else bundle
             if isinstance(data, dict):
-                cells = "".join(f"<div style='max-width:100%'><b>{html.escape(w.title)}</b><br>{w.svg(-1)}</div>"
-                                for w in self.children)
-                data["text/html"] = f"<div class='mgpu-placement-static' style='display:flex;flex-wrap:wrap;" \
-                                    f"gap:12px 24px;align-items:flex-start'>{cells}</div>"
+                cells = "".join(
+                    f"<div style='max-width:100%'><b>{html.escape(w.title)}</b><br>{w.svg(-1)}</div>"
+                    for w in self.children
+                )
+                data["text/html"] = (
+                    f"<div class='mgpu-placement-static' style='display:flex;flex-wrap:wrap;"
+                    f"gap:12px 24px;align-items:flex-start'>{cells}</div>"
+                )
             return bundle
 
     for w in widgets:
         w.layout.max_width = "100%"
         w.layout.margin = "0 24px 16px 0"
-    return PlayerRow(list(widgets), layout=ipywidgets.Layout(flex_flow="row wrap", align_items="flex-start",
-                                                             width="100%"))
+    return PlayerRow(
+        list(widgets), layout=ipywidgets.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
+    )

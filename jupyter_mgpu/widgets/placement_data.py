@@ -9,12 +9,13 @@ by applying them (nothing is re-sent while playing).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.layout import tiles as lay
 from jupyter_mgpu.tracing import replay as tr
-from jupyter_mgpu.devices import format_bytes
+from jupyter_mgpu.units import format_bytes
 from jupyter_mgpu.widgets.colors import rank_color
 
 
@@ -27,20 +28,36 @@ def _project(box: Sequence[Sequence[int]], dims: tuple[int, ...]) -> tuple[tuple
 
 
 def _tiles_of(panel: dict, rows: tuple[int, int], cols: tuple[int, int]) -> list[int]:
-    return [i for i, t in enumerate(panel["tiles"])
-            if rows[0] <= t["rows"][0] and t["rows"][1] <= rows[1] and cols[0] <= t["cols"][0] and t["cols"][1] <= cols[1]]
+    return [
+        i
+        for i, t in enumerate(panel["tiles"])
+        if rows[0] <= t["rows"][0] and t["rows"][1] <= rows[1] and cols[0] <= t["cols"][0] and t["cols"][1] <= cols[1]
+    ]
 
 
 def _panel_out(p: dict, title: str, size: tuple[int, int], itemsize: int, dim_names: tuple[str, str]) -> dict:
     tiles = [[t["rows"][0], t["rows"][1], t["cols"][0], t["cols"][1]] for t in p["tiles"]]
-    return {"title": title, "size": list(size), "rows": p["rows"], "cols": p["cols"], "itemsize": itemsize,
-            "dims": list(dim_names), "tiles": tiles,
-            # sizes are formatted here, in the one format of every view (the browser only shows them)
-            "tile_bytes": [format_bytes((r1 - r0) * (c1 - c0) * itemsize) for r0, r1, c0, c1 in tiles]}
+    return {
+        "title": title,
+        "size": list(size),
+        "rows": p["rows"],
+        "cols": p["cols"],
+        "itemsize": itemsize,
+        "dims": list(dim_names),
+        "tiles": tiles,
+        # sizes are formatted here, in the one format of every view (the browser only shows them)
+        "tile_bytes": [format_bytes((r1 - r0) * (c1 - c0) * itemsize) for r0, r1, c0, c1 in tiles],
+    }
 
 
-def view_data(shape: Sequence[int], placement: pl.Placement, world_size: int, itemsize: int, title: str,
-              dims: Sequence[int] | None = None) -> dict[str, Any]:
+def view_data(
+    shape: Sequence[int],
+    placement: pl.Placement,
+    world_size: int,
+    itemsize: int,
+    title: str,
+    dims: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """The data of a tensor's placement view: one frame where every rank holds its shard."""
     shape = tuple(shape)
     if not 1 <= world_size <= 16:
@@ -56,27 +73,46 @@ def view_data(shape: Sequence[int], placement: pl.Placement, world_size: int, it
         out_panels.append(_panel_out(p, fixed or title, size, itemsize, names))
         ptips = []
         for t in p["tiles"]:
-            lines = [f"rank {r}: " + " × ".join(f"{a}:{b}" for a, b in table[r].ranges)
-                     + f", local shape {tuple(table[r].shape)}, {format_bytes(table[r].numel * itemsize)}"
-                     for r in t["owners"]]
+            lines = [
+                f"rank {r}: "
+                + " × ".join(f"{a}:{b}" for a, b in table[r].ranges)
+                + f", local shape {tuple(table[r].shape)}, {format_bytes(table[r].numel * itemsize)}"
+                for r in t["owners"]
+            ]
             ptips.append("\n".join(lines) or "held by no rank")
         tips.append(ptips)
         for s in table:
-            if s.numel == 0 or not all(box[0] <= a and b <= box[1] for i, (a, b) in p["fixed"]
-                                       for box in [s.ranges[i]] if b > a):
+            if s.numel == 0 or not all(
+                box[0] <= a and b <= box[1] for i, (a, b) in p["fixed"] for box in [s.ranges[i]] if b > a
+            ):
                 continue
             rows, cols = _project(s.ranges, d)
             blocks.append([pi, rows[0], rows[1], cols[0], cols[1], _tiles_of(p, rows, cols)])
             adds.append([s.rank, len(blocks) - 1])
     mem = [s.numel * itemsize for s in table]
-    frame = {"add": adds, "rm": [], "arrows": [], "compute": [], "mem": mem, "mem_text": [format_bytes(m) for m in mem],
-             "caption": f"{title}: {placement.label} over {world_size} ranks"}
-    return {"world_size": world_size, "colors": [rank_color(r) for r in range(world_size)], "panels": out_panels,
-            "blocks": blocks, "frames": [frame], "tips": tips, "max_mem": max(mem + [1])}
+    frame = {
+        "add": adds,
+        "rm": [],
+        "arrows": [],
+        "compute": [],
+        "mem": mem,
+        "mem_text": [format_bytes(m) for m in mem],
+        "caption": f"{title}: {placement.label} over {world_size} ranks",
+    }
+    return {
+        "world_size": world_size,
+        "colors": [rank_color(r) for r in range(world_size)],
+        "panels": out_panels,
+        "blocks": blocks,
+        "frames": [frame],
+        "tips": tips,
+        "max_mem": max(mem + [1]),
+    }
 
 
-def trace_data(events: list[dict], tensors: dict[str, dict], world_size: int,
-               samples: list[dict] | None = None) -> dict[str, Any]:
+def trace_data(
+    events: list[dict], tensors: dict[str, dict], world_size: int, samples: list[dict] | None = None
+) -> dict[str, Any]:
     """The data of a trace replay: one frame per (op, step) of the merged ``events``.
 
     ``samples`` (telemetry: rank, time, bytes) add each rank's measured memory at each frame's time.
@@ -99,21 +135,32 @@ def trace_data(events: list[dict], tensors: dict[str, dict], world_size: int,
         pindex[n] = len(panels)
         title = meta.get("label", n) + f" {tuple(meta['shape'])}"
         same = sum(q["title"].split(" #")[0] == title for q in panels)  # two tensors drawn alike: number them
-        panels.append(_panel_out(p, title + (f" #{same + 1}" if same else ""), size, meta.get("itemsize", 1),
-                                 (f"dim {d[0]}" if len(d) == 2 else "", f"dim {d[-1]}")))
+        panels.append(
+            _panel_out(
+                p,
+                title + (f" #{same + 1}" if same else ""),
+                size,
+                meta.get("itemsize", 1),
+                (f"dim {d[0]}" if len(d) == 2 else "", f"dim {d[-1]}"),
+            )
+        )
         panels[-1]["_layout"] = p
     blocks: list[list] = []
     bindex: dict[tuple, int] = {}
 
     def blk(b: dict) -> int:
         n = b["tensor"]
-        rows, cols = _project(b["box"], dims_of[n]) if len(b["box"]) == len(tensors.get(n, {}).get(
-            "shape", b["box"])) else ((0, 1), (0, 1))
+        rows, cols = (
+            _project(b["box"], dims_of[n])
+            if len(b["box"]) == len(tensors.get(n, {}).get("shape", b["box"]))
+            else ((0, 1), (0, 1))
+        )
         k = (pindex[n], rows, cols)
         if k not in bindex:
             bindex[k] = len(blocks)
-            blocks.append([pindex[n], rows[0], rows[1], cols[0], cols[1], _tiles_of(panels[pindex[n]]["_layout"],
-                                                                                    rows, cols)])
+            blocks.append(
+                [pindex[n], rows[0], rows[1], cols[0], cols[1], _tiles_of(panels[pindex[n]]["_layout"], rows, cols)]
+            )
         return bindex[k]
 
     def visible(st: list[set]) -> set[tuple[int, int]]:
@@ -132,16 +179,31 @@ def trace_data(events: list[dict], tensors: dict[str, dict], world_size: int,
                 arrows.append([peer, e["rank"], bs[0] if bs else -1, False])
             elif e["action"] == "compute":
                 compute.extend([e["rank"], b] for b in bs)
-        out_frames.append({"add": sorted(vis - prev), "rm": sorted(prev - vis), "arrows": arrows,
-                           "compute": compute, "mem": m, "mem_text": [format_bytes(x) for x in m],
-                           "caption": tr.caption(fr, tensors)})
+        out_frames.append(
+            {
+                "add": sorted(vis - prev),
+                "rm": sorted(prev - vis),
+                "arrows": arrows,
+                "compute": compute,
+                "mem": m,
+                "mem_text": [format_bytes(x) for x in m],
+                "caption": tr.caption(fr, tensors),
+            }
+        )
         prev = vis
     for p in panels:
         del p["_layout"]
     max_tele = _attach_telemetry(frames, out_frames, samples or [], world_size)
-    return {"max_tele": max_tele, "world_size": world_size, "colors": [rank_color(r) for r in range(world_size)], "panels": panels,
-            "blocks": blocks, "frames": out_frames, "tips": [],
-            "max_mem": max([x for m in mem for x in m] + [1])}
+    return {
+        "max_tele": max_tele,
+        "world_size": world_size,
+        "colors": [rank_color(r) for r in range(world_size)],
+        "panels": panels,
+        "blocks": blocks,
+        "frames": out_frames,
+        "tips": [],
+        "max_mem": max([x for m in mem for x in m] + [1]),
+    }
 
 
 def _full(box: tuple, shape: tuple, dims: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from jupyter_mgpu.devices import format_bytes
+from jupyter_mgpu.units import format_bytes
 from jupyter_mgpu.widgets.placement_data import visible_at
 
 
@@ -30,8 +30,10 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
     """Frame ``index`` (default the last) as an SVG document."""
     frames = data.get("frames", [])
     if not frames:  # a live player before the first event arrives
-        return ("<svg xmlns='http://www.w3.org/2000/svg' width='240' height='30'><text y='20' font-family='sans-serif' "
-                "font-size='12'>no events yet</text></svg>")
+        return (
+            "<svg xmlns='http://www.w3.org/2000/svg' width='240' height='30'><text y='20' font-family='sans-serif' "
+            "font-size='12'>no events yet</text></svg>"
+        )
     i = index % len(frames)
     frame = frames[i]
     held = visible_at(data, i)
@@ -51,23 +53,34 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
             x, y = gx + gw * c0 / gc, gy + gh * r0 / gr
             w, h = gw * (c1 - c0) / gc, gh * (r1 - r0) / gr
             ranks = [r for r in range(p_count) if owners[pi][ti] >> r & 1]
-            tip = data["tips"][pi][ti] if data.get("tips") else (
-                f"{'held by rank ' + ', '.join(map(str, ranks)) if ranks else 'held by no rank'}\n"
-                f"rows {r0}:{r1}, cols {c0}:{c1}")
+            tip = (
+                data["tips"][pi][ti]
+                if data.get("tips")
+                else (
+                    f"{'held by rank ' + ', '.join(map(str, ranks)) if ranks else 'held by no rank'}\n"
+                    f"rows {r0}:{r1}, cols {c0}:{c1}"
+                )
+            )
             parts.append(f'<g class="mgpu-tile" data-owners="{" ".join(map(str, ranks))}"><title>{e(tip)}</title>')
             if not ranks:
-                parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="#fff" '
-                             'stroke="#ccc" stroke-width="0.5"/>')
+                parts.append(
+                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="#fff" '
+                    'stroke="#ccc" stroke-width="0.5"/>'
+                )
             else:
                 sw = w / len(ranks)
                 for k, r in enumerate(ranks):
-                    parts.append(f'<rect x="{x + k * sw:.1f}" y="{y:.1f}" width="{sw:.1f}" height="{h:.1f}" '
-                                 f'fill="{colors[r]}"/>')
-                parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="none" '
-                             'stroke="#fff"/>')
+                    parts.append(
+                        f'<rect x="{x + k * sw:.1f}" y="{y:.1f}" width="{sw:.1f}" height="{h:.1f}" fill="{colors[r]}"/>'
+                    )
+                parts.append(
+                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="none" stroke="#fff"/>'
+                )
                 if w > 22 and h > 12 and len(ranks) <= 4:
-                    parts.append(f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4:.1f}" font-size="10" '
-                                 f'text-anchor="middle" fill="#fff">{",".join(map(str, ranks))}</text>')
+                    parts.append(
+                        f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4:.1f}" font-size="10" '
+                        f'text-anchor="middle" fill="#fff">{",".join(map(str, ranks))}</text>'
+                    )
             parts.append("</g>")
         parts.append(f'<rect x="{gx:.1f}" y="{gy:.1f}" width="{gw:.1f}" height="{gh:.1f}" fill="none" stroke="#333"/>')
     y0, bw, gap = height - 70, 70, 18
@@ -75,12 +88,15 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
         x = 10 + (bw + gap) * (r + 1)
         m = frame["mem"][r] if r < len(frame.get("mem", [])) else 0
         frac = min(1.0, m / (data.get("max_mem") or 1))
-        parts.append(f'<g class="mgpu-rank" data-rank="{r}"><rect x="{x}" y="{y0}" width="{bw}" height="40" '
-                     f'fill="#fff" stroke="{colors[r]}" stroke-width="2"/><rect x="{x + 2}" y="{y0 + 40 - 38 * frac:.1f}" '
-                     f'width="8" height="{38 * frac:.1f}" fill="{colors[r]}"/><text x="{x + bw / 2 + 4}" y="{y0 + 16}" '
-                     f'font-size="11" text-anchor="middle">rank {r}</text><text x="{x + bw / 2 + 4}" y="{y0 + 32}" '
-                     f'font-size="10" text-anchor="middle">{e(format_bytes(m))}</text></g>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="mgpu-placement-svg" width="{width:.0f}" '
-            f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;height:auto" '
-            'font-family="sans-serif">'
-            + "".join(parts) + "</svg>")
+        parts.append(
+            f'<g class="mgpu-rank" data-rank="{r}"><rect x="{x}" y="{y0}" width="{bw}" height="40" '
+            f'fill="#fff" stroke="{colors[r]}" stroke-width="2"/><rect x="{x + 2}" y="{y0 + 40 - 38 * frac:.1f}" '
+            f'width="8" height="{38 * frac:.1f}" fill="{colors[r]}"/><text x="{x + bw / 2 + 4}" y="{y0 + 16}" '
+            f'font-size="11" text-anchor="middle">rank {r}</text><text x="{x + bw / 2 + 4}" y="{y0 + 32}" '
+            f'font-size="10" text-anchor="middle">{e(format_bytes(m))}</text></g>'
+        )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="mgpu-placement-svg" width="{width:.0f}" '
+        f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;height:auto" '
+        'font-family="sans-serif">' + "".join(parts) + "</svg>"
+    )

@@ -28,15 +28,24 @@ class FramePlayer(TransportWidget):
     interval_ms = traitlets.Int(900).tag(sync=True)
     show_captions = traitlets.Bool(True).tag(sync=True)
 
-    def __init__(self, frames: list[str], captions: list[str] | None = None, *, title: str = "",
-                 badge: str = "", interval_ms: int = 900, **kwargs):
+    def __init__(
+        self,
+        frames: list[str],
+        captions: list[str] | None = None,
+        *,
+        title: str = "",
+        badge: str = "",
+        interval_ms: int = 900,
+        **kwargs,
+    ):
         if not frames:
             raise ValueError("a player needs at least one frame")
         captions = list(captions) if captions is not None else [""] * len(frames)
         if len(captions) != len(frames):
             raise ValueError(f"{len(frames)} frames but {len(captions)} captions")
-        super().__init__(frames=list(frames), captions=captions, title=title, badge=badge,
-                         interval_ms=int(interval_ms), **kwargs)
+        super().__init__(
+            frames=list(frames), captions=captions, title=title, badge=badge, interval_ms=int(interval_ms), **kwargs
+        )
 
     @property
     def n_frames(self) -> int:
@@ -65,6 +74,8 @@ class FramePlayer(TransportWidget):
     def static_html(self, index: int | None = None) -> str:
         """One frame as plain HTML (for exported notebooks, where widgets do not run)."""
         i = self.index if index is None else index
-        head = f"<div style='font:12px sans-serif;color:#555'>{html.escape(self.badge)}" \
-               f"{' — ' if self.badge and self.captions[i] else ''}{html.escape(self.captions[i])}</div>"
+        head = (
+            f"<div style='font:12px sans-serif;color:#555'>{html.escape(self.badge)}"
+            f"{' — ' if self.badge and self.captions[i] else ''}{html.escape(self.captions[i])}</div>"
+        )
         return f"<div class='mgpu-player-static'>{head}{self.frames[i]}</div>"

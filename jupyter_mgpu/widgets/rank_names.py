@@ -10,7 +10,7 @@ from __future__ import annotations
 
 def rank_names(n: int) -> list[str] | None:
     """Each rank's ``host:kind:index`` when the current session spans hosts and has ``n`` ranks, else None."""
-    from jupyter_mgpu.session import core as sessmod
+    from jupyter_mgpu.session import lifecycle as sessmod
 
     s = sessmod.current(required=False)
     if s is None or s.world_size != n:

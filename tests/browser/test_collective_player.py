@@ -28,15 +28,24 @@ def played(lab):
         shutil.rmtree(ARTIFACTS)
     ARTIFACTS.mkdir(parents=True)
     root = lab["tmp"] / "root"
-    nb = new_notebook(cells=[new_code_cell("%load_ext jupyter_mgpu\n%mgpu_init 3 --no-dashboard"),
-                             new_code_cell("%mgpu_collective all_reduce --op max --shape 6x6"),
-                             new_code_cell("%mgpu_shutdown")],
-                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = new_notebook(
+        cells=[
+            new_code_cell("%load_ext jupyter_mgpu\n%mgpu_init 3 --no-dashboard"),
+            new_code_cell("%mgpu_collective all_reduce --op max --shape 6x6"),
+            new_code_cell("%mgpu_shutdown"),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
     nbformat.write(nb, root / "player_check.ipynb")
-    cfg = {"url": lab["url"], "token": lab["token"], "notebook": "player_check.ipynb", "artifacts": str(ARTIFACTS),
-           "chromium": CHROMIUM, "profile": str(lab["tmp"] / "chromium-profile-player")}
-    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=360,
-                         cwd=REPO)
+    cfg = {
+        "url": lab["url"],
+        "token": lab["token"],
+        "notebook": "player_check.ipynb",
+        "artifacts": str(ARTIFACTS),
+        "chromium": CHROMIUM,
+        "profile": str(lab["tmp"] / "chromium-profile-player"),
+    }
+    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=360, cwd=REPO)
     steps = {json.loads(x)["step"]: json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")}
     assert "error" not in steps, f"{steps['error']['message']}\nlab log:\n{lab['log'].read_text()[-3000:]}"
     assert run.returncode == 0 and "done" in steps, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lab_server import CHROMIUM, REPO  # noqa: F401  (REPO, CHROMIUM: also imported by the other browser tests)
+from lab_server import CHROMIUM, REPO
 from processes import wait_gone
 
 ARTIFACTS = REPO / "test-artifacts" / "browser"
@@ -37,12 +37,15 @@ def story(lab):
     story_dir.mkdir(exist_ok=True)
     shutil.copyfile(REPO / "notebooks" / "01_quickstart.ipynb", story_dir / "01_quickstart.ipynb")
     cfg = {
-        "url": lab["url"], "token": lab["token"], "notebook": "lab_story/01_quickstart.ipynb",
-        "artifacts": str(ARTIFACTS), "chromium": CHROMIUM, "profile": str(lab["tmp"] / "chromium-profile"),
+        "url": lab["url"],
+        "token": lab["token"],
+        "notebook": "lab_story/01_quickstart.ipynb",
+        "artifacts": str(ARTIFACTS),
+        "chromium": CHROMIUM,
+        "profile": str(lab["tmp"] / "chromium-profile"),
         "docsShot": str(ARTIFACTS / "sidebar_dashboard.png"),
     }
-    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=360,
-                         cwd=REPO)
+    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=360, cwd=REPO)
     steps = {}
     for line in run.stdout.splitlines():
         if line.startswith("{"):
@@ -105,7 +108,7 @@ def test_panel_follows_the_dark_theme(story):
 
 
 def _brightness(css: str) -> float:
-    r, g, b = (float(v) for v in css[css.index("(") + 1:css.index(")")].split(",")[:3])
+    r, g, b = (float(v) for v in css[css.index("(") + 1 : css.index(")")].split(",")[:3])
     return (r + g + b) / 3
 
 
@@ -116,7 +119,14 @@ def test_dark_panel_is_dark(story):
 
 def test_screenshots_of_each_state(story):
     names = sorted(p.name for p in ARTIFACTS.glob("*.png"))
-    assert names == ["01_notebook_open.png", "02_cluster_started.png", "03_after_allocation.png",
-                     "04_stop_confirmation.png", "05_stopped.png", "06_dark_theme.png", "sidebar_dashboard.png"]
+    assert names == [
+        "01_notebook_open.png",
+        "02_cluster_started.png",
+        "03_after_allocation.png",
+        "04_stop_confirmation.png",
+        "05_stopped.png",
+        "06_dark_theme.png",
+        "sidebar_dashboard.png",
+    ]
     assert (ARTIFACTS / "sidebar_dashboard.png").stat().st_size < 300_000
     assert story["done"]["consoleErrors"] == []

@@ -42,13 +42,20 @@ def steps(lab):
     if ARTIFACTS.exists():
         shutil.rmtree(ARTIFACTS)
     ARTIFACTS.mkdir(parents=True)
-    nb = new_notebook(cells=[new_code_cell(c) for c in CELLS],
-                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = new_notebook(
+        cells=[new_code_cell(c) for c in CELLS],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
     nbformat.write(nb, lab["tmp"] / "root" / "memory_check.ipynb")
-    cfg = {"url": lab["url"], "token": lab["token"], "notebook": "memory_check.ipynb", "artifacts": str(ARTIFACTS),
-           "chromium": CHROMIUM, "profile": str(lab["tmp"] / "chromium-profile-memory")}
-    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=360,
-                         cwd=REPO)
+    cfg = {
+        "url": lab["url"],
+        "token": lab["token"],
+        "notebook": "memory_check.ipynb",
+        "artifacts": str(ARTIFACTS),
+        "chromium": CHROMIUM,
+        "profile": str(lab["tmp"] / "chromium-profile-memory"),
+    }
+    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=360, cwd=REPO)
     out = {json.loads(x)["step"]: json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")}
     assert "error" not in out, f"{out['error']['message']}\nlab log:\n{lab['log'].read_text()[-3000:]}"
     assert run.returncode == 0 and "done" in out, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"

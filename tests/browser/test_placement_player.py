@@ -42,10 +42,20 @@ def _big_trace_page(path):
         r, step = i % 8, i // 8
         seq[r] += 1
         box = [[(step * 8) % 64, (step * 8) % 64 + 8], [r * 8, r * 8 + 8]]
-        events.append({"rank": r, "op": 0, "label": "synthetic", "step": step,
-                       "action": ("hold", "send", "recv", "compute", "free")[step % 5],
-                       "blocks": [{"tensor": "T", "box": box}], "bytes": 256, "time": step + r * 1e-3,
-                       "seq": seq[r], "peer": (r + 1) % 8})
+        events.append(
+            {
+                "rank": r,
+                "op": 0,
+                "label": "synthetic",
+                "step": step,
+                "action": ("hold", "send", "recv", "compute", "free")[step % 5],
+                "blocks": [{"tensor": "T", "box": box}],
+                "bytes": 256,
+                "time": step + r * 1e-3,
+                "seq": seq[r],
+                "peer": (r + 1) % 8,
+            }
+        )
     data = trace_data(tr.merge([events]), {"T": {"shape": [64, 64], "itemsize": 4, "label": "T"}}, 8)
     return save_html(data, path, "2400 events")
 
@@ -56,12 +66,22 @@ def played(lab):
         shutil.rmtree(ARTIFACTS)
     ARTIFACTS.mkdir(parents=True)
     root = lab["tmp"] / "root"
-    nb = new_notebook(cells=[new_code_cell(c) for c in CELLS],
-                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = new_notebook(
+        cells=[new_code_cell(c) for c in CELLS],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
     nbformat.write(nb, root / "placement_check.ipynb")
     big = _big_trace_page(lab["tmp"] / "big.html")
-    cfg = {"url": lab["url"], "token": lab["token"], "notebook": "placement_check.ipynb", "html": str(root / "ring.html"), "big": big,
-           "artifacts": str(ARTIFACTS), "chromium": CHROMIUM, "profile": str(lab["tmp"] / "chromium-profile-placement")}
+    cfg = {
+        "url": lab["url"],
+        "token": lab["token"],
+        "notebook": "placement_check.ipynb",
+        "html": str(root / "ring.html"),
+        "big": big,
+        "artifacts": str(ARTIFACTS),
+        "chromium": CHROMIUM,
+        "profile": str(lab["tmp"] / "chromium-profile-placement"),
+    }
     run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=380, cwd=REPO)
     steps = {json.loads(x)["step"]: json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")}
     assert "error" not in steps, f"{steps['error']['message']}\nlab log:\n{lab['log'].read_text()[-3000:]}"
@@ -102,5 +122,5 @@ def test_a_2400_event_trace_steps_smoothly(played):
     s = played["big"]
     assert s["frames"] == 300
     assert s["perStepMs"] < 25, s  # each step (apply the differences, redraw) well under a frame at 30 fps
-    assert s["scrubMs"] < 500, s   # jumping from the first to the last step
+    assert s["scrubMs"] < 500, s  # jumping from the first to the last step
     print("2400-event trace timing:", s)

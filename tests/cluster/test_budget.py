@@ -13,8 +13,8 @@ import torch
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import DeviceOutOfMemoryError, MgpuError
-from jupyter_mgpu.ops import sharded_matmul as mm
 from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import sharded_matmul as mm
 
 pytestmark = pytest.mark.cluster
 
@@ -44,11 +44,13 @@ def _edges(s, budget: int) -> None:
 
 def _warm_up(s) -> None:
     """Grow the engines the way a session does: collectives, a matmul, imports, Python objects."""
-    s.run_cell("import numpy, json, fractions\n"
-               "junk = [bytearray(1 << 16) for _ in range(400)]\n"  # 25 MiB of non-tensor memory
-               "x = torch.ones(1 << 20)\nfor _ in range(5):\n    dist.all_reduce(x)\n"
-               "parts = [torch.empty(1 << 18) for _ in range(world_size)]\ndist.all_gather(parts, x[: 1 << 18])\n"
-               "del x, parts")
+    s.run_cell(
+        "import numpy, json, fractions\n"
+        "junk = [bytearray(1 << 16) for _ in range(400)]\n"  # 25 MiB of non-tensor memory
+        "x = torch.ones(1 << 20)\nfor _ in range(5):\n    dist.all_reduce(x)\n"
+        "parts = [torch.empty(1 << 18) for _ in range(world_size)]\ndist.all_gather(parts, x[: 1 << 18])\n"
+        "del x, parts"
+    )
     A = mg.randn(512, 512, placement=mg.Shard(0), seed=0)
     B = mg.randn(512, 512, placement=mg.Shard(0), seed=1)
     C = mg.matmul(A, B, strategy="ring")
@@ -67,8 +69,9 @@ def test_allocations_at_the_edges_of_the_budget(own_session, n):
 def test_the_planner_s_free_memory_is_what_can_be_allocated(own_session):
     n, size = 2, 2048
     held = 2 * size * size * 4 // n  # A and B shards on each rank
-    ring = mg.plan_matmul(((size, size), (size, size)), n, "float32",
-                          placements=(mg.Shard(0), mg.Shard(0))).options["ring"]
+    ring = mg.plan_matmul(((size, size), (size, size)), n, "float32", placements=(mg.Shard(0), mg.Shard(0))).options[
+        "ring"
+    ]
     need = held + max(ring.extra_bytes)
     # just enough: accepted (only the lean ring fits) and it runs; the measured peak is the prediction
     with own_session(n, mem_per_device=need + MiB) as s:
@@ -86,15 +89,24 @@ def test_the_planner_s_free_memory_is_what_can_be_allocated(own_session):
         with pytest.raises(MgpuError, match=r"^no matmul strategy fits: the leanest \(ring\) needs"):
             mg.matmul(A, B)
         with pytest.raises(DeviceOutOfMemoryError):
-            s.run(mm.run, "ring", A.handle_id, A.placement, B.handle_id, B.placement, "forced-ring",
-                  ((size, size), (size, size)), ring.params)
+            s.run(
+                mm.run,
+                "ring",
+                A.handle_id,
+                A.placement,
+                B.handle_id,
+                B.placement,
+                "forced-ring",
+                ((size, size), (size, size)),
+                ring.params,
+            )
         assert s.run_cell("y = torch.ones(1); dist.all_reduce(y); y.item()") == ["2.0", "2.0"]
 
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_predicted_extra_memory_is_measured_exactly_for_every_strategy(session_of, n):
     session_of(n)
-    for (m, k, cols) in ((1536, 1024, 1280), (1000, 700, 900)):
+    for m, k, cols in ((1536, 1024, 1280), (1000, 700, 900)):
         for strategy in ("row", "col", "inner", "ring", "summa"):
             A = mg.randn(m, k, placement=mg.Shard(0), seed=0)
             B = mg.randn(k, cols, placement=mg.Shard(0), seed=1)
@@ -106,10 +118,13 @@ def test_predicted_extra_memory_is_measured_exactly_for_every_strategy(session_o
 
 
 def test_budget_bad_input():
-    from jupyter_mgpu.session.core import _build_spec
+    from jupyter_mgpu.session.options import build_spec as _build_spec
 
-    with pytest.raises(MgpuError, match=r"^--mem-per-device 1(\.0)? MiB is below the 16(\.0)? MiB a rank needs "
-                                        r"to start"):
+    with pytest.raises(
+        MgpuError,
+        match=r"^--mem-per-device 1(\.0)? MiB is below the 16(\.0)? MiB a rank needs "
+        r"to start",
+    ):
         _build_spec(2, cpu=True, mem_per_device="1MiB")
     with pytest.warns(UserWarning, match=r"^2 devices × 900(\.0)? TiB is more than the .* of memory available now"):
         _build_spec(2, cpu=True, mem_per_device="900TiB")
@@ -120,15 +135,23 @@ def test_the_boundary_one_device_and_the_hand_split_fail_mg_matmul_fits(own_sess
     (halves of A, B copied, torch.cat on one rank) fails on the rank that concatenates; mg.matmul fits."""
     n = 3072
     with own_session(2, mem_per_device="96MiB", timeout=30) as s:
-        with pytest.raises(DeviceOutOfMemoryError, match=r"^rank 0 ran out of device memory \(budget 96.0 MiB\) "
-                                                         r"while allocating 36.0 MiB at line 3 of the cell: c = a @ b"):
+        with pytest.raises(
+            DeviceOutOfMemoryError,
+            match=r"^rank 0 ran out of device memory \(budget 96.0 MiB\) "
+            r"while allocating 36.0 MiB at line 3 of the cell: c = a @ b",
+        ):
             s.run_cell(f"a = torch.randn({n}, {n})\nb = torch.randn({n}, {n})\nc = a @ b", targets=0)
         s.run_cell("a = b = None", targets=0)
-        hand_split = (f"A_half = torch.randn({n // 2}, {n})\nB = torch.randn({n}, {n})\nC_half = A_half @ B\n"
-                      "if rank == 0:\n    other = torch.empty_like(C_half)\n    dist.recv(other, 1)\n"
-                      "    C = torch.cat([C_half, other])\nelse:\n    dist.send(C_half, 0)")
-        with pytest.raises(DeviceOutOfMemoryError, match=r"^rank 0 ran out of device memory .* while allocating "
-                                                         r"36.0 MiB at line 7 of the cell: +C = torch.cat") as info:
+        hand_split = (
+            f"A_half = torch.randn({n // 2}, {n})\nB = torch.randn({n}, {n})\nC_half = A_half @ B\n"
+            "if rank == 0:\n    other = torch.empty_like(C_half)\n    dist.recv(other, 1)\n"
+            "    C = torch.cat([C_half, other])\nelse:\n    dist.send(C_half, 0)"
+        )
+        with pytest.raises(
+            DeviceOutOfMemoryError,
+            match=r"^rank 0 ran out of device memory .* while allocating "
+            r"36.0 MiB at line 7 of the cell: +C = torch.cat",
+        ) as info:
             s.run_cell(hand_split)
         assert info.value.ranks == [0]
         s.run_cell("A_half = B = C_half = other = None")

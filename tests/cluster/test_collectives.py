@@ -19,8 +19,13 @@ pytestmark = pytest.mark.cluster
 
 def _reduce(op, xs):
     stacked = torch.stack(xs)
-    return {"sum": stacked.sum(0), "product": stacked.prod(0), "min": stacked.min(0).values,
-            "max": stacked.max(0).values, "avg": stacked.mean(0)}[op]
+    return {
+        "sum": stacked.sum(0),
+        "product": stacked.prod(0),
+        "min": stacked.min(0).values,
+        "max": stacked.max(0).values,
+        "avg": stacked.mean(0),
+    }[op]
 
 
 def reference(name, xs, op, src):
@@ -93,8 +98,13 @@ def test_user_function_and_notebook_lambda(s2):
 def test_roots_take_torch_s_names(s2, capsys):
     """reduce/gather take their root as dst, broadcast/scatter as src, as torch.distributed does."""
     image = lambda rank: torch.full((2, 2), float(rank + 1))  # noqa: E731
-    for name, kwargs in (("reduce", {"dst": 1}), ("gather", {"dst": 1}), ("broadcast", {"src": 1}),
-                         ("scatter", {"src": 1}), ("reduce", {"src": 1})):
+    for name, kwargs in (
+        ("reduce", {"dst": 1}),
+        ("gather", {"dst": 1}),
+        ("broadcast", {"src": 1}),
+        ("scatter", {"src": 1}),
+        ("reduce", {"src": 1}),
+    ):
         r = mg.collective(name, image, **kwargs)
         assert r.src == 1, name
         key = "src" if name in ("broadcast", "scatter") else "dst"
@@ -125,20 +135,31 @@ def test_bad_input_is_one_sentence_and_the_session_stays_usable(s4):
         (dict(name="all_reduce", op="xor"), "unknown reduce op 'xor'"),
         (dict(name="broadcast", src=4), "src rank 4 is out of range: this session has ranks 0-3"),
         (dict(name="reduce", dst=-1), "dst rank -1 is out of range: this session has ranks 0-3"),
-        (dict(name="broadcast", dst=1), r"broadcast takes its root as src \(torch.distributed.broadcast\(..., src=0\)\)"),
+        (
+            dict(name="broadcast", dst=1),
+            r"broadcast takes its root as src \(torch.distributed.broadcast\(..., src=0\)\)",
+        ),
         (dict(name="gather", src=1, dst=2), "give the root of gather once: src=1 and dst=2 differ"),
         (dict(name="reduce_scatter"), "reduce_scatter splits dim 0 into 4 equal chunks.*such as shape 12x11"),
         (dict(name="scatter", inputs=lambda rank: torch.ones(6)), "scatter splits dim 0 .* has 6 rows.*such as 8"),
-        (dict(name="all_reduce", inputs=lambda rank: torch.ones(2, dtype=torch.int64 if rank == 2 else torch.float32)),
-         r"dtypes differ across ranks \(rank 0 float32, rank 1 float32, rank 2 int64"),
+        (
+            dict(
+                name="all_reduce", inputs=lambda rank: torch.ones(2, dtype=torch.int64 if rank == 2 else torch.float32)
+            ),
+            r"dtypes differ across ranks \(rank 0 float32, rank 1 float32, rank 2 int64",
+        ),
         (dict(name="all_gather", inputs=lambda rank: torch.ones(rank + 1)), "shapes differ across ranks"),
-        (dict(name="all_reduce", inputs=lambda rank: torch.ones(2, device="meta")),
-         "rank 0's input tensor is on meta but rank 0's device is cpu"),
+        (
+            dict(name="all_reduce", inputs=lambda rank: torch.ones(2, device="meta")),
+            "rank 0's input tensor is on meta but rank 0's device is cpu",
+        ),
         (dict(name="all_reduce", inputs=lambda rank: [rank]), "is a list, not a torch.Tensor, on ranks 0, 1, 2, 3"),
         (dict(name="all_reduce", inputs=42), "inputs must be a function rank -> tensor"),
         (dict(name="reduce", op="avg", dtype="int64"), "op avg needs floating-point tensors, these are int64"),
-        (dict(name="all_reduce", inputs=lambda rank: torch.ones(300), max_bytes=1024),
-         "rank 0's input is .*, more than the .* a collective view captures and draws per rank"),
+        (
+            dict(name="all_reduce", inputs=lambda rank: torch.ones(300), max_bytes=1024),
+            "rank 0's input is .*, more than the .* a collective view captures and draws per rank",
+        ),
     ]
     for kwargs, message in cases:
         with pytest.raises(MgpuError, match=message) as info:
@@ -154,8 +175,18 @@ def test_bad_input_is_one_sentence_and_the_session_stays_usable(s4):
 
 
 def test_benchmark_is_correct_and_the_wrong_column_catches_a_corrupted_result(s4):
-    names = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
-             "scatter", "send_recv", "barrier"]
+    names = [
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+        "broadcast",
+        "reduce",
+        "gather",
+        "scatter",
+        "send_recv",
+        "barrier",
+    ]
     res = mg.bench(names, "4K,64K", iters=2, warmup=1, op="max")
     assert [row["collective"] for row in res.rows] == [n for n in names for _ in range(1 if n == "barrier" else 2)]
     assert res.wrong == 0 and all(row["wrong"] == 0 for row in res.rows)
@@ -175,11 +206,13 @@ def test_benchmark_is_correct_and_the_wrong_column_catches_a_corrupted_result(s4
 
 
 def test_benchmark_bad_input(s2):
-    for kwargs, message in [(dict(collectives="allsum"), "unknown collective"),
-                            (dict(sizes="1Q"), "cannot read the size"),
-                            (dict(iters=0), "iters must be a whole number"),
-                            (dict(root=2), "root rank 2 is out of range"),
-                            (dict(collectives=["all_reduce"], op="avg", dtype="int32"), "needs a floating-point")]:
+    for kwargs, message in [
+        (dict(collectives="allsum"), "unknown collective"),
+        (dict(sizes="1Q"), "cannot read the size"),
+        (dict(iters=0), "iters must be a whole number"),
+        (dict(root=2), "root rank 2 is out of range"),
+        (dict(collectives=["all_reduce"], op="avg", dtype="int32"), "needs a floating-point"),
+    ]:
         with pytest.raises(MgpuError, match=message):
             mg.bench(**kwargs)
 
@@ -211,8 +244,17 @@ def test_a_rank_dying_during_a_collective_is_named_without_a_hang(own_session):
         assert info.value.ranks == [1]
     with own_session(2) as s:
         # rank 1 alone enters the exchange before the collective (it waits there for rank 0) and is killed
-        pending = s.run(coll.execute, ("demo", (4, 4), "float32"), "all_reduce", "sum", 0, False, targets=[1],
-                        label="all_reduce", block=False)
+        pending = s.run(
+            coll.execute,
+            ("demo", (4, 4), "float32"),
+            "all_reduce",
+            "sum",
+            0,
+            False,
+            targets=[1],
+            label="all_reduce",
+            block=False,
+        )
         deadline = time.monotonic() + 10
         while s.memory()[1].get("op") != "all_reduce" and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -246,7 +288,9 @@ def _magics_tour(ip):
         r = ip.run_cell("%mgpu_collective all_gather --inputs my_inputs")
     assert r.success, r.error_in_exec
     svg = [o.data["image/svg+xml"] for o in cap.outputs if "image/svg+xml" in o.data]
-    assert len(svg) == 1 and ">all_gather<" in svg[0] and svg[0].count(">from rank 1<") == 3  # both ranks' slot 1, and the key
+    assert (
+        len(svg) == 1 and ">all_gather<" in svg[0] and svg[0].count(">from rank 1<") == 3
+    )  # both ranks' slot 1, and the key
     assert any("application/vnd.jupyter.widget-view+json" in o.data for o in cap.outputs)  # the player
     with capture_output() as cap:
         r = ip.run_cell("%mgpu_bench all_reduce broadcast --sizes 1K,4K --iters 2 --warmup 1")
@@ -254,9 +298,11 @@ def _magics_tour(ip):
     table = "".join(o.data.get("text/plain", "") for o in cap.outputs)
     assert "# all_reduce" in table and "# broadcast" in table
     assert any("application/vnd.plotly.v1+json" in o.data and "image/svg+xml" in o.data for o in cap.outputs)
-    for line, message in [("%mgpu_collective broadcast --src 7", "src rank 7 is out of range"),
-                          ("%mgpu_collective all_reduce --inputs nothing_here", "--inputs names no notebook variable"),
-                          ("%mgpu_bench all_reduce --iters x", "--iters takes a number")]:
+    for line, message in [
+        ("%mgpu_collective broadcast --src 7", "src rank 7 is out of range"),
+        ("%mgpu_collective all_reduce --inputs nothing_here", "--inputs names no notebook variable"),
+        ("%mgpu_bench all_reduce --iters x", "--iters takes a number"),
+    ]:
         with capture_output() as cap:
             r = ip.run_cell(line)
         assert not r.success and message in str(r.error_in_exec), (line, r.error_in_exec)

@@ -25,8 +25,16 @@ EXACT = ("params", "grads")  # measured bytes equal to the formula's, to the byt
 def model() -> nn.Sequential:
     """4 Linear layers (TP pairs (0, 3) and (5, 7)), GELU, seeded dropout inside a pair, LayerNorm outside."""
     torch.manual_seed(3)
-    return nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.Dropout(0.1), nn.Linear(32, 16), nn.LayerNorm(16),
-                         nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 5))
+    return nn.Sequential(
+        nn.Linear(12, 32),
+        nn.GELU(),
+        nn.Dropout(0.1),
+        nn.Linear(32, 16),
+        nn.LayerNorm(16),
+        nn.Linear(16, 32),
+        nn.ReLU(),
+        nn.Linear(32, 5),
+    )
 
 
 def data(n: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,8 +45,18 @@ def data(n: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("n, optimizer", [(2, "sgd"), (2, "adam"), (4, "sgd"), (4, "adam")])
 def test_every_strategy_trains_like_single_and_measures_as_the_formulas_say(session_of, n, optimizer):
     session_of(n)
-    r = mg.compare(model(), data=data(), batch=16, steps=5, strategies=ALL, microbatches=4, optimizer=optimizer,
-                   lr=0.05, timeout=60, live=False)
+    r = mg.compare(
+        model(),
+        data=data(),
+        batch=16,
+        steps=5,
+        strategies=ALL,
+        microbatches=4,
+        optimizer=optimizer,
+        lr=0.05,
+        timeout=60,
+        live=False,
+    )
     assert r.strategies == ALL.split(",")
     for st in r.strategies:
         assert r.ok(st), r.table
@@ -59,19 +77,22 @@ def test_every_strategy_trains_like_single_and_measures_as_the_formulas_say(sess
         for stage in range(n):
             mine = [e for e in pp.events if e["action"] == "compute" and e["step"] == k and e["rank"] == stage]
             assert sorted((e["kind"], e["mb"]) for e in mine) == sorted(
-                (kind, mb) for kind in ("forward", "backward") for mb in range(4))
+                (kind, mb) for kind in ("forward", "backward") for mb in range(4)
+            )
     assert all(0 <= b < 1 for b in pp.bubble())
     # GPipe runs every forward before any backward; under 1F1B the last stage alternates from the first one
     for name, interleaved in (("pp", False), ("pp-1f1b", True)):
-        last = [e for e in r.schedule(name).events if e["action"] == "compute" and e["rank"] == n - 1
-                and e["step"] == 4]
+        last = [
+            e for e in r.schedule(name).events if e["action"] == "compute" and e["rank"] == n - 1 and e["step"] == 4
+        ]
         kinds = [e["kind"] for e in sorted(last, key=lambda e: e["start"])]
         assert (kinds != sorted(kinds, key=["forward", "backward"].index)) == interleaved, (name, kinds)
 
 
 def test_who_holds_which_part_of_each_weight(s2):
-    r = mg.compare(model(), data=data(), batch=16, steps=4, strategies="ddp,fsdp,tp,pp", microbatches=2,
-                   timeout=60, live=False)
+    r = mg.compare(
+        model(), data=data(), batch=16, steps=4, strategies="ddp,fsdp,tp,pp", microbatches=2, timeout=60, live=False
+    )
 
     tp = r.show("tp", layers=[0, 3]).data
     col, row = tp["panels"]
@@ -97,6 +118,7 @@ def test_the_schedule_is_followed_live_while_the_pipeline_trains(s2):
 
     def run_one(self, strategy):
         if strategy == "pp":
+
             def watch():
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline:
@@ -107,6 +129,7 @@ def test_the_schedule_is_followed_live_while_the_pipeline_trains(s2):
                         seen["player"] = player
                         return
                     time.sleep(0.05)
+
             threading.Thread(target=watch, daemon=True).start()
         return orig_start(self, strategy)
 
@@ -125,9 +148,8 @@ def test_the_schedule_is_followed_live_while_the_pipeline_trains(s2):
 
 def test_out_of_memory_is_a_row_and_the_session_stays_usable(own_session):
     with own_session(2, mem_per_device="96MiB", timeout=30) as s:
-        r = mg.compare("mlp:512x32", batch=8, steps=4, strategies="single,ddp,fsdp", optimizer="adam",
-                       live=False)
-        single, = [x for x in r.table if x["strategy"] == "single"]
+        r = mg.compare("mlp:512x32", batch=8, steps=4, strategies="single,ddp,fsdp", optimizer="adam", live=False)
+        (single,) = [x for x in r.table if x["strategy"] == "single"]
         assert single["status"] == "oom"
         assert single["note"].startswith("OOM on rank 0: needs ≥ ") and single["note"].endswith("budget 96.0 MiB)")
         assert all(x["status"] == "oom" for x in r.table if x["strategy"] == "ddp")
@@ -138,11 +160,25 @@ def test_out_of_memory_is_a_row_and_the_session_stays_usable(own_session):
         assert predicted == {"single": False, "ddp": False, "fsdp": True}
         # a pipeline whose first stage cannot fit: rank 0 runs out, and rank 1, waiting for its activations,
         # is released at once (rank 0 closes their group), not after the 30 s timeout
-        big = nn.Sequential(nn.Linear(64, 3072), nn.ReLU(), nn.Linear(3072, 3072), nn.ReLU(), nn.Linear(3072, 64),
-                            nn.ReLU(), nn.Linear(64, 64))
+        big = nn.Sequential(
+            nn.Linear(64, 3072),
+            nn.ReLU(),
+            nn.Linear(3072, 3072),
+            nn.ReLU(),
+            nn.Linear(3072, 64),
+            nn.ReLU(),
+            nn.Linear(64, 64),
+        )
         start = time.monotonic()
-        r = mg.compare(big, data=(torch.randn(64, 64), torch.randint(0, 64, (64,))), batch=16, steps=4,
-                       strategies="pp", microbatches=2, live=False)
+        r = mg.compare(
+            big,
+            data=(torch.randn(64, 64), torch.randint(0, 64, (64,))),
+            batch=16,
+            steps=4,
+            strategies="pp",
+            microbatches=2,
+            live=False,
+        )
         assert time.monotonic() - start < 20
         assert [(x["rank"], x["status"]) for x in r.table] == [(0, "oom"), (1, "peer")]
         assert r.table[1]["note"] == "stopped: rank 0 ran out of memory"
@@ -163,13 +199,17 @@ def test_bad_input_is_refused_before_any_rank_runs(s2, monkeypatch):
         (dict(model=model(), strategies="ddp,zero"), r"^unknown strategy 'zero'"),
         (dict(model=model(), optimizer="lion"), r"^unknown optimizer 'lion'"),
         (dict(model=three, strategies="tp"), r"layer 4 \(Linear 8→5\) is Linear number 3 and has no partner"),
-        (dict(model=nn.Sequential(nn.Linear(12, 5)), strategies="pp"),
-         r"needs at least one Linear layer per stage: 2 stages, but the model has 1 Linear layer$"),
+        (
+            dict(model=nn.Sequential(nn.Linear(12, 5)), strategies="pp"),
+            r"needs at least one Linear layer per stage: 2 stages, but the model has 1 Linear layer$",
+        ),
         (dict(model=model(), batch=15), r"^batch 15 does not split evenly over 2 ranks"),
         (dict(model=model(), strategies="pp", batch=12, microbatches=8), r"^batch 12 is not divisible into 8"),
         (dict(model=nn.Sequential(nn.Linear(12, 5), nn.BatchNorm1d(5))), r"^layer 1 \(BatchNorm1d\) is not supported"),
-        (dict(model=model(), data=(torch.randn(48, 7), torch.zeros(48, dtype=torch.long))),
-         r"data X must have shape \(samples, 12\)"),
+        (
+            dict(model=model(), data=(torch.randn(48, 7), torch.zeros(48, dtype=torch.long))),
+            r"data X must have shape \(samples, 12\)",
+        ),
         (dict(model=model(), data=(torch.randn(48, 12), torch.full((48,), 9))), r"class labels 0 to 4"),
         (dict(model=model(), loss="mse", data=(torch.randn(48, 12), torch.randn(48, 3))), r"^mse needs y of shape"),
         (dict(model="mlp:12", strategies="ddp"), r"^unknown bundled model 'mlp:12'"),
@@ -191,8 +231,10 @@ def test_bad_input_is_refused_before_any_rank_runs(s2, monkeypatch):
 
 def test_the_magic_keeps_its_result(s2):
     ip = shell()
-    res = ip.run_cell("%mgpu_compare --model mlp:32x4 --strategies single,ddp,tp --batch 8 --steps 4 "
-                      "--optimizer sgd --no-live --no-plot")
+    res = ip.run_cell(
+        "%mgpu_compare --model mlp:32x4 --strategies single,ddp,tp --batch 8 --steps 4 "
+        "--optimizer sgd --no-live --no-plot"
+    )
     assert res.success, res.error_in_exec
     r = ip.user_ns["_mgpu_compare"]
     assert isinstance(r, mg.CompareResult) and r.strategies == ["single", "ddp", "tp"]

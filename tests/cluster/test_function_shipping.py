@@ -15,7 +15,7 @@ from jupyter_mgpu.errors import MgpuError, RankError
 
 pytestmark = pytest.mark.cluster
 
-CELLS = '''
+CELLS = """
 import torch
 RADIUS = 3
 
@@ -31,7 +31,7 @@ def doubled(rows):
 
 def peek():
     return on_the_rank * 10
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +71,14 @@ def test_names_the_notebook_lacks_come_from_the_ranks(ip, s2):
 
 
 def test_an_error_in_a_sent_function_names_the_rank_and_the_line(ip, s2):
-    ip.run_cell("def picky(rank):\n    if rank == 1:\n        raise ValueError('no odd ranks')\n"
-                "    return torch.ones(2)")
-    with pytest.raises(RankError, match=r"^ValueError on rank 1: no odd ranks at line 3 of picky\(\) .*"
-                                        r"raise ValueError\('no odd ranks'\)"):
+    ip.run_cell(
+        "def picky(rank):\n    if rank == 1:\n        raise ValueError('no odd ranks')\n    return torch.ones(2)"
+    )
+    with pytest.raises(
+        RankError,
+        match=r"^ValueError on rank 1: no odd ranks at line 3 of picky\(\) .*"
+        r"raise ValueError\('no odd ranks'\)",
+    ):
         s2.run(ip.user_ns["picky"], 1, targets=[1])
     with pytest.raises(MgpuError, match="rank 1"):
         mg.collective("all_reduce", ip.user_ns["picky"])
@@ -82,17 +86,21 @@ def test_an_error_in_a_sent_function_names_the_rank_and_the_line(ip, s2):
 
 
 def test_a_function_that_cannot_be_sent_says_what_it_references(ip, s2):
-    ip.run_cell("import threading\nguard = threading.Lock()\ndef locked(rank):\n    with guard:\n"
-                "        return torch.ones(1)")
-    for send in (lambda f: s2.run(f, 0), lambda f: mg.collective("all_reduce", f),
-                 lambda f: mg.map(f, mg.scatter(torch.ones(4, 1), mg.Shard(0)))):
+    ip.run_cell(
+        "import threading\nguard = threading.Lock()\ndef locked(rank):\n    with guard:\n        return torch.ones(1)"
+    )
+    for send in (
+        lambda f: s2.run(f, 0),
+        lambda f: mg.collective("all_reduce", f),
+        lambda f: mg.map(f, mg.scatter(torch.ones(4, 1), mg.Shard(0))),
+    ):
         with pytest.raises(MgpuError, match=r"^locked cannot be sent to the ranks \(it references guard \(a lock\)"):
             send(ip.user_ns["locked"])
     assert s2.run_cell("rank") == ["0", "1"]
 
 
 # -- issue 23: a sent function runs in the rank's namespace ------------------------------------------
-NAMESPACE_CELLS = '''
+NAMESPACE_CELLS = """
 import torch
 MiB = 2**20
 
@@ -124,7 +132,7 @@ def forget(*_):
 
 def scaled():
     return torch.full((2,), float(scale))
-'''
+"""
 
 
 @pytest.fixture
@@ -159,7 +167,9 @@ def test_a_global_tensor_stays_alive_and_shows_in_the_memory_views(ns, s2):
         assert s2.run_cell("float(kept[0]), kept.numel() * 4 // 2**20") == ["(1.0, 48)", "(2.0, 48)"]
         for r in (0, 1):
             grown = settled(r)["resident_bytes"] - before[r]
-            assert grown > 44 * 2**20, f"rank {r}: the kept 48 MiB tensor is not in the memory views ({grown / 2**20:.1f} MiB)"
+            assert grown > 44 * 2**20, (
+                f"rank {r}: the kept 48 MiB tensor is not in the memory views ({grown / 2**20:.1f} MiB)"
+            )
         board = mg.dashboard()
         assert all(d["used"] > 40 * 2**20 for d in board.devices)
     finally:
@@ -191,7 +201,7 @@ def test_a_name_on_both_sides_is_the_ranks_and_said_once(ns, s2, capsys):
         for _ in range(3):
             assert [t.tolist() for t in s2.run(ns["scaled"])] == [[5.0, 5.0], [6.0, 6.0]]
         err = capsys.readouterr().err
-        line = ("mgpu: scaled() reads scale, defined both in the notebook and on the ranks: the ranks' value is used")
+        line = "mgpu: scaled() reads scale, defined both in the notebook and on the ranks: the ranks' value is used"
         assert err.count(line) == 1, err
         s2.run_cell("scale = 2.0")  # the same value on both sides: nothing to say
         s2.run(ns["scaled"])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from ipshell import shell
-
-import jupyter_mgpu.session.core as sm
 from processes import cluster_pids, wait_gone
+
+import jupyter_mgpu.session.lifecycle as sm
 
 pytestmark = pytest.mark.cluster
 
@@ -38,7 +38,10 @@ def test_magics_tour(ip, no_session, capsys):
     out = capsys.readouterr().out
     assert "mgpu: 2 engines ready (2 × CPU virtual device, gloo" in out
 
-    r = run(ip, "%%mgpu\nx = torch.full((2,), float(rank), device=device)\ndist.all_reduce(x)\nprint(rank, world_size, device, x)")
+    r = run(
+        ip,
+        "%%mgpu\nx = torch.full((2,), float(rank), device=device)\ndist.all_reduce(x)\nprint(rank, world_size, device, x)",
+    )
     assert r.success
     out = capsys.readouterr().out
     assert "[rank 0] 0 2 cpu tensor([1., 1.])" in out and "[rank 1] 1 2 cpu tensor([1., 1.])" in out

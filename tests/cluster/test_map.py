@@ -65,8 +65,7 @@ def test_inputs_in_other_placements_are_resharded_and_replicas_aligned(s4, pairs
     torch.testing.assert_close(got, torch.from_numpy(a) @ torch.arange(DIM, dtype=torch.float32))
     # sharding along dim 1: per-column sums
     C = mg.load(d / "a.npy", placement=mg.Shard(1))
-    torch.testing.assert_close(mg.map(torch.sum, C, dim=0).gather(), torch.from_numpy(a).sum(0), rtol=1e-5,
-                               atol=1e-4)
+    torch.testing.assert_close(mg.map(torch.sum, C, dim=0).gather(), torch.from_numpy(a).sum(0), rtol=1e-5, atol=1e-4)
 
 
 def test_reductions_match_one_process(s4, pairs):
@@ -85,8 +84,11 @@ def test_reductions_match_one_process(s4, pairs):
 def test_notebook_functions_with_globals_and_keyword_arguments(s2, pairs):
     d, a, _ = pairs
     ns = {"__name__": "__main__"}
-    exec("import numpy\nOFFSET = 7.0\ndef shifted(x, scale=1.0):\n"
-         "    return x * scale + OFFSET + float(numpy.float32(0))\n", ns)
+    exec(
+        "import numpy\nOFFSET = 7.0\ndef shifted(x, scale=1.0):\n"
+        "    return x * scale + OFFSET + float(numpy.float32(0))\n",
+        ns,
+    )
     A = mg.load(d / "a.npy")
     got = mg.map(ns["shifted"], A, scale=2.0).gather()
     torch.testing.assert_close(got, torch.from_numpy(a) * 2 + 7)

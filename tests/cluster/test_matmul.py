@@ -14,8 +14,13 @@ from jupyter_mgpu.ops.matmul_plan import tolerance
 pytestmark = pytest.mark.cluster
 
 STRATEGIES = ["row", "col", "inner", "ring", "summa", "auto"]
-SHAPES = {"square": (64, 64, 64), "rectangular": (96, 40, 150), "uneven": (101, 37, 53), "thin": (5, 130, 7),
-          "tiny_inner": (9, 2, 11)}
+SHAPES = {
+    "square": (64, 64, 64),
+    "rectangular": (96, 40, 150),
+    "uneven": (101, 37, 53),
+    "thin": (5, 130, 7),
+    "tiny_inner": (9, 2, 11),
+}
 
 
 def _ids():
@@ -139,7 +144,7 @@ def test_bad_input_is_refused_before_anything_allocates(s2):
 
 def test_a_matmul_that_cannot_fit_says_so_with_what_would(s2):
     budget = s2.devices[0].total_memory
-    n = int(budget ** 0.5) + 4096  # a shard of C alone is larger than a device
+    n = int(budget**0.5) + 4096  # a shard of C alone is larger than a device
     before = s2.run(_ids)
     # handles that only describe inputs (never made on the ranks): the refusal must come first
     A = mg.DistTensor(s2, "virtual-a", (n, n), "float32", mg.Shard(0))
@@ -189,8 +194,12 @@ def test_mgpu_matmul_magic(s4, capsys):
     assert torch.allclose(ip.user_ns["_mgpu_C"], _reference(96, 64, 80, seeds=(0, 1)), atol=tolerance("float32", 64))
     assert ip.run_cell("%mgpu_matmul 50 --dtype float64 --check").success
     assert ": ok" in capsys.readouterr().out
-    for bad, words in [("%mgpu_matmul 0", "at least 1"), ("%mgpu_matmul 8 --strategy nope", "unknown matmul strategy"),
-                       ("%mgpu_matmul 8 9", "M K N"), ("%mgpu_matmul 8 --grid 3x3", "not rows x cols")]:
+    for bad, words in [
+        ("%mgpu_matmul 0", "at least 1"),
+        ("%mgpu_matmul 8 --strategy nope", "unknown matmul strategy"),
+        ("%mgpu_matmul 8 9", "M K N"),
+        ("%mgpu_matmul 8 --grid 3x3", "not rows x cols"),
+    ]:
         r = ip.run_cell(bad)
         assert not r.success and words in str(r.error_in_exec), (bad, r.error_in_exec)
     del ip.user_ns["_mgpu_C"]

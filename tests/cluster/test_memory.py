@@ -78,10 +78,15 @@ def test_samples_keep_arriving_while_an_engine_is_busy_in_a_long_cpp_op(s2):
         "_hold = torch.ones(64 * 2**20, dtype=torch.uint8) + 1\n"
         "_m = torch.randn(1400, 1400)\n"
         "for _ in range(12): _m = torch.tanh(_m @ _m)\n"
-        "del _hold, _m", targets=0, block=False, stream=False)
+        "del _hold, _m",
+        targets=0,
+        block=False,
+        stream=False,
+    )
     try:
-        busy = wait_for(lambda: (r := mg.memory()[0])["state"] == "busy" and r["resident_bytes"] - base > 60 * MiB,
-                        timeout=5)
+        busy = wait_for(
+            lambda: (r := mg.memory()[0])["state"] == "busy" and r["resident_bytes"] - base > 60 * MiB, timeout=5
+        )
         assert busy, "the 64 MiB allocated before the matmul loop did not show while the rank was busy"
         times = set()
         while not pending.ready() and len(times) < 5:
@@ -103,7 +108,10 @@ def test_dashboard_model_follows_the_samples_while_a_cell_runs(s2):
     start = board.updates
     pending = s2.run_cell(
         "_hold = torch.ones(80 * 2**20, dtype=torch.uint8) + 1\nimport time as _t\n_t.sleep(1.2)\ndel _hold",
-        targets=1, block=False, stream=False)
+        targets=1,
+        block=False,
+        stream=False,
+    )
     try:
         seen = wait_for(lambda: board.devices[1]["used"] - before > 75 * MiB and board.devices[1], timeout=3)
         assert seen, "the dashboard did not show the 80 MiB allocated while the cell was running"
@@ -163,7 +171,7 @@ def test_bad_input_gets_one_sentence(s2):
     for rate in (0, -1, 1e6, "fast", True):
         with pytest.raises(MgpuError, match="refresh_rate must be between 0.1 and 20 updates per second"):
             mg.dashboard(refresh_rate=rate)
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     saved, sm._current = sm._current, None
     try:
@@ -181,8 +189,9 @@ def test_eight_ranks_a_dead_engine_and_clean_shutdown(own_session):
         rows = wait_for(lambda: (r := mg.memory()) and all(x["state"] in ("idle", "busy") for x in r) and r, 10)
         assert rows and [r["rank"] for r in rows] == list(range(8))
         assert len({r["pid"] for r in rows}) == 8
-        assert wait_for(lambda: [d["rank"] for d in board.devices] == list(range(8)) and
-                        all(d["time"] for d in board.devices))
+        assert wait_for(
+            lambda: [d["rank"] for d in board.devices] == list(range(8)) and all(d["time"] for d in board.devices)
+        )
         rundir = Path(s.runtime_dir)
         killed = time.monotonic()
         os.kill(s.cluster.engine_pids[5], signal.SIGKILL)

@@ -6,11 +6,10 @@ import time
 
 import pytest
 import torch
+from processes import cluster_pids, wait_gone
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, MgpuError, RankError
-
-from processes import cluster_pids, wait_gone
 
 pytestmark = pytest.mark.cluster
 
@@ -51,7 +50,9 @@ def test_targets_subset(s4):
 
 
 def test_cell_sees_rank_names_and_returns_last_expression(s4):
-    out = s4.run_cell("x = torch.full((2,), float(rank), device=device)\ndist.all_reduce(x)\n(rank, world_size, str(device), x.tolist())")
+    out = s4.run_cell(
+        "x = torch.full((2,), float(rank), device=device)\ndist.all_reduce(x)\n(rank, world_size, str(device), x.tolist())"
+    )
     assert out == [repr((r, 4, "cpu", [6.0, 6.0])) for r in range(4)]
     # the namespace persists between cells, like %px
     assert s4.run_cell("x.sum().item()") == ["12.0"] * 4
@@ -66,8 +67,12 @@ def test_streamed_output_is_prefixed_and_in_order_per_rank(s4, capsys):
 
 
 def test_output_streams_while_the_cell_runs(s4, capsys):
-    pending = s4.run_cell("import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')",
-                          targets=[0], block=False, stream=True)
+    pending = s4.run_cell(
+        "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')",
+        targets=[0],
+        block=False,
+        stream=True,
+    )
     seen_first = False
     deadline = time.monotonic() + 1.2
     while time.monotonic() < deadline and not seen_first:
@@ -82,7 +87,10 @@ def test_exception_on_one_rank_is_reported_once_with_the_users_line(s4):
     with pytest.raises(RankError) as info:
         s4.run_cell("y = 1\nif rank == 2:\n    y = y / 0")
     msg = str(info.value)
-    assert msg == "ZeroDivisionError on rank 2: division by zero at line 3 of the cell: y = y / 0 (ranks 0, 1, 3 succeeded)"
+    assert (
+        msg
+        == "ZeroDivisionError on rank 2: division by zero at line 3 of the cell: y = y / 0 (ranks 0, 1, 3 succeeded)"
+    )
     assert info.value.ranks == [2]
     assert "Traceback" not in msg
 
@@ -92,7 +100,9 @@ def test_exception_in_a_function_names_the_function(s4):
         if x > 0:
             raise ValueError(f"x must not be positive, got {x}")
 
-    with pytest.raises(RankError, match=r"ValueError on ranks 0, 1, 2, 3: x must not be positive, got 1 at line \d+ of bad\(\)"):
+    with pytest.raises(
+        RankError, match=r"ValueError on ranks 0, 1, 2, 3: x must not be positive, got 1 at line \d+ of bad\(\)"
+    ):
         s4.run(bad, 1)
 
 
@@ -143,7 +153,8 @@ def test_memory_budget_is_enforced_by_the_os(own_session):
         with pytest.raises(DeviceOutOfMemoryError) as info:
             s.run_cell("if rank == 1:\n    big = torch.ones(1024, 1024, 192)")
         assert str(info.value).startswith(
-            "rank 1 ran out of device memory (budget 512.0 MiB) while allocating 768.0 MiB at line 2 of the cell")
+            "rank 1 ran out of device memory (budget 512.0 MiB) while allocating 768.0 MiB at line 2 of the cell"
+        )
         # within budget works, and the rank is still usable after the OOM
         assert s.run_cell("t = torch.ones(1024, 1024, 64); t.sum().item()") == ["67108864.0"] * 2
 
@@ -165,7 +176,7 @@ def test_restart_replaces_the_running_cluster(own_session):
 def test_bad_init_input_starts_nothing():
     import psutil
 
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     saved = sm._current
@@ -187,7 +198,7 @@ def test_bad_init_input_starts_nothing():
 
 
 def test_with_block_shuts_down():
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     saved = sm._current
     sm._current = None

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
+from jupyter_mgpu.engine import shard_store as store
+from jupyter_mgpu.engine import shared_blocks
+from jupyter_mgpu.errors import DeviceOutOfMemoryError
 from jupyter_mgpu.tensors import process_copy as remote_copy
 from jupyter_mgpu.tensors import shared_blocks as transfer
-from jupyter_mgpu.engine import shared_blocks
-from jupyter_mgpu.engine import shard_store as store
-from jupyter_mgpu.errors import DeviceOutOfMemoryError
 
 pytestmark = pytest.mark.cluster
 
@@ -95,8 +95,10 @@ def test_a_view_kept_on_a_rank_keeps_its_block_from_reuse(s2, mode):
 def test_shard_blocks_count_against_the_device_budget(own_session, mode):
     with own_session(2, mem_per_device="256MiB") as s:
         mode(s)
-        with pytest.raises(DeviceOutOfMemoryError,
-                           match=r"^ranks 0, 1 ran out of device memory \(budget 256.0 MiB each\) while allocat"):
+        with pytest.raises(
+            DeviceOutOfMemoryError,
+            match=r"^ranks 0, 1 ran out of device memory \(budget 256.0 MiB each\) while allocat",
+        ):
             mg.scatter(torch.zeros(2, 300, 1 << 18), mg.Shard(0))  # 300 MiB per rank
         A = mg.scatter(torch.ones(2, 160, 1 << 18), mg.Shard(0))  # 160 MiB per rank, in blocks
         # a 200 MiB tensor fits the budget, not with the blocks held: they count like tensors

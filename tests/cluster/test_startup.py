@@ -12,12 +12,12 @@ import time
 
 import psutil
 import pytest
+from processes import cluster_pids, wait_gone
 
 import jupyter_mgpu.cluster.local as cl
-import jupyter_mgpu.session.core as sm
+import jupyter_mgpu.session.lifecycle as sm
 from jupyter_mgpu import rundir as rd
-from jupyter_mgpu.errors import EngineDiedError, MgpuError
-from processes import cluster_pids, wait_gone
+from jupyter_mgpu.errors import EngineDiedError
 
 pytestmark = pytest.mark.cluster
 
@@ -37,8 +37,11 @@ def _processes_naming(path) -> list[int]:
     out = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if p.info["cmdline"] and any(str(path) in a for a in p.info["cmdline"]) \
-                    and p.status() != psutil.STATUS_ZOMBIE:
+            if (
+                p.info["cmdline"]
+                and any(str(path) in a for a in p.info["cmdline"])
+                and p.status() != psutil.STATUS_ZOMBIE
+            ):
                 out.append(p.info["pid"])
         except psutil.Error:
             pass
@@ -154,10 +157,20 @@ def test_the_startup_timeline_names_every_phase(no_current):
         marks = s.cluster.startup_marks()
     finally:
         s.shutdown()
-    for name in ("kernel.start", "controller.spawned", "controller.main", "controller.ready", "supervisor.main",
-                 "torch.start", "torch.imported", "shim.ready", "supervisor.forked", "engines.registered",
-                 "kernel.ready", *(f"{m}.{r}" for m in ("pg.start", "pg.joined", "ipengine.start",
-                                                        "telemetry.first") for r in (0, 1))):
+    for name in (
+        "kernel.start",
+        "controller.spawned",
+        "controller.main",
+        "controller.ready",
+        "supervisor.main",
+        "torch.start",
+        "torch.imported",
+        "shim.ready",
+        "supervisor.forked",
+        "engines.registered",
+        "kernel.ready",
+        *(f"{m}.{r}" for m in ("pg.start", "pg.joined", "ipengine.start", "telemetry.first") for r in (0, 1)),
+    ):
         assert name in marks, (name, json.dumps(marks))
     assert marks["kernel.start"] <= marks["controller.ready"] <= marks["engines.registered"] <= marks["kernel.ready"]
     assert marks["torch.imported"] <= marks["supervisor.forked"] <= marks["pg.joined.0"]

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.tensors import shared_blocks as transfer
 from jupyter_mgpu.engine import seeding
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.tensors import shared_blocks as transfer
 
 pytestmark = pytest.mark.cluster
 
@@ -66,7 +66,9 @@ def test_local_shards_follow_the_shard_table(s4):
     x = torch.randn(10, 6)
     X = mg.scatter(x, mg.Block2D(2, 2))
     for info in X.table:
-        assert torch.equal(X.local(info.rank), x[info.ranges[0][0]:info.ranges[0][1], info.ranges[1][0]:info.ranges[1][1]])
+        assert torch.equal(
+            X.local(info.rank), x[info.ranges[0][0] : info.ranges[0][1], info.ranges[1][0] : info.ranges[1][1]]
+        )
     assert X.local_shapes == [(5, 3), (5, 3), (5, 3), (5, 3)]
 
 

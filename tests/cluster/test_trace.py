@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.tracing import replay as tr
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import collective_run as coll
 from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.tracing import replay as tr
 
 pytestmark = pytest.mark.cluster
 
@@ -74,7 +74,7 @@ def test_ring_records_every_chunk_moving_around_the_ring(s4):
 
 
 def test_scatter_redistribute_gather_replay(s4):
-    x = torch.arange(63.).view(9, 7)
+    x = torch.arange(63.0).view(9, 7)
     with mg.trace() as t:
         A = mg.scatter(x, placement=mg.Shard(0))
         B = A.redistribute(mg.Block2D(2, 2))
@@ -186,8 +186,15 @@ def test_show_and_rich_repr(s4):
     assert len(v3.data["panels"]) == 4  # the sharded dim not drawn: small multiples
 
 
-@pytest.mark.parametrize("src,dst", [(mg.Shard(1), mg.Shard(0)), (mg.Block2D(2, 2), mg.Replicate()),
-                                     (mg.Replicate(), mg.Block2D(4, 1)), (mg.Shard(0), mg.Block2D(2, 2))])
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        (mg.Shard(1), mg.Shard(0)),
+        (mg.Block2D(2, 2), mg.Replicate()),
+        (mg.Replicate(), mg.Block2D(4, 1)),
+        (mg.Shard(0), mg.Block2D(2, 2)),
+    ],
+)
 def test_every_redistribution_replays_to_the_real_shards(s4, src, dst):
     A = mg.arange(11, 13, placement=src)
     with mg.trace() as t:
@@ -195,6 +202,10 @@ def test_every_redistribution_replays_to_the_real_shards(s4, src, dst):
     _assert_replay_is_real(t, B)
     _assert_replay_is_real(t, A)  # the source is unchanged
     moved = sum(t.bytes_moved())
-    expect = sum(pl.box_numel(box) * 8 for s, row in enumerate(pl.moves((11, 13), src, dst, 4))
-                 for d, box in enumerate(row) if box is not None and s != d)
+    expect = sum(
+        pl.box_numel(box) * 8
+        for s, row in enumerate(pl.moves((11, 13), src, dst, 4))
+        for d, box in enumerate(row)
+        if box is not None and s != d
+    )
     assert moved == expect

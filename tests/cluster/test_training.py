@@ -21,7 +21,9 @@ def test_shard_loader_covers_every_sample_once_per_epoch(session_of, n):
         "ds = (torch.arange(103).float().unsqueeze(1), torch.arange(103))\n"
         "loader = mgpu.shard_loader(ds, batch_size=5, seed=1)\n"
         "epochs = [[y.tolist() for x, y in loader] for _ in range(2)]\n"
-        "(len(loader), epochs)", stream=False)
+        "(len(loader), epochs)",
+        stream=False,
+    )
     per_rank = [ast.literal_eval(v) for v in out]
     assert len({steps for steps, _ in per_rank}) == 1
     for e in range(2):
@@ -61,7 +63,7 @@ def _single_process_reference(world_size: int) -> list[list[float]]:
     per = 24 // world_size
     order = list(DistributedSampler(range(96), num_replicas=1, rank=0, shuffle=True, seed=4))
     for k in range(96 // 24):
-        idx = torch.tensor(order[k * 24:(k + 1) * 24])
+        idx = torch.tensor(order[k * 24 : (k + 1) * 24])
         # ranks hold interleaved positions; with equal per-rank batches the mean of means is the mean
         assert len(idx) == per * world_size
         opt.zero_grad()

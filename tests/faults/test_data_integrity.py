@@ -26,8 +26,13 @@ def test_shard_lost_on_a_dead_rank_and_gather_is_all_or_nothing(own_session):
         deadline = time.monotonic() + 5
         while 2 not in s.cluster.exits() and time.monotonic() < deadline:
             time.sleep(0.02)
-        for use in (lambda: A.gather(), lambda: A.gather(out=out), lambda: A.local(0),
-                    lambda: A.redistribute(mg.Replicate()), lambda: mg.matmul(A, B)):
+        for use in (
+            lambda: A.gather(),
+            lambda: A.gather(out=out),
+            lambda: A.local(0),
+            lambda: A.redistribute(mg.Replicate()),
+            lambda: mg.matmul(A, B),
+        ):
             with pytest.raises(MgpuError, match=r"^shard lost on rank 2 of tensor .*died \(killed by SIGKILL\)"):
                 use()
         assert bool((out == -7.0).all()), "a failed gather wrote into out="

@@ -20,9 +20,9 @@ pytestmark = pytest.mark.cluster
 
 
 def _rank() -> int:
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    return runtime.state().rank
+    return rank_state.get().rank
 
 
 def _sleep(seconds: float) -> int:

@@ -9,10 +9,10 @@ import threading
 import time
 
 import pytest
+from processes import cluster_pids, wait_gone
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, EngineDiedError, MgpuError, RankError
-from processes import cluster_pids, wait_gone
 
 pytestmark = pytest.mark.cluster
 
@@ -79,8 +79,9 @@ def test_rank_raising_before_a_collective_releases_the_others(own_session):
 def test_rank_out_of_budget_mid_op(own_session):
     with own_session(2, mem_per_device="400MiB") as s:
         with pytest.raises(DeviceOutOfMemoryError, match=r"^rank 1 ran out of device memory \(budget 400.0 MiB\)"):
-            s.run_cell("a = torch.ones(1024, 1024, 16)\nb = torch.ones(1024, 1024, 64 * (1 + 2 * rank))\n"
-                       "dist.all_reduce(a)")
+            s.run_cell(
+                "a = torch.ones(1024, 1024, 16)\nb = torch.ones(1024, 1024, 64 * (1 + 2 * rank))\ndist.all_reduce(a)"
+            )
         assert s.run_cell("c = torch.ones(8); dist.all_reduce(c); c[0].item()") == ["2.0", "2.0"]
 
 
@@ -128,8 +129,10 @@ def test_stale_runtime_dir_is_cleaned_and_never_reused(own_session, tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = rundir.create("999999-deadbeef")
-    rundir.write_json(stale / rundir.STATE_FILE, {"cluster_id": stale.name, "status": "running",
-                                                  "kernel_pid": dead.pid, "kernel_create_time": 1.0})
+    rundir.write_json(
+        stale / rundir.STATE_FILE,
+        {"cluster_id": stale.name, "status": "running", "kernel_pid": dead.pid, "kernel_create_time": 1.0},
+    )
     (stale / "store.0").write_text("garbage from a crashed session")
     with own_session(2) as s:
         assert not stale.exists()

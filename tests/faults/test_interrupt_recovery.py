@@ -65,13 +65,17 @@ def _press_stop_once_multiplying(s, rank: int, grown: int, timeout: float = 30.0
 def test_a_rank_in_a_long_cpp_op_is_rebuilt_around_before_the_next_call(own_session, capsys):
     with own_session(2, timeout=60) as s:
         # rank 1 multiplies in one C++ call for several seconds (SIGINT waits for it); rank 0 waits in a collective
-        long_op = ("if rank == 1:\n    a = torch.randn(8000, 8000)\n    b = torch.randn(8000, 8000)\n"
-                   "    a = a @ b\ndist.all_reduce(torch.ones(1))")
+        long_op = (
+            "if rank == 1:\n    a = torch.randn(8000, 8000)\n    b = torch.randn(8000, 8000)\n"
+            "    a = a @ b\ndist.all_reduce(torch.ones(1))"
+        )
         _press_stop_once_multiplying(s, 1, grown=400 * 2**20)  # a and b: 2 × 244 MiB
         with pytest.raises(KeyboardInterrupt) as info:
             s.run_cell(long_op)
-        assert "rank 1 still busy (a long C++ operation?): the process group will be rebuilt before the next " \
-               "call" in str(info.value)
+        assert (
+            "rank 1 still busy (a long C++ operation?): the process group will be rebuilt before the next "
+            "call" in str(info.value)
+        )
         assert s.recovery.dirty == "the interrupt"
         assert s.run_cell(CHECK) == ["[3.0, 3.0]", "[3.0, 3.0]"]
         assert "after the interrupt, the process group was rebuilt" in capsys.readouterr().err

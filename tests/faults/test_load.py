@@ -8,9 +8,9 @@ import gc
 
 import psutil
 import pytest
+from processes import cluster_pids, wait_gone
 
 import jupyter_mgpu as mg
-from processes import cluster_pids, wait_gone
 
 pytestmark = pytest.mark.cluster
 
@@ -47,14 +47,16 @@ def test_200_cells_and_100_collectives_of_64mib_do_not_grow_memory(s4):
     gc.collect()
     c1, e1 = me.memory_info().rss, _rss(engines)
     growth = [b - a for a, b in zip(e0, e1)]
-    print(f"\ncontroller RSS growth {(c1 - c0) / MiB:.1f} MiB (bound {CONTROLLER_BOUND / MiB:.0f} MiB); "
-          f"engine RSS growth {[round(g / MiB, 1) for g in growth]} MiB (bound {ENGINE_BOUND / MiB:.0f} MiB)")
+    print(
+        f"\ncontroller RSS growth {(c1 - c0) / MiB:.1f} MiB (bound {CONTROLLER_BOUND / MiB:.0f} MiB); "
+        f"engine RSS growth {[round(g / MiB, 1) for g in growth]} MiB (bound {ENGINE_BOUND / MiB:.0f} MiB)"
+    )
     assert c1 - c0 < CONTROLLER_BOUND
     assert max(growth) < ENGINE_BOUND
 
 
 def test_16_ranks_start_all_reduce_and_stop():
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     saved = sm._current
     sm._current = None

@@ -13,7 +13,6 @@ import textwrap
 
 import psutil
 import pytest
-
 from processes import cluster_pids
 
 pytestmark = pytest.mark.cluster
@@ -44,8 +43,11 @@ def test_ipyparallel_message_signing_stays_on(s2):
 def test_two_clusters_side_by_side_use_different_ports(s2, own_session):
     def ports(s):
         pids = set(cluster_pids(s))
-        return {c.laddr.port for c in psutil.net_connections(kind="inet")
-                if c.status == psutil.CONN_LISTEN and c.pid in pids}
+        return {
+            c.laddr.port
+            for c in psutil.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.pid in pids
+        }
 
     with own_session(2) as other:
         assert ports(s2).isdisjoint(ports(other))
@@ -62,8 +64,9 @@ def other_user():
     """A second Unix user, created for the test (needs root, as on CI and the dev machines)."""
     if os.geteuid() != 0 or not shutil.which("useradd"):
         pytest.fail("this test needs root and useradd to create a second Unix user")
-    subprocess.run(["useradd", "--no-create-home", "--home-dir", "/tmp/mgpu-other-home", OTHER_USER],
-                   capture_output=True)
+    subprocess.run(
+        ["useradd", "--no-create-home", "--home-dir", "/tmp/mgpu-other-home", OTHER_USER], capture_output=True
+    )
     os.makedirs("/tmp/mgpu-other-home", exist_ok=True)
     shutil.chown("/tmp/mgpu-other-home", OTHER_USER, OTHER_USER)
     yield OTHER_USER
@@ -77,16 +80,20 @@ def _python_for_other_users() -> str:
     This venv's interpreter may live under /root (mode 0700); the system's python3.X of the same minor
     version runs our site-packages just as well.
     """
-    candidates = [sys.executable, f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}",
-                  "/usr/bin/python3"]
+    candidates = [
+        sys.executable,
+        f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}",
+        "/usr/bin/python3",
+    ]
     for exe in candidates:
         real = os.path.realpath(exe)
         parts = [os.path.dirname(real)]
         while parts[-1] != "/":
             parts.append(os.path.dirname(parts[-1]))
         if all(os.stat(p).st_mode & 0o001 for p in parts) and os.stat(real).st_mode & 0o001:
-            version = subprocess.run([real, "-c", "import sys; print(sys.version_info[:2])"],
-                                     capture_output=True, text=True).stdout.strip()
+            version = subprocess.run(
+                [real, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+            ).stdout.strip()
             if version == str(tuple(sys.version_info[:2])):
                 return real
     pytest.fail("no Python interpreter of this version is executable by another user")
@@ -95,17 +102,31 @@ def _python_for_other_users() -> str:
 def _as_user(user: str, code: str, timeout: float = 120) -> subprocess.CompletedProcess:
     import site
 
-    paths = [os.path.dirname(os.path.dirname(os.path.abspath(__import__("jupyter_mgpu").__file__))),
-             *site.getsitepackages()]
-    env = {"HOME": "/tmp/mgpu-other-home", "PATH": os.environ["PATH"], "JUPYTER_MGPU_FORCE_CPU": "1",
-           "PYTHONPATH": os.pathsep.join(paths)}
-    return subprocess.run(["runuser", "-u", user, "--", _python_for_other_users(), "-c", textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd="/tmp")
+    paths = [
+        os.path.dirname(os.path.dirname(os.path.abspath(__import__("jupyter_mgpu").__file__))),
+        *site.getsitepackages(),
+    ]
+    env = {
+        "HOME": "/tmp/mgpu-other-home",
+        "PATH": os.environ["PATH"],
+        "JUPYTER_MGPU_FORCE_CPU": "1",
+        "PYTHONPATH": os.pathsep.join(paths),
+    }
+    return subprocess.run(
+        ["runuser", "-u", user, "--", _python_for_other_users(), "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd="/tmp",
+    )
 
 
 def test_another_user_cannot_see_or_reach_my_cluster_and_runs_their_own(s2, other_user):
     mine = s2.cluster.path
-    result = _as_user(other_user, f"""
+    result = _as_user(
+        other_user,
+        f"""
         import os, json
         from pathlib import Path
         try:
@@ -132,7 +153,8 @@ def test_another_user_cannot_see_or_reach_my_cluster_and_runs_their_own(s2, othe
         s = mg.init(2, cpu=True, timeout=10)
         print("OWN", s.run_cell("x = torch.ones(1); dist.all_reduce(x); x.item()"), s.cluster.path)
         s.shutdown()
-    """)
+    """,
+    )
     out = result.stdout
     assert result.returncode == 0, result.stderr[-2000:]
     assert "DENIED" in out and "LISTED" not in out and "DENIED-READ" in out
@@ -169,20 +191,24 @@ def test_controller_never_initialises_cuda():
         import jupyter_mgpu as mg
 
         if hasattr(mg, "matmul") and hasattr(mg, "randn"):
-            extra = ("A = mg.randn(64, 32, placement=mg.Shard(0), seed=0)\n"
-                     "B = mg.randn(32, 48, placement=mg.Shard(1), seed=1)\n"
-                     "C = mg.matmul(A, B)\nc = C.gather()\nassert tuple(c.shape) == (64, 48)\n")
+            extra = (
+                "A = mg.randn(64, 32, placement=mg.Shard(0), seed=0)\n"
+                "B = mg.randn(32, 48, placement=mg.Shard(1), seed=1)\n"
+                "C = mg.matmul(A, B)\nc = C.gather()\nassert tuple(c.shape) == (64, 48)\n"
+            )
     except Exception:
         pass
     env = {k: v for k, v in os.environ.items() if k != "JUPYTER_MGPU_FORCE_CPU"}
-    out = subprocess.run([sys.executable, "-c", CUDA_GUARD.format(extra=extra)], capture_output=True, text=True,
-                         timeout=180, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", CUDA_GUARD.format(extra=extra)], capture_output=True, text=True, timeout=180, env=env
+    )
     assert "CUDA-UNTOUCHED" in out.stdout, out.stderr[-3000:]
 
 
 def test_selftest_passes_on_cpu_virtual_devices():
-    out = subprocess.run([sys.executable, "-m", "jupyter_mgpu.selftest", "--cpu"], capture_output=True, text=True,
-                         timeout=180)
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter_mgpu.selftest", "--cpu"], capture_output=True, text=True, timeout=180
+    )
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "all checks passed" in out.stdout
     for check in ("all_reduce", "per-device memory stats", "sharded matmul vs torch.mm", "shutdown, no orphans"):

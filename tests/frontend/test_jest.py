@@ -14,7 +14,12 @@ def test_frontend_unit_tests_pass():
     node = shutil.which("node")
     assert node, "the frontend tests need Node.js"
     assert jest.exists(), "node_modules is missing: pip install -e . runs jlpm install (or run jlpm install)"
-    run = subprocess.run([node, str(jest), "--config", "labextension/jest.config.js", "--ci"],
-                         cwd=REPO, capture_output=True, text=True, timeout=240)
+    run = subprocess.run(
+        [node, str(jest), "--config", "labextension/jest.config.js", "--ci"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     assert "Tests:" in run.stderr and " failed" not in run.stderr

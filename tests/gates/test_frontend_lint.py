@@ -29,12 +29,23 @@ def test_labextension_passes_prettier_and_eslint():
     assert jlpm, "jlpm is missing: it comes with jupyterlab (pip install -e '.[test]')"
     bins = REPO / "node_modules" / ".bin"
     missing = [tool for tool in ("eslint", "prettier") if not (bins / tool).exists()]
-    assert not missing, (f"node_modules lacks {', '.join(missing)}: pip install -e . runs jlpm install "
-                         "(or run jlpm install)")
+    assert not missing, (
+        f"node_modules lacks {', '.join(missing)}: pip install -e . runs jlpm install (or run jlpm install)"
+    )
     # lint:check calls jlpm again from its script: the folder holding jlpm must be on PATH
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(jlpm).parent), os.environ.get("PATH", "")]))
-    run = subprocess.run([jlpm, "lint:check"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, timeout=240)
+    run = subprocess.run(
+        [jlpm, "lint:check"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=240,
+    )
     if run.returncode != 0:
-        pytest.fail(f"jlpm lint:check failed (rc {run.returncode}); `jlpm lint` fixes the formatting and what "
-                    f"eslint can fix:\n{run.stdout.strip()[-6000:]}", pytrace=False)
+        pytest.fail(
+            f"jlpm lint:check failed (rc {run.returncode}); `jlpm lint` fixes the formatting and what "
+            f"eslint can fix:\n{run.stdout.strip()[-6000:]}",
+            pytrace=False,
+        )

@@ -31,10 +31,16 @@ def hub():
         folder, run.fake_gpus = fake_gpus.install(run.root)
         run.add_user("a", NOTEBOOK_CELLS)
         run.add_user("b", NOTEBOOK_CELLS)
-        run.add_user("c", ["import os; os.environ.get('CUDA_VISIBLE_DEVICES')"], env={
-            "PYTHONPATH": str(folder), "MGPU_FAKE_NVML": str(run.fake_gpus), "CUDA_VISIBLE_DEVICES": "1",
-            "JUPYTER_MGPU_FORCE_CPU": None,
-        })
+        run.add_user(
+            "c",
+            ["import os; os.environ.get('CUDA_VISIBLE_DEVICES')"],
+            env={
+                "PYTHONPATH": str(folder),
+                "MGPU_FAKE_NVML": str(run.fake_gpus),
+                "CUDA_VISIBLE_DEVICES": "1",
+                "JUPYTER_MGPU_FORCE_CPU": None,
+            },
+        )
         run.start()
         for user in run.users.values():  # all spawn at once; then wait for each
             run.api("POST", f"users/{user.name}/server")

@@ -63,8 +63,12 @@ def remove_leftover_users() -> list[str]:
     removed = []
     busy = {p.info["uids"].real for p in psutil.process_iter(["uids"]) if p.info["uids"]}
     for entry in pwd.getpwall():
-        if (USER_NAME.match(entry.pw_name) and entry.pw_dir.startswith("/tmp/mh")
-                and not os.path.exists(entry.pw_dir) and entry.pw_uid not in busy):
+        if (
+            USER_NAME.match(entry.pw_name)
+            and entry.pw_dir.startswith("/tmp/mh")
+            and not os.path.exists(entry.pw_dir)
+            and entry.pw_uid not in busy
+        ):
             subprocess.run(["userdel", entry.pw_name], capture_output=True, timeout=30, check=False)
             removed.append(entry.pw_name)
     return removed
@@ -87,9 +91,23 @@ def proxy_command(timeout: float = 300) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".chp-", dir=cache))
     try:
-        run = subprocess.run([npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", "--omit=dev",
-                              "--no-package-lock", "--no-save", f"configurable-http-proxy@{PROXY_VERSION}"],
-                             capture_output=True, text=True, timeout=timeout)
+        run = subprocess.run(
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(staging),
+                "--no-audit",
+                "--no-fund",
+                "--omit=dev",
+                "--no-package-lock",
+                "--no-save",
+                f"configurable-http-proxy@{PROXY_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         assert run.returncode == 0, f"npm install configurable-http-proxy failed:\n{run.stderr[-3000:]}"
         try:
             staging.rename(final)
@@ -116,12 +134,24 @@ class HubUser:
 
 
 def _notebook(cells: list[str]) -> str:
-    return json.dumps({
-        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
-                   "source": src} for i, src in enumerate(cells)],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    })
+    return json.dumps(
+        {
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "execution_count": None,
+                    "id": f"c{i}",
+                    "metadata": {},
+                    "outputs": [],
+                    "source": src,
+                }
+                for i, src in enumerate(cells)
+            ],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+    )
 
 
 class HubRun:
@@ -157,8 +187,12 @@ class HubRun:
         home = self.homes / name
         home.mkdir(mode=0o700)
         if self.system_users:
-            subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/sh",
-                            "--user-group", name], check=True, capture_output=True, timeout=30)
+            subprocess.run(
+                ["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/sh", "--user-group", name],
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
             uid = pwd.getpwnam(name).pw_uid
         else:
             uid = os.getuid()
@@ -177,38 +211,44 @@ class HubRun:
         env = {**self.python.env, "JUPYTER_MGPU_FORCE_CPU": "1"}
         spawner = "localprocess" if self.system_users else "simple"
         per_user = {u.name: u.env for u in self.users.values() if u.env}
-        return PER_USER_HOOK.format(per_user=per_user) + "\n".join([
-            f"c.JupyterHub.bind_url = {self.url + '/'!r}",
-            "c.JupyterHub.hub_ip = '127.0.0.1'",
-            f"c.JupyterHub.hub_port = {free_port()}",
-            f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{free_port()}'",
-            f"c.ConfigurableHTTPProxy.command = [{str(proxy)!r}]",
-            f"c.ConfigurableHTTPProxy.auth_token = {secrets.token_hex(24)!r}",
-            f"c.ConfigurableHTTPProxy.pid_file = {str(self.private / 'proxy.pid')!r}",
-            f"c.JupyterHub.db_url = 'sqlite:///{self.private / 'jupyterhub.sqlite'}'",
-            f"c.JupyterHub.cookie_secret_file = {str(self.private / 'cookie_secret')!r}",
-            f"c.JupyterHub.pid_file = {str(self.private / 'jupyterhub.pid')!r}",
-            "c.JupyterHub.cleanup_servers = True",
-            "c.JupyterHub.shutdown_on_logout = True",
-            "c.JupyterHub.authenticator_class = 'shared-password'",
-            f"c.SharedPasswordAuthenticator.user_password = {self.password!r}",
-            f"c.Authenticator.allowed_users = { {u.name for u in self.users.values()}!r}",
-            f"c.JupyterHub.spawner_class = {spawner!r}",
-            f"c.SimpleLocalProcessSpawner.home_dir_template = {str(self.homes) + '/{username}'!r}",
-            f"c.Spawner.cmd = [{str(self.python.python)!r}, '-m', 'jupyterhub.singleuser']",
-            "c.Spawner.args = ['--LabApp.expose_app_in_browser=True']",
-            "c.Spawner.default_url = '/lab'",
-            f"c.Spawner.environment = {env!r}",
-            "c.Spawner.env_keep = ['LANG', 'LC_ALL']",
-            "c.Spawner.pre_spawn_hook = per_user_environment",
-            "c.Spawner.start_timeout = 180",
-            "c.Spawner.http_timeout = 180",
-            "c.LocalProcessSpawner.interrupt_timeout = 15",
-            "c.LocalProcessSpawner.term_timeout = 10",
-            "c.JupyterHub.services = [{'name': 'mgpu-tests', 'api_token': %r}]" % self.api_token,
-            "c.JupyterHub.load_roles = [{'name': 'mgpu-tests', 'services': ['mgpu-tests'], 'scopes': "
-            "['admin:users', 'admin:servers', 'admin:server_state', 'tokens', 'list:users']}]",
-        ]) + "\n"
+        return (
+            PER_USER_HOOK.format(per_user=per_user)
+            + "\n".join(
+                [
+                    f"c.JupyterHub.bind_url = {self.url + '/'!r}",
+                    "c.JupyterHub.hub_ip = '127.0.0.1'",
+                    f"c.JupyterHub.hub_port = {free_port()}",
+                    f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{free_port()}'",
+                    f"c.ConfigurableHTTPProxy.command = [{str(proxy)!r}]",
+                    f"c.ConfigurableHTTPProxy.auth_token = {secrets.token_hex(24)!r}",
+                    f"c.ConfigurableHTTPProxy.pid_file = {str(self.private / 'proxy.pid')!r}",
+                    f"c.JupyterHub.db_url = 'sqlite:///{self.private / 'jupyterhub.sqlite'}'",
+                    f"c.JupyterHub.cookie_secret_file = {str(self.private / 'cookie_secret')!r}",
+                    f"c.JupyterHub.pid_file = {str(self.private / 'jupyterhub.pid')!r}",
+                    "c.JupyterHub.cleanup_servers = True",
+                    "c.JupyterHub.shutdown_on_logout = True",
+                    "c.JupyterHub.authenticator_class = 'shared-password'",
+                    f"c.SharedPasswordAuthenticator.user_password = {self.password!r}",
+                    f"c.Authenticator.allowed_users = { {u.name for u in self.users.values()}!r}",
+                    f"c.JupyterHub.spawner_class = {spawner!r}",
+                    f"c.SimpleLocalProcessSpawner.home_dir_template = {str(self.homes) + '/{username}'!r}",
+                    f"c.Spawner.cmd = [{str(self.python.python)!r}, '-m', 'jupyterhub.singleuser']",
+                    "c.Spawner.args = ['--LabApp.expose_app_in_browser=True']",
+                    "c.Spawner.default_url = '/lab'",
+                    f"c.Spawner.environment = {env!r}",
+                    "c.Spawner.env_keep = ['LANG', 'LC_ALL']",
+                    "c.Spawner.pre_spawn_hook = per_user_environment",
+                    "c.Spawner.start_timeout = 180",
+                    "c.Spawner.http_timeout = 180",
+                    "c.LocalProcessSpawner.interrupt_timeout = 15",
+                    "c.LocalProcessSpawner.term_timeout = 10",
+                    "c.JupyterHub.services = [{'name': 'mgpu-tests', 'api_token': %r}]" % self.api_token,
+                    "c.JupyterHub.load_roles = [{'name': 'mgpu-tests', 'services': ['mgpu-tests'], 'scopes': "
+                    "['admin:users', 'admin:servers', 'admin:server_state', 'tokens', 'list:users']}]",
+                ]
+            )
+            + "\n"
+        )
 
     def start(self, timeout: float = 120) -> None:
         """Build the users' Python, start the hub (which starts the proxy) and wait until it answers."""
@@ -218,8 +258,14 @@ class HubRun:
         config.write_text(self._config(proxy))
         self._log = open(self.log_path, "wb")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
-        self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=self.private,
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+            cwd=self.private,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -242,8 +288,13 @@ class HubRun:
 
     def api(self, method: str, path: str, **kwargs) -> requests.Response:
         """Call the hub's REST API as the tests' admin service."""
-        r = requests.request(method, f"{self.url}/hub/api/{path}", timeout=30,
-                             headers={"Authorization": f"token {self.api_token}"}, **kwargs)
+        r = requests.request(
+            method,
+            f"{self.url}/hub/api/{path}",
+            timeout=30,
+            headers={"Authorization": f"token {self.api_token}"},
+            **kwargs,
+        )
         assert r.status_code < 400, f"{method} {path}: {r.status_code} {r.text[:500]}"
         return r
 
@@ -263,8 +314,12 @@ class HubRun:
             model = self.server(user)
             if model and model.get("ready"):
                 # the hub marks a server ready just before it adds the proxy's route to it
-                r = requests.get(f"{self.user_url(user)}api/status", headers={"Authorization": f"token {user.token}"},
-                                 timeout=10, allow_redirects=False)
+                r = requests.get(
+                    f"{self.user_url(user)}api/status",
+                    headers={"Authorization": f"token {user.token}"},
+                    timeout=10,
+                    allow_redirects=False,
+                )
                 if r.status_code == 200:
                     return int(model["state"]["pid"])
             assert time.monotonic() < deadline, f"{user.name}'s server not ready in {timeout} s:\n{self.log_tail()}"
@@ -287,7 +342,9 @@ class HubRun:
             try:
                 if p.status() == psutil.STATUS_ZOMBIE:
                     continue
-                if self.system_users and p.info["uids"].real == user.uid or not self.system_users and (p.info.get("environ") or {}).get("HOME") == str(user.home):
+                if (self.system_users and p.info["uids"].real == user.uid) or (
+                    not self.system_users and (p.info.get("environ") or {}).get("HOME") == str(user.home)
+                ):
                     out.append(p)
             except psutil.Error:
                 continue

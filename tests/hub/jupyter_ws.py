@@ -18,7 +18,7 @@ from tornado.websocket import websocket_connect
 
 
 def ws_url(http_url: str) -> str:
-    return "ws" + http_url[len("http"):] if http_url.startswith("http") else http_url
+    return "ws" + http_url[len("http") :] if http_url.startswith("http") else http_url
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -46,14 +46,32 @@ async def _execute(server_url: str, token: str, kernel_id: str, code: str, timeo
     request = HTTPRequest(f"{ws_url(server_url)}api/kernels/{kernel_id}/channels", headers=_headers(token))
     conn = await asyncio.wait_for(websocket_connect(request), timeout)
     msg_id = uuid.uuid4().hex
-    await conn.write_message(json.dumps({
-        "header": {"msg_id": msg_id, "username": "mgpu-tests", "session": uuid.uuid4().hex,
-                   "msg_type": "execute_request", "version": "5.3",
-                   "date": datetime.now(timezone.utc).isoformat()},
-        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-        "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                    "allow_stdin": False, "stop_on_error": True},
-    }))
+    await conn.write_message(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "username": "mgpu-tests",
+                    "session": uuid.uuid4().hex,
+                    "msg_type": "execute_request",
+                    "version": "5.3",
+                    "date": datetime.now(timezone.utc).isoformat(),
+                },
+                "parent_header": {},
+                "metadata": {},
+                "channel": "shell",
+                "buffers": [],
+                "content": {
+                    "code": code,
+                    "silent": False,
+                    "store_history": False,
+                    "user_expressions": {},
+                    "allow_stdin": False,
+                    "stop_on_error": True,
+                },
+            }
+        )
+    )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     text, errors, status = [], [], None
@@ -120,7 +138,12 @@ async def _stream(server_url: str, headers: dict[str, str], frames: int, timeout
     return StreamResult(101, got, "", None)
 
 
-def read_stream(server_url: str, token: str | None = None, frames: int = 2, timeout: float = 30,
-                headers: dict[str, str] | None = None) -> StreamResult:
+def read_stream(
+    server_url: str,
+    token: str | None = None,
+    frames: int = 2,
+    timeout: float = 30,
+    headers: dict[str, str] | None = None,
+) -> StreamResult:
     """Open ``mgpu/api/stream`` (with ``token``, or bare ``headers``), read ``frames`` snapshots, close."""
     return asyncio.run(_stream(server_url, headers if headers is not None else _headers(token), frames, timeout))

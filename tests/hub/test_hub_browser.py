@@ -15,7 +15,6 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-
 from processes import wait_gone
 
 from .browser_run import ARTIFACTS, browser_config, run_script
@@ -52,8 +51,9 @@ def _while_both_run(hub, seen: dict) -> dict:
     out = {}
     for key in ("a", "b"):
         user = hub.users[key]
-        api = requests.get(hub.user_url(user) + "mgpu/api/clusters", timeout=30,
-                           headers={"Authorization": f"token {user.token}"}).json()["clusters"]
+        api = requests.get(
+            hub.user_url(user) + "mgpu/api/clusters", timeout=30, headers={"Authorization": f"token {user.token}"}
+        ).json()["clusters"]
         uids = {}
         for cluster in seen[f"{key}:both"]["sidebar"]["clusters"]:
             for rank in cluster["ranks"]:
@@ -118,8 +118,9 @@ def test_sidebar_and_status_bar_fit_the_window(story, key):
     panel, status = lay["panel"], lay["status"]
     assert panel["w"] >= 200 and panel["x"] >= 0 and panel["x"] + panel["w"] <= vw and panel["h"] > 200
     assert status["w"] > 0 and status["y"] + status["h"] <= vh and status["x"] + status["w"] <= vw
-    assert lay["cards"] and all(panel["x"] <= c["x"] and c["x"] + c["w"] <= panel["x"] + panel["w"] + 1
-                                for c in lay["cards"])
+    assert lay["cards"] and all(
+        panel["x"] <= c["x"] and c["x"] + c["w"] <= panel["x"] + panel["w"] + 1 for c in lay["cards"]
+    )
     assert lay["overflowing"] == []
 
 

@@ -29,8 +29,9 @@ GiB = 1 << 30
 
 
 def get(hub, user, path: str) -> requests.Response:
-    return requests.get(hub.user_url(user) + path, headers={"Authorization": f"token {user.token}"}, timeout=30,
-                        allow_redirects=False)
+    return requests.get(
+        hub.user_url(user) + path, headers={"Authorization": f"token {user.token}"}, timeout=30, allow_redirects=False
+    )
 
 
 def _gone_pid() -> int:
@@ -44,13 +45,31 @@ def _gone_pid() -> int:
 def shared_gpu(hub, servers):
     """GPU 1 (c's) holds 20 GiB for a's server, 1 GiB for c's and 3 GiB for a vanished pid; GPU 0 is a's."""
     a_pid, c_pid, gone = servers["a"], servers["c"], _gone_pid()
-    fake_gpus.write(hub.fake_gpus, [
-        {"name": "Fake H100 #0", "uuid": "GPU-0000", "total": 80 * GiB, "used": 41 * GiB, "util": 90,
-         "processes": [{"pid": a_pid, "used": 40 * GiB}]},
-        {"name": "Fake H100 #1", "uuid": "GPU-1111", "total": 80 * GiB, "used": 26 * GiB, "util": 35,
-         "processes": [{"pid": a_pid, "used": 20 * GiB}, {"pid": c_pid, "used": 1 * GiB},
-                       {"pid": gone, "used": 3 * GiB}]},
-    ])
+    fake_gpus.write(
+        hub.fake_gpus,
+        [
+            {
+                "name": "Fake H100 #0",
+                "uuid": "GPU-0000",
+                "total": 80 * GiB,
+                "used": 41 * GiB,
+                "util": 90,
+                "processes": [{"pid": a_pid, "used": 40 * GiB}],
+            },
+            {
+                "name": "Fake H100 #1",
+                "uuid": "GPU-1111",
+                "total": 80 * GiB,
+                "used": 26 * GiB,
+                "util": 35,
+                "processes": [
+                    {"pid": a_pid, "used": 20 * GiB},
+                    {"pid": c_pid, "used": 1 * GiB},
+                    {"pid": gone, "used": 3 * GiB},
+                ],
+            },
+        ],
+    )
     yield {"hidden": [str(a_pid), str(gone), hub.users["a"].name]}
     fake_gpus.write(hub.fake_gpus, [])
 
@@ -78,8 +97,12 @@ def test_other_users_gpu_memory_is_a_number_without_names(hub, shared_gpu):
     payload = r.json()
     assert payload["source"] == "nvml"
     [gpu] = payload["devices"]  # only the GPU the hub gave c, numbered as CUDA numbers it for c
-    assert (gpu["id"], gpu["name"], gpu["used_bytes"], gpu["total_bytes"]) == \
-        ("cuda:0", "Fake H100 #1", 26 * GiB, 80 * GiB)
+    assert (gpu["id"], gpu["name"], gpu["used_bytes"], gpu["total_bytes"]) == (
+        "cuda:0",
+        "Fake H100 #1",
+        26 * GiB,
+        80 * GiB,
+    )
     assert (gpu["own_bytes"], gpu["other_users_bytes"]) == _split(hub)
     frame = read_stream(hub.user_url(c), c.token, frames=1).frames[0]
     assert frame["devices"]["devices"] == [{**gpu, "utilization": frame["devices"]["devices"][0]["utilization"]}]
@@ -115,4 +138,3 @@ def test_sidebar_shows_other_users_part_of_the_gpu(hub, shared_gpu, tmp_path_fac
     lay = s["layout"]
     assert lay["overflowing"] == [] and lay["panel"]["x"] + lay["panel"]["w"] <= lay["viewport"]["w"]
     assert steps["done"]["consoleErrors"] == []
-

@@ -21,7 +21,6 @@ import time
 import psutil
 import pytest
 import requests
-
 from processes import wait_gone
 
 from .jupyter_ws import execute, read_stream, start_kernel, stop_kernel
@@ -136,8 +135,9 @@ def test_b_cannot_stop_a_cluster(hub, a_cluster):
     path = f"mgpu/api/clusters/{a_cluster['id']}"
     own = requests.delete(hub.user_url(b) + path, headers={"Authorization": f"token {b.token}"}, timeout=30)
     assert own.status_code == 404 and "no running jupyter_mgpu cluster" in as_json(own)["message"]
-    other = requests.delete(hub.user_url(a) + path, headers={"Authorization": f"token {b.token}"}, timeout=30,
-                            allow_redirects=False)
+    other = requests.delete(
+        hub.user_url(a) + path, headers={"Authorization": f"token {b.token}"}, timeout=30, allow_redirects=False
+    )
     assert other.status_code == 403
     time.sleep(1.0)  # a stop would have signalled by now
     assert all(psutil.pid_exists(p) for p in a_cluster["pids"])
@@ -153,8 +153,14 @@ def _listening_port(pid: int) -> int:
 
 def test_b_token_cannot_reach_a_server(hub, a_cluster):
     a, b = hub.users["a"], hub.users["b"]
-    for path in ("api/status", "api/kernels", "api/contents", "mgpu/api/clusters", "mgpu/api/devices",
-                 f"mgpu/api/clusters/{a_cluster['id']}"):
+    for path in (
+        "api/status",
+        "api/kernels",
+        "api/contents",
+        "mgpu/api/clusters",
+        "mgpu/api/devices",
+        f"mgpu/api/clusters/{a_cluster['id']}",
+    ):
         r = get(hub, a, b, path)
         assert r.status_code == 403, (path, r.status_code)
         assert a_cluster["id"] not in r.text
@@ -165,8 +171,9 @@ def test_b_token_cannot_reach_a_server(hub, a_cluster):
     r = requests.get(direct + "mgpu/api/clusters", headers={"Authorization": f"token {b.token}"}, timeout=30)
     assert r.status_code == 403 and a_cluster["id"] not in r.text
     # and b's token is no key to the hub's record of a
-    assert requests.get(f"{hub.url}/hub/api/users/{a.name}", headers={"Authorization": f"token {b.token}"},
-                        timeout=30).status_code in (403, 404)
+    assert requests.get(
+        f"{hub.url}/hub/api/users/{a.name}", headers={"Authorization": f"token {b.token}"}, timeout=30
+    ).status_code in (403, 404)
 
 
 def test_b_cannot_list_or_read_a_files(hub, a_cluster):
@@ -175,24 +182,30 @@ def test_b_cannot_list_or_read_a_files(hub, a_cluster):
     a, b = hub.users["a"], hub.users["b"]
     probe = f"""
 import os, socket
-for path in ({str(a.mgpu_dir)!r}, {a_cluster['path']!r}, {str(a.home)!r}):
+for path in ({str(a.mgpu_dir)!r}, {a_cluster["path"]!r}, {str(a.home)!r}):
     try:
         os.listdir(path); print("LISTED", path)
     except PermissionError:
         print("DENIED")
-for path in ({a_cluster['path'] + '/cluster.json'!r}, {a_cluster['path'] + '/profile/security/ipcontroller-client.json'!r}):
+for path in ({a_cluster["path"] + "/cluster.json"!r}, {a_cluster["path"] + "/profile/security/ipcontroller-client.json"!r}):
     try:
         open(path).read(); print("READ", path)
     except PermissionError:
         print("DENIED")
 from jupyter_mgpu.engine import unix_socket  # the path is longer than AF_UNIX holds: as the kernel reaches it
 try:
-    unix_socket.connect(socket.socket(socket.AF_UNIX), {a_cluster['path'] + '/direct.0.sock'!r}); print("CONNECTED")
+    unix_socket.connect(socket.socket(socket.AF_UNIX), {a_cluster["path"] + "/direct.0.sock"!r}); print("CONNECTED")
 except PermissionError:
     print("DENIED")
 """
-    run = subprocess.run([shutil.which("runuser") or "runuser", "-u", b.name, "--", str(hub.python.python), "-c", probe], capture_output=True,
-                         text=True, timeout=60, env={**hub.python.env, "HOME": str(b.home)}, cwd="/")
+    run = subprocess.run(
+        [shutil.which("runuser") or "runuser", "-u", b.name, "--", str(hub.python.python), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**hub.python.env, "HOME": str(b.home)},
+        cwd="/",
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["DENIED"] * 6, run.stdout
 
@@ -234,8 +247,11 @@ def test_stale_cluster_of_a_user_who_logged_out_is_not_shown_and_nothing_is_left
     assert get(hub, a, a, f"mgpu/api/clusters/{a_cluster['id']}").status_code == 404
     stream = read_stream(hub.user_url(a), a.token, frames=1)
     assert stream.status == 101 and stream.frames[0]["clusters"] == []
-    gone = requests.delete(hub.user_url(a) + f"mgpu/api/clusters/{a_cluster['id']}",
-                           headers={"Authorization": f"token {a.token}"}, timeout=30)
+    gone = requests.delete(
+        hub.user_url(a) + f"mgpu/api/clusters/{a_cluster['id']}",
+        headers={"Authorization": f"token {a.token}"},
+        timeout=30,
+    )
     assert gone.status_code == 404
     assert as_json(get(hub, b, b, "mgpu/api/clusters"))["clusters"] == []
     # a logs in again and starts a cluster: the stale directory is removed, never reused

@@ -68,7 +68,7 @@ def _mirror(src: Path, dst: Path, retarget: dict[str, str], skip: set[str] = fro
                 target = os.readlink(path)
                 for old, new in retarget.items():
                     if target == old or target.startswith(old + os.sep):
-                        target = new + target[len(old):]
+                        target = new + target[len(old) :]
                         break
                 os.symlink(target, out / name)
                 if name in dirs:
@@ -110,8 +110,10 @@ def build_user_python(root: Path) -> UserPython:
     assert (python / "bin" / exe).exists(), f"no {exe} in {base}/bin"
     cfg = (venv / "pyvenv.cfg").read_text().splitlines()
     cfg = [f"home = {python / 'bin'}" if line.split("=")[0].strip() == "home" else line for line in cfg]
-    _rewrite(env_dir / "pyvenv.cfg", "\n".join(line for line in cfg
-                                               if line.split("=")[0].strip() not in ("executable", "command")) + "\n")
+    _rewrite(
+        env_dir / "pyvenv.cfg",
+        "\n".join(line for line in cfg if line.split("=")[0].strip() not in ("executable", "command")) + "\n",
+    )
     for name in ("python", "python3", exe):
         link = env_dir / "bin" / name
         link.unlink(missing_ok=True)
@@ -122,7 +124,7 @@ def build_user_python(root: Path) -> UserPython:
             head = script.read_bytes()[:512]
             if any(head.startswith(s) for s in old_shebangs):
                 text = script.read_text()
-                _rewrite(script, f"#!{env_dir}/bin/python" + text[text.index("\n"):])
+                _rewrite(script, f"#!{env_dir}/bin/python" + text[text.index("\n") :])
 
     site = env_dir / "lib" / exe / "site-packages"
     source = _editable_source()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from jupyter_client.manager import KernelManager
 from stop_button import run_and_interrupt
@@ -43,8 +43,15 @@ class Kernel:
         reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
         return reply["content"], "".join(out)
 
-    def run_and_interrupt(self, code: str, after: float, presses: int = 1, gap: float = 0.1,
-                          timeout: float = 60, until: Callable[[], bool] | None = None) -> tuple[dict, str, float]:
+    def run_and_interrupt(
+        self,
+        code: str,
+        after: float,
+        presses: int = 1,
+        gap: float = 0.1,
+        timeout: float = 60,
+        until: Callable[[], bool] | None = None,
+    ) -> tuple[dict, str, float]:
         """Run ``code``, press stop ``presses`` times from ``after`` seconds on (counted from when
         ``until()`` first holds, if given); returns the reply content, everything printed, and the
         seconds from the first press to the reply."""

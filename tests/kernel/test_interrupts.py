@@ -13,7 +13,6 @@ import time
 
 import pytest
 from kernel_client import Kernel
-
 from processes import wait_gone
 
 pytestmark = pytest.mark.kernel
@@ -37,8 +36,10 @@ def _check_collective(kernel: Kernel, n: int) -> float:
 def _check_back(kernel: Kernel, took: float, limit: float) -> None:
     """The next all_reduce is right, and the call's end plus that all_reduce took under ``limit`` s."""
     check = _check_collective(kernel, kernel.n)
-    assert took + check < limit, (f"the call came back {took:.2f} s after the stop and the next all_reduce "
-                                  f"took {check:.2f} s (together at most {limit} s)")
+    assert took + check < limit, (
+        f"the call came back {took:.2f} s after the stop and the next all_reduce "
+        f"took {check:.2f} s (together at most {limit} s)"
+    )
 
 
 def _check_tensor(kernel: Kernel) -> None:
@@ -51,8 +52,9 @@ def kernel(request):
     n = request.param
     k = Kernel()
     pids = k.start_cluster(n, "--timeout 120")
-    reply, out = k.execute("import torch, jupyter_mgpu as mg\n"
-                           "A = mg.randn(256, 96, placement=mg.Shard(0), seed=3)\nA_ref = A.gather()")
+    reply, out = k.execute(
+        "import torch, jupyter_mgpu as mg\nA = mg.randn(256, 96, placement=mg.Shard(0), seed=3)\nA_ref = A.gather()"
+    )
     assert reply["status"] == "ok", out
     k.n = n
     yield k
@@ -71,8 +73,9 @@ def test_the_two_cells_of_the_report_give_the_right_sum(kernel):
 
 def test_a_rank_raising_while_others_wait_in_a_collective(kernel):
     start = time.monotonic()
-    reply, out = kernel.execute("%%mgpu\nif rank == 1:\n    raise ValueError('bad shard')\n"
-                                "dist.all_reduce(torch.ones(4))")
+    reply, out = kernel.execute(
+        "%%mgpu\nif rank == 1:\n    raise ValueError('bad shard')\ndist.all_reduce(torch.ones(4))"
+    )
     took = time.monotonic() - start
     assert reply["status"] == "error", out
     assert "ValueError on rank 1: bad shard" in out
@@ -82,8 +85,10 @@ def test_a_rank_raising_while_others_wait_in_a_collective(kernel):
 
 
 def test_interrupt_during_mg_collective(kernel):
-    kernel.execute("import time\ndef late(rank):\n    if rank == 1:\n        time.sleep(600)\n"
-                   "    return torch.full((4,), float(rank))")
+    kernel.execute(
+        "import time\ndef late(rank):\n    if rank == 1:\n        time.sleep(600)\n"
+        "    return torch.full((4,), float(rank))"
+    )
     reply, out, took = kernel.run_and_interrupt("r = mg.collective('all_reduce', late)", after=1.5)
     assert reply["ename"] == "KeyboardInterrupt", out
     _check_back(kernel, took, 5)
@@ -92,26 +97,31 @@ def test_interrupt_during_mg_collective(kernel):
 
 @pytest.mark.parametrize("strategy", ["ring", "summa"])
 def test_interrupt_during_mg_matmul(kernel, strategy):
-    reply, out = kernel.execute("X = mg.randn(3072, 3072, placement=mg.Shard(0), seed=1)\n"
-                                "Y = mg.randn(3072, 3072, placement=mg.Shard(0), seed=2)")
+    reply, out = kernel.execute(
+        "X = mg.randn(3072, 3072, placement=mg.Shard(0), seed=1)\n"
+        "Y = mg.randn(3072, 3072, placement=mg.Shard(0), seed=2)"
+    )
     assert reply["status"] == "ok", out
     code = "for _ in range(20):\n    Z = mg.matmul(X, Y, strategy=%r)\n    del Z" % strategy
     reply, out, took = kernel.run_and_interrupt(code, after=1.5)
     assert reply["ename"] == "KeyboardInterrupt", out
     _check_back(kernel, took, 8)  # a C++ matmul block finishes first
     _check_tensor(kernel)
-    reply, out = kernel.execute("Z = mg.matmul(X, Y, strategy=%r)\n"
-                                "print(float((Z.gather()[:64] - X.gather()[:64] @ Y.gather()).abs().max()))"
-                                % strategy)
+    reply, out = kernel.execute(
+        "Z = mg.matmul(X, Y, strategy=%r)\n"
+        "print(float((Z.gather()[:64] - X.gather()[:64] @ Y.gather()).abs().max()))" % strategy
+    )
     assert reply["status"] == "ok", out
     assert float(out.strip().splitlines()[-1]) < 1e-2
     kernel.execute("del X, Y, Z")
 
 
 def test_interrupt_during_mg_map(kernel):
-    kernel.execute("def slow(rows):\n    import torch.distributed as dist\n"
-                   "    if dist.get_rank() == 0:\n        dist.all_reduce(rows.sum(0))\n"
-                   "    return rows * 2")
+    kernel.execute(
+        "def slow(rows):\n    import torch.distributed as dist\n"
+        "    if dist.get_rank() == 0:\n        dist.all_reduce(rows.sum(0))\n"
+        "    return rows * 2"
+    )
     reply, out, took = kernel.run_and_interrupt("B = mg.map(slow, A)", after=1.5)
     assert reply["ename"] == "KeyboardInterrupt", out
     _check_back(kernel, took, 5)
@@ -119,13 +129,15 @@ def test_interrupt_during_mg_map(kernel):
 
 
 def test_interrupt_during_ddp_training(kernel):
-    code = ("%%mgpu\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
-            "model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4)))\n"
-            "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
-            "for step in range(100000):\n"
-            "    opt.zero_grad()\n"
-            "    model(torch.randn(64, 256)).pow(2).mean().backward()\n"
-            "    opt.step()")
+    code = (
+        "%%mgpu\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4)))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "for step in range(100000):\n"
+        "    opt.zero_grad()\n"
+        "    model(torch.randn(64, 256)).pow(2).mean().backward()\n"
+        "    opt.step()"
+    )
     reply, out, took = kernel.run_and_interrupt(code, after=2.0)
     assert reply["ename"] == "KeyboardInterrupt", out
     _check_back(kernel, took, 5)
@@ -172,8 +184,9 @@ def test_interrupting_init_and_shutdown_leaves_nothing_running():
 
         # the press lands while the cluster starts: its controller runs (%load_ext started it with the
         # spare supervisor), its engines are forked and on their way to registering
-        reply, out, took = k.run_and_interrupt("%mgpu_init 2 --timeout 30 --no-dashboard", after=0.0,
-                                               until=engines_forked)
+        reply, out, took = k.run_and_interrupt(
+            "%mgpu_init 2 --timeout 30 --no-dashboard", after=0.0, until=engines_forked
+        )
         assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", out
         assert "interrupted while starting the cluster; nothing of it is left running" in out
         end = time.monotonic() + 10
@@ -186,7 +199,8 @@ def test_interrupting_init_and_shutdown_leaves_nothing_running():
         assert reply["status"] == "ok", out
         reply, out = k.execute(
             "import json, jupyter_mgpu as _mg; _c = _mg.current().cluster\n"
-            "print('PIDS' + json.dumps([_c.controller.pid, _c.supervisor.pid, *_c.engine_pids.values()]))")
+            "print('PIDS' + json.dumps([_c.controller.pid, _c.supervisor.pid, *_c.engine_pids.values()]))"
+        )
         pids = [int(p) for p in out.split("PIDS")[1].strip().strip("[]").split(",")]
 
         def stopping() -> bool:  # the engines are being stopped: presses now land inside the shutdown

@@ -8,7 +8,6 @@ import time
 
 import pytest
 from kernel_client import Kernel
-
 from processes import wait_gone
 
 pytestmark = pytest.mark.kernel

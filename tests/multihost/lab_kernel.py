@@ -11,10 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+import stop_button
 from jupyter_client.manager import KernelManager
 from netns_lab import Host
-
-import stop_button
 
 
 class LabKernel:
@@ -23,8 +22,9 @@ class LabKernel:
     def __init__(self, host: Host, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.host = host
         conn = workdir / f"kernel-{host.name}.json"
-        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=str(workdir / f"k-{host.name}"),
-                                connection_file=str(conn))
+        self.km = KernelManager(
+            kernel_name="python3", transport="ipc", ip=str(workdir / f"k-{host.name}"), connection_file=str(conn)
+        )
         spec = self.km.kernel_spec
         spec.interrupt_mode = "message"
         inner = " ".join([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])

@@ -61,7 +61,9 @@ def ensure_packages(wanted: dict[str, str], timeout: float = 600) -> None:
     missing = sorted({pkg for prog, pkg in wanted.items() if shutil.which(prog) is None and not os.path.exists(prog)})
     if not missing:
         return
-    assert shutil.which("apt-get"), f"the multi-host tests need {', '.join(missing)} and there is no apt-get to install them"
+    assert shutil.which("apt-get"), (
+        f"the multi-host tests need {', '.join(missing)} and there is no apt-get to install them"
+    )
     policy = Path("/usr/sbin/policy-rc.d")
     made_policy = not policy.exists()
     if made_policy:  # never start the packages' system services (sshd, munge, slurm) on this machine
@@ -69,9 +71,10 @@ def ensure_packages(wanted: dict[str, str], timeout: float = 600) -> None:
         policy.chmod(0o755)
     try:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for cmd in (["apt-get", "update", "-qq"],
-                    ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq", "--no-install-recommends",
-                     *missing]):
+        for cmd in (
+            ["apt-get", "update", "-qq"],
+            ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq", "--no-install-recommends", *missing],
+        ):
             run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
             assert run.returncode == 0, f"{' '.join(cmd)} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
     finally:
@@ -86,8 +89,17 @@ def _needed_paths() -> list[str]:
     import jupyter_mgpu
 
     repo = str(Path(jupyter_mgpu.__file__).resolve().parent.parent)
-    return sorted({os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, os.path.realpath(sys.prefix),
-                   os.path.realpath(sys.base_prefix), repo, shutil.which("c++") or "/usr/bin/c++"})
+    return sorted(
+        {
+            os.path.realpath(sys.executable),
+            sys.prefix,
+            sys.base_prefix,
+            os.path.realpath(sys.prefix),
+            os.path.realpath(sys.base_prefix),
+            repo,
+            shutil.which("c++") or "/usr/bin/c++",
+        }
+    )
 
 
 def _overmounts(force: list[str]) -> list[tuple[str, list[str]]]:
@@ -112,9 +124,26 @@ class Host:
         self.workdir = workdir
         self.procs: list[subprocess.Popen] = []
         self.proc = subprocess.Popen(
-            ["unshare", "--net", "--pid", "--mount", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc",
-             "--propagation", "private", sys.executable, "-c", REAPER],
-            preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "unshare",
+                "--net",
+                "--pid",
+                "--mount",
+                "--ipc",
+                "--uts",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "--propagation",
+                "private",
+                sys.executable,
+                "-c",
+                REAPER,
+            ],
+            preexec_fn=_die_with_parent,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
         self.pid = None
         while self.pid is None:
@@ -157,47 +186,73 @@ class Host:
         out = []
         for p in psutil.process_iter(["pid", "status"]):
             try:
-                if p.pid != self.pid and p.info["status"] != psutil.STATUS_ZOMBIE and \
-                        os.stat(f"/proc/{p.pid}/ns/pid").st_ino == self.pid_ns:
+                if (
+                    p.pid != self.pid
+                    and p.info["status"] != psutil.STATUS_ZOMBIE
+                    and os.stat(f"/proc/{p.pid}/ns/pid").st_ino == self.pid_ns
+                ):
                     out.append(p)
             except (OSError, psutil.Error):
                 continue
         return out
 
     # -- building ------------------------------------------------------------------------------
-    def prepare(self, hosts: list["Host"], user: bool, networked: bool = True) -> None:
+    def prepare(self, hosts: list[Host], user: bool, networked: bool = True) -> None:
         """Private filesystems, hostname, loopback, users and names; the Python reachable for ``user``."""
         home = pwd.getpwuid(0).pw_dir
-        lines = ["set -e", "mount -t tmpfs -o mode=0755 tmpfs /run",
-                 "mkdir -p /run/lab/etc /run/lab/keep /run/sshd", f"hostname {self.name}", "ip link set lo up"]
+        lines = [
+            "set -e",
+            "mount -t tmpfs -o mode=0755 tmpfs /run",
+            "mkdir -p /run/lab/etc /run/lab/keep /run/sshd",
+            f"hostname {self.name}",
+            "ip link set lo up",
+        ]
         # /tmp, /dev/shm and /home are fresh and empty too, but a checkout or venv under one of them (CI may
         # clone into /tmp) is bound back, like everything else the Python in here needs
         fresh = {"/tmp": "1777", "/dev/shm": "1777", "/home": "0755"}
         for i, (directory, children) in enumerate(_overmounts([home, *fresh])):
             keep = f"/run/lab/keep/{i}"
-            lines += [f"mkdir -p {keep}", f"mount --bind {shlex.quote(directory)} {keep}",
-                      f"mount -t tmpfs -o mode={fresh.get(directory, '0755')} tmpfs {shlex.quote(directory)}"]
+            lines += [
+                f"mkdir -p {keep}",
+                f"mount --bind {shlex.quote(directory)} {keep}",
+                f"mount -t tmpfs -o mode={fresh.get(directory, '0755')} tmpfs {shlex.quote(directory)}",
+            ]
             for child in children:
                 src, dst = f"{keep}/{child}", f"{directory}/{child}"
-                make = f"mkdir -p {shlex.quote(dst)}" if os.path.isdir(os.path.join(directory, child)) \
+                make = (
+                    f"mkdir -p {shlex.quote(dst)}"
+                    if os.path.isdir(os.path.join(directory, child))
                     else f"touch {shlex.quote(dst)}"
+                )
                 lines += [make, f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}"]
         names = "".join(f"{h.address} {h.name}\n" for h in hosts)
         if not networked:  # a host alone still needs an address beyond loopback (getaddrinfo's AI_ADDRCONFIG)
-            lines += [f"ip link add {self.iface} type veth peer name {self.iface}p",  # both ends stay inside
-                      f"ip addr add {self.address}/24 dev {self.iface}", f"ip link set {self.iface}p up",
-                      f"ip link set {self.iface} up"]
+            lines += [
+                f"ip link add {self.iface} type veth peer name {self.iface}p",  # both ends stay inside
+                f"ip addr add {self.address}/24 dev {self.iface}",
+                f"ip link set {self.iface}p up",
+                f"ip link set {self.iface} up",
+            ]
             names = f"{self.address} {self.name}\n"
         extra = {"hosts": names}
         if user:
-            extra.update(passwd=f"{USER}:x:{UID}:{UID}:{USER}:/home/{USER}:/bin/sh\n", group=f"{USER}:x:{UID}:\n",
-                         shadow=f"{USER}:*:19000:0:99999:7:::\n")
+            extra.update(
+                passwd=f"{USER}:x:{UID}:{UID}:{USER}:/home/{USER}:/bin/sh\n",
+                group=f"{USER}:x:{UID}:\n",
+                shadow=f"{USER}:*:19000:0:99999:7:::\n",
+            )
         for name, add in extra.items():
-            lines += [f"cp -p /etc/{name} /run/lab/etc/{name}", f"printf %s {shlex.quote(add)} >> /run/lab/etc/{name}",
-                      f"mount --bind /run/lab/etc/{name} /etc/{name}"]
+            lines += [
+                f"cp -p /etc/{name} /run/lab/etc/{name}",
+                f"printf %s {shlex.quote(add)} >> /run/lab/etc/{name}",
+                f"mount --bind /run/lab/etc/{name} /etc/{name}",
+            ]
         if user:
-            lines += [f"mkdir -p /home/{USER}/.ssh", f"chown -R {UID}:{UID} /home/{USER}",
-                      f"chmod 0700 /home/{USER} /home/{USER}/.ssh"]
+            lines += [
+                f"mkdir -p /home/{USER}/.ssh",
+                f"chown -R {UID}:{UID} /home/{USER}",
+                f"chmod 0700 /home/{USER} /home/{USER}/.ssh",
+            ]
         self.sh("\n".join(lines))
 
     def start_sshd(self, client_pub: str) -> str:
@@ -207,17 +262,34 @@ class Host:
         keys.write_text(client_pub)
         os.chown(keys, UID, UID)
         keys.chmod(0o600)
-        self.path("/run/lab/ssh/sshd_config").write_text("\n".join([
-            f"ListenAddress {self.address}", "Port 22", "HostKey /run/lab/ssh/host_key",
-            "PidFile /run/lab/ssh/sshd.pid", "UsePAM no", "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "PermitRootLogin no",
-            f"AllowUsers {USER}", "X11Forwarding no", "PrintMotd no", "Subsystem sftp internal-sftp",
-            "LogLevel VERBOSE", "MaxStartups 64:30:128", ""]))
+        self.path("/run/lab/ssh/sshd_config").write_text(
+            "\n".join(
+                [
+                    f"ListenAddress {self.address}",
+                    "Port 22",
+                    "HostKey /run/lab/ssh/host_key",
+                    "PidFile /run/lab/ssh/sshd.pid",
+                    "UsePAM no",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PubkeyAuthentication yes",
+                    "PermitRootLogin no",
+                    f"AllowUsers {USER}",
+                    "X11Forwarding no",
+                    "PrintMotd no",
+                    "Subsystem sftp internal-sftp",
+                    "LogLevel VERBOSE",
+                    "MaxStartups 64:30:128",
+                    "",
+                ]
+            )
+        )
         self.popen(["/usr/sbin/sshd", "-D", "-e", "-f", "/run/lab/ssh/sshd_config"], f"sshd-{self.name}.log")
         deadline = time.monotonic() + 15
         while "LISTEN" not in self.sh("ss -ltn 'sport = :22' || true", check=False):
-            assert time.monotonic() < deadline, f"sshd did not start on {self.name}: " + \
-                (self.workdir / f"sshd-{self.name}.log").read_text()[-1000:]
+            assert time.monotonic() < deadline, (
+                f"sshd did not start on {self.name}: " + (self.workdir / f"sshd-{self.name}.log").read_text()[-1000:]
+            )
             time.sleep(0.05)
         return self.path("/run/lab/ssh/host_key.pub").read_text().strip()
 
@@ -241,8 +313,9 @@ class Lab:
     ``ifaces`` names a host's interface on the segment otherwise than ``mgpu0`` (real clusters differ too).
     """
 
-    def __init__(self, names: list[str], ssh: bool = False, network: bool = True,
-                 ifaces: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, names: list[str], ssh: bool = False, network: bool = True, ifaces: dict[str, str] | None = None
+    ) -> None:
         check_tools()
         self.workdir = Path(tempfile.mkdtemp(prefix="mgpu-lab-", dir="/var/tmp"))
         os.chmod(self.workdir, 0o700)
@@ -269,12 +342,15 @@ class Lab:
         a.sh(f"ip link add {IFACE} type bridge && ip addr add {a.address}/24 dev {IFACE} && ip link set {IFACE} up")
         for h in self.hosts[1:]:
             peer = f"v{h.index}"
-            subprocess.run(h.cmd(["ip", "link", "add", h.iface, "type", "veth", "peer", "name", peer, "netns",
-                                  str(a.pid)], "n"), check=True, capture_output=True)
+            subprocess.run(
+                h.cmd(["ip", "link", "add", h.iface, "type", "veth", "peer", "name", peer, "netns", str(a.pid)], "n"),
+                check=True,
+                capture_output=True,
+            )
             h.sh(f"ip addr add {h.address}/24 dev {h.iface} && ip link set {h.iface} up")
             a.sh(f"ip link set {peer} master {IFACE} && ip link set {peer} up")
 
-    def reachable(self, host: "Host", port: int, timeout: float = 15) -> None:
+    def reachable(self, host: Host, port: int, timeout: float = 15) -> None:
         """Wait until the first host can open a TCP connection to ``host:port`` over the segment."""
         probe = f"import socket; socket.create_connection(({host.address!r}, {port}), 1).close()"
         deadline = time.monotonic() + timeout
@@ -297,15 +373,18 @@ class Lab:
             f"Host *\n  User {USER}\n  IdentityFile {home}/.ssh/id_ed25519\n  StrictHostKeyChecking yes\n"
             f"  UserKnownHostsFile {home}/.ssh/known_hosts\n  BatchMode yes\n  ConnectTimeout 10\n"
             # one SSH connection per host, reused by every command the launcher runs there
-            f"  ControlMaster auto\n  ControlPath /tmp/ssh-%C\n  ControlPersist 60\n")
+            f"  ControlMaster auto\n  ControlPath /tmp/ssh-%C\n  ControlPersist 60\n"
+        )
         for h in self.hosts[1:]:  # a real login as the key-only user, or the sshd log says why not
             for attempt in range(3):
                 run = subprocess.run(a.cmd(["ssh", h.name, "true"]), capture_output=True, text=True, timeout=60)
                 if run.returncode == 0:
                     break
                 time.sleep(1)
-            assert run.returncode == 0, f"ssh {h.name} failed: {run.stderr[-500:]}\n" + \
-                (self.workdir / f"sshd-{h.name}.log").read_text()[-2000:]
+            assert run.returncode == 0, (
+                f"ssh {h.name} failed: {run.stderr[-500:]}\n"
+                + (self.workdir / f"sshd-{h.name}.log").read_text()[-2000:]
+            )
 
     def processes(self) -> dict[str, list[psutil.Process]]:
         return {h.name: h.processes() for h in self.hosts}

@@ -15,8 +15,13 @@ from slurm_lab import start_slurm
 
 pytestmark = pytest.mark.cluster
 
-PACKAGES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client", "munged": "munge",
-            "mpiexec": "openmpi-bin"}
+PACKAGES = {
+    "slurmctld": "slurmctld",
+    "slurmd": "slurmd",
+    "sbatch": "slurm-client",
+    "munged": "munge",
+    "mpiexec": "openmpi-bin",
+}
 OPTIONS = "--mem-per-device 256MiB --timeout 30 --no-dashboard"
 MPI_AS_ROOT = "--launcher-args '--allow-run-as-root --oversubscribe'"
 
@@ -62,12 +67,16 @@ def _quiet(host, timeout: float = 20.0) -> list[str]:
 
 
 def _ranks_meet(kernel: LabKernel, local_rank_var: str) -> None:
-    out = kernel.ok(f"%%mgpu\nimport os\nx = torch.full((2,), float(rank + 1))\ndist.all_reduce(x)\n"
-                    f"print('AT', x.tolist(), os.environ['LOCAL_RANK'], os.environ.get('{local_rank_var}'))")
+    out = kernel.ok(
+        f"%%mgpu\nimport os\nx = torch.full((2,), float(rank + 1))\ndist.all_reduce(x)\n"
+        f"print('AT', x.tolist(), os.environ['LOCAL_RANK'], os.environ.get('{local_rank_var}'))"
+    )
     lines = sorted(set(ln for ln in out.splitlines() if " AT " in ln))
     assert lines == ["[rank 0] AT [3.0, 3.0] 0 0", "[rank 1] AT [3.0, 3.0] 1 1"], out
-    kernel.ok("x = torch.randn(1001, 9)\nd = mg.scatter(x, mg.Shard(1))\n"
-              "ok = [torch.equal(d.gather(), x), sorted(mg.current().cluster.local_ranks) == [0, 1]]")
+    kernel.ok(
+        "x = torch.randn(1001, 9)\nd = mg.scatter(x, mg.Shard(1))\n"
+        "ok = [torch.equal(d.gather(), x), sorted(mg.current().cluster.local_ranks) == [0, 1]]"
+    )
     assert kernel.value("ok") == [True, True]  # same host and namespaces: copies by address
 
 
@@ -98,10 +107,14 @@ def test_mpi_launcher(kernel, batch_host):
 
 def test_a_launcher_that_fails_is_reported_at_once(kernel, batch_host):
     t0 = time.monotonic()
-    reply, out = kernel.execute(f"%mgpu_init 2 --launcher mpi --launcher-args '--no-such-option' {OPTIONS}",
-                                timeout=300)
+    reply, out = kernel.execute(
+        f"%mgpu_init 2 --launcher mpi --launcher-args '--no-such-option' {OPTIONS}", timeout=300
+    )
     assert reply["status"] == "error", out
-    assert re.search(r"the mpi launcher \(started from batchhost\) ended after 0 of 2 engines registered; "
-                     r"it said: .*mpiexec.*no-such-option", out), out
+    assert re.search(
+        r"the mpi launcher \(started from batchhost\) ended after 0 of 2 engines registered; "
+        r"it said: .*mpiexec.*no-such-option",
+        out,
+    ), out
     assert time.monotonic() - t0 < 30  # not the 60 s registration wait
     assert _quiet(batch_host.first) == []

@@ -15,10 +15,10 @@ import time
 import psutil
 import pytest
 import torch
+from processes import wait_gone
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import EngineDiedError, Interrupted, MgpuError, RankError
-from processes import wait_gone
 
 pytestmark = pytest.mark.cluster
 
@@ -42,7 +42,7 @@ def _gone(pids: list[int], timeout: float = 15) -> list[int]:
 
 @pytest.fixture(scope="module")
 def local2():
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     saved = sm._current
     s = sm._current = sm.start_session(2, launcher="local", cpu=True, mem_per_device="256MiB", timeout=20)
@@ -57,11 +57,11 @@ def _rank_and_sum():
     import torch
     import torch.distributed as dist
 
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    x = torch.ones(3) * (runtime.state().rank + 1)
+    x = torch.ones(3) * (rank_state.get().rank + 1)
     dist.all_reduce(x)
-    return runtime.state().rank, x.tolist(), runtime.state().host, os.environ["GLOO_SOCKET_IFNAME"]
+    return rank_state.get().rank, x.tolist(), rank_state.get().host, os.environ["GLOO_SOCKET_IFNAME"]
 
 
 def test_ranks_are_labelled_by_host_and_meet_over_the_tcp_store(local2):
@@ -74,10 +74,10 @@ def test_ranks_are_labelled_by_host_and_meet_over_the_tcp_store(local2):
 
 
 def _store_state():
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
     from jupyter_mgpu.engine import tcp_rendezvous as tcp_store
 
-    return runtime.state().store, tcp_store.listening()
+    return rank_state.get().store, tcp_store.listening()
 
 
 def test_the_rendezvous_store_refuses_newcomers_once_the_group_met(local2):
@@ -94,8 +94,10 @@ def test_magic_cells_blocking_calls_and_the_guard_go_through_the_relay(local2):
     from jupyter_mgpu.engine import collective_guard
 
     ip = shell()
-    ip.run_cell("%%mgpu\nimport socket\nx = torch.full((2,), float(rank))\ndist.all_reduce(x)\n"
-                "print('VALUE', rank, x.tolist(), device)")
+    ip.run_cell(
+        "%%mgpu\nimport socket\nx = torch.full((2,), float(rank))\ndist.all_reduce(x)\n"
+        "print('VALUE', rank, x.tolist(), device)"
+    )
     assert local2._direct_ok([0, 1])  # blocking calls take the relayed direct channel
     for r in (0, 1):
         reply = collective_guard.ask(local2.runtime_dir, r, "progress")
@@ -153,10 +155,11 @@ def test_live_traces_and_metrics_are_mirrored(local2):
     assert "ring" in open(path).read()
 
     def log_loss():
-        from jupyter_mgpu.engine import runtime, training
+        from jupyter_mgpu.engine import state as rank_state
+        from jupyter_mgpu.engine import training
 
         for step in range(3):
-            training.log(step=step, loss=float(runtime.state().rank + step))
+            training.log(step=step, loss=float(rank_state.get().rank + step))
 
     mg.clear_metrics(session=local2)
     local2.run(log_loss)
@@ -164,17 +167,18 @@ def test_live_traces_and_metrics_are_mirrored(local2):
     while time.monotonic() < deadline and len(mg.metrics(session=local2)) < 6:
         time.sleep(0.05)
     recs = mg.metrics(session=local2)
-    assert sorted((r["rank"], r["step"], r["loss"]) for r in recs) == \
-        [(r, s, float(r + s)) for r in (0, 1) for s in range(3)]
+    assert sorted((r["rank"], r["step"], r["loss"]) for r in recs) == [
+        (r, s, float(r + s)) for r in (0, 1) for s in range(3)
+    ]
 
 
 def _stuck_on_rank0():
     import torch
     import torch.distributed as dist
 
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    if runtime.state().rank == 0:
+    if rank_state.get().rank == 0:
         x = torch.ones(2)
         dist.all_reduce(x)
     return "done"
@@ -184,9 +188,9 @@ def _raise_on_rank1():
     import torch
     import torch.distributed as dist
 
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    if runtime.state().rank == 1:
+    if rank_state.get().rank == 1:
         raise ValueError("rank 1 gives up")
     x = torch.ones(2)
     dist.all_reduce(x)
@@ -208,7 +212,7 @@ def test_a_rank_blocked_in_a_collective_is_released_and_the_group_rebuilt(local2
 
 
 def test_a_killed_engine_is_named_and_nothing_is_left():
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     s = sm.start_session(2, launcher="local", cpu=True, mem_per_device="256MiB", timeout=60)
     pids = _cluster_pids(s)
@@ -226,7 +230,7 @@ def test_a_killed_engine_is_named_and_nothing_is_left():
 
 def test_a_silent_engine_is_named_after_ten_seconds():
     """An engine (or its host) that stops answering without closing its connection: the link goes silent."""
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     s = sm.start_session(2, launcher="local", cpu=True, mem_per_device="256MiB", timeout=60)
     pids = _cluster_pids(s)
@@ -246,7 +250,7 @@ def test_a_silent_engine_is_named_after_ten_seconds():
 
 
 def test_launch_options_are_checked_before_anything_starts():
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     before = set(p.pid for p in psutil.Process().children(recursive=True))
     for kwargs, message in [
@@ -271,7 +275,7 @@ def test_launch_options_are_checked_before_anything_starts():
 def test_connect_joins_a_running_ipyparallel_cluster(tmp_path):
     import ipyparallel as ipp
 
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     cluster = ipp.Cluster(n=2, profile_dir=str(tmp_path / "profile"), cluster_id="mgpu-connect", log_level=40)
     cluster.start_cluster_sync()
@@ -291,7 +295,7 @@ def test_connect_joins_a_running_ipyparallel_cluster(tmp_path):
 
 
 def test_connect_refuses_a_missing_or_foreign_connection_file(tmp_path):
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     missing = tmp_path / "cluster-none.json"
     with pytest.raises(MgpuError, match=r"--connect: .*cluster-none\.json does not exist"):
@@ -332,9 +336,9 @@ def _group_and_ddp():
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from jupyter_mgpu.engine import runtime
+    from jupyter_mgpu.engine import state as rank_state
 
-    rank = runtime.state().rank
+    rank = rank_state.get().rank
     group = dist.new_group([0, 1])  # a group made after the rendezvous closed: over the store's open connections
     x = torch.ones(2) * (rank + 1)
     dist.all_reduce(x, group=group)
@@ -364,10 +368,12 @@ def test_killing_the_kernel_ends_every_process_of_its_cluster():
         reply = kc.execute_interactive(
             "%load_ext jupyter_mgpu\n%mgpu_init 2 --launcher local --mem-per-device 256MiB --no-dashboard\n"
             "import psutil; print('PIDS', [p.pid for p in psutil.Process().children(recursive=True)])",
-            timeout=180, output_hook=lambda m: out.append(m["content"].get("text", "")))
+            timeout=180,
+            output_hook=lambda m: out.append(m["content"].get("text", "")),
+        )
         assert reply["content"]["status"] == "ok", "".join(out)
         line = next(ln for ln in "".join(out).splitlines() if ln.startswith("PIDS"))
-        pids = eval(line[5:])  # noqa: S307 - a list of ints printed by the kernel
+        pids = eval(line[5:])
         assert len(pids) >= 5  # controller, relay, 2 engines and their nannies, the spare supervisor
         kernel = km.provisioner.process.pid
         os.kill(kernel, signal.SIGKILL)

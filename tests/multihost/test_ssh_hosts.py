@@ -45,13 +45,17 @@ def test_ranks_on_two_hosts_ordered_by_host_then_device(started, kernel, ssh_lab
     _, b, c = ssh_lab.hosts
     assert len(_engines(b)) == 2 and len(_engines(c)) == 1
     assert {p.uids().real for p in _engines(b) + _engines(c)} == {4242}  # the SSH user of those hosts
-    out = kernel.ok("%%mgpu\nimport socket, os\nx = torch.full((2,), float(rank + 1))\ndist.all_reduce(x)\n"
-                    "print('AT', socket.gethostname(), x.tolist(), device, os.environ['LOCAL_RANK'])")
+    out = kernel.ok(
+        "%%mgpu\nimport socket, os\nx = torch.full((2,), float(rank + 1))\ndist.all_reduce(x)\n"
+        "print('AT', socket.gethostname(), x.tolist(), device, os.environ['LOCAL_RANK'])"
+    )
     lines = sorted(ln for ln in out.splitlines() if " AT " in ln)
-    assert lines == ["[rank 0] AT hostb [6.0, 6.0] cpu 0", "[rank 1] AT hostb [6.0, 6.0] cpu 1",
-                     "[rank 2] AT hostc [6.0, 6.0] cpu 0"], out
-    assert kernel.value("[r['device'] for r in mg.current().status()]") == \
-        ["hostb:cpu:0", "hostb:cpu:1", "hostc:cpu:0"]
+    assert lines == [
+        "[rank 0] AT hostb [6.0, 6.0] cpu 0",
+        "[rank 1] AT hostb [6.0, 6.0] cpu 1",
+        "[rank 2] AT hostc [6.0, 6.0] cpu 0",
+    ], out
+    assert kernel.value("[r['device'] for r in mg.current().status()]") == ["hostb:cpu:0", "hostb:cpu:1", "hostc:cpu:0"]
     status = kernel.ok("%mgpu_status")
     assert "hostc:cpu:0" in status and "idle" in status
 
@@ -106,10 +110,11 @@ ok += [torch.allclose(sims.gather(), ref, atol=1e-6)]
 def ddp_step():
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from jupyter_mgpu.engine import runtime, training
+    from jupyter_mgpu.engine import training
+    from jupyter_mgpu.engine import state as rank_state
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(4, 1))
-    loss = model(torch.ones(8, 4) * (runtime.state().rank + 1)).sum()
+    loss = model(torch.ones(8, 4) * (rank_state.get().rank + 1)).sum()
     loss.backward()
     training.log(step=0, loss=float(loss))
     return [round(float(p.grad.sum()), 4) for p in model.parameters()]
@@ -169,26 +174,33 @@ dash.close()
     assert min(rates) >= 5, rates  # samples per second from each remote rank
     lat = kernel.value("lat")
     assert sorted(lat)[1] <= 0.5, lat  # allocation on hostc to the dashboard's model
-    assert kernel.value("rows") == [("hostb", "hostb:cpu:0", "idle"), ("hostb", "hostb:cpu:1", "idle"),
-                                    ("hostc", "hostc:cpu:0", "idle")]
-    assert kernel.value("sidebar") == [("hostb", "hostb:cpu:0", True), ("hostb", "hostb:cpu:1", True),
-                                       ("hostc", "hostc:cpu:0", True), "running"]
+    assert kernel.value("rows") == [
+        ("hostb", "hostb:cpu:0", "idle"),
+        ("hostb", "hostb:cpu:1", "idle"),
+        ("hostc", "hostc:cpu:0", "idle"),
+    ]
+    assert kernel.value("sidebar") == [
+        ("hostb", "hostb:cpu:0", True),
+        ("hostb", "hostb:cpu:1", True),
+        ("hostc", "hostc:cpu:0", True),
+        "running",
+    ]
 
 
 def test_remote_ranks_left_waiting_are_released_and_the_group_rebuilt(started, kernel):
     code = """
 def fail_on_hostc():
     import torch, torch.distributed as dist
-    from jupyter_mgpu.engine import runtime
-    if runtime.state().host == 'hostc':
+    from jupyter_mgpu.engine import state as rank_state
+    if rank_state.get().host == 'hostc':
         raise ValueError('hostc gives up')
     x = torch.ones(2)
     dist.all_reduce(x)
 
 def total():
     import torch, torch.distributed as dist
-    from jupyter_mgpu.engine import runtime
-    x = torch.ones(2) * (runtime.state().rank + 1)
+    from jupyter_mgpu.engine import state as rank_state
+    x = torch.ones(2) * (rank_state.get().rank + 1)
     dist.all_reduce(x)
     return x.tolist()
 
@@ -210,8 +222,8 @@ def test_the_stop_button_releases_a_remote_rank_blocked_in_a_collective(started,
     kernel.ok("""
 def stuck_on_hostc():
     import torch, torch.distributed as dist
-    from jupyter_mgpu.engine import runtime
-    if runtime.state().host == 'hostc':
+    from jupyter_mgpu.engine import state as rank_state
+    if rank_state.get().host == 'hostc':
         x = torch.ones(2)
         dist.all_reduce(x)
     return 1
@@ -231,8 +243,10 @@ def test_a_killed_remote_engine_is_named_within_the_timeout(started, kernel, ssh
     took = time.monotonic() - killed
     assert reply["status"] == "error" and "rank 2 died on hostc" in out, out
     assert took < 30, took  # the session's --timeout
-    kernel.ok("end = time.monotonic() + 3\nwhile mg.memory()[2]['state'] != 'dead' and time.monotonic() < end:\n"
-              "    time.sleep(0.05)")  # the memory monitor looks at the exit records three times a second
+    kernel.ok(
+        "end = time.monotonic() + 3\nwhile mg.memory()[2]['state'] != 'dead' and time.monotonic() < end:\n"
+        "    time.sleep(0.05)"
+    )  # the memory monitor looks at the exit records three times a second
     assert kernel.value("[m['state'] for m in mg.memory()]")[2] == "dead"
 
 
@@ -243,22 +257,35 @@ def test_shutdown_leaves_nothing_on_any_host(started, kernel, ssh_lab):
         left = h.sh("find /home/mgpu/.local/share/jupyter/runtime -mindepth 2 2>/dev/null || true", check=False)
         assert left.strip() == "", (h.name, left)
     a = ssh_lab.first
-    ours = [p for p in a.processes() if any(m in " ".join(p.cmdline()) for m in
-                                            ("ipyparallel", "remote.hub", "engine.controller"))]
+    ours = [
+        p
+        for p in a.processes()
+        if any(m in " ".join(p.cmdline()) for m in ("ipyparallel", "remote.hub", "engine.controller"))
+    ]
     assert ours == []
 
 
-@pytest.mark.parametrize("line, message", [
-    ("--hosts hostb:1,10.77.0.9:1", r"cannot reach 10\.77\.0\.9 over SSH"),
-    ("--hosts hostb:1,hostc:1 --interface mgpu0", r"no interface mgpu0 with an IPv4 address on hostc; it has"),
-    ("--hosts hostb:2 --mem-per-device 200GiB", r"hostb has .* of memory available: it holds 0 CPU virtual "
-                                                 r"devices of 200\.0 GiB, not the 2 started there"),
-], ids=["unreachable host", "interface missing on a host", "more engines than a host holds"])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("--hosts hostb:1,10.77.0.9:1", r"cannot reach 10\.77\.0\.9 over SSH"),
+        ("--hosts hostb:1,hostc:1 --interface mgpu0", r"no interface mgpu0 with an IPv4 address on hostc; it has"),
+        (
+            "--hosts hostb:2 --mem-per-device 200GiB",
+            r"hostb has .* of memory available: it holds 0 CPU virtual "
+            r"devices of 200\.0 GiB, not the 2 started there",
+        ),
+    ],
+    ids=["unreachable host", "interface missing on a host", "more engines than a host holds"],
+)
 def test_bad_input_names_the_host_and_leaves_nothing(kernel, ssh_lab, line, message):
     reply, out = kernel.execute(f"%mgpu_init {line} --timeout 30 --no-dashboard", timeout=300)
     assert reply["status"] == "error", out
     assert re.search(message, out), out
     assert len([ln for ln in out.strip().splitlines() if ln.strip()]) == 1, out  # one sentence, no traceback
     assert wait_quiet(ssh_lab.hosts[1:]) == {}
-    assert not [p for p in python_processes(ssh_lab.first) if "remote.hub" in " ".join(p.cmdline())
-                or "engine.controller" in " ".join(p.cmdline())]
+    assert not [
+        p
+        for p in python_processes(ssh_lab.first)
+        if "remote.hub" in " ".join(p.cmdline()) or "engine.controller" in " ".join(p.cmdline())
+    ]

@@ -53,20 +53,30 @@ def run_in_lab(lab: dict[str, Any], name: str, shots: dict[str, str], timeout_s:
         shutil.rmtree(artifacts)
     artifacts.mkdir(parents=True)
     hooks = HOOKS / f"{stem}.mjs"
-    cfg = {"url": lab["url"], "token": lab["token"], "notebook": f"notebooks/{name}", "artifacts": str(artifacts),
-           "chromium": CHROMIUM, "profile": str(lab["tmp"] / f"chromium-{stem}"), "timeoutMs": timeout_s * 1000,
-           "shots": [{"name": k, "cell": v} for k, v in shots.items()],
-           "hooks": str(hooks) if hooks.exists() else None}
-    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True,
-                         timeout=timeout_s + 120, cwd=REPO)
+    cfg = {
+        "url": lab["url"],
+        "token": lab["token"],
+        "notebook": f"notebooks/{name}",
+        "artifacts": str(artifacts),
+        "chromium": CHROMIUM,
+        "profile": str(lab["tmp"] / f"chromium-{stem}"),
+        "timeoutMs": timeout_s * 1000,
+        "shots": [{"name": k, "cell": v} for k, v in shots.items()],
+        "hooks": str(hooks) if hooks.exists() else None,
+    }
+    run = subprocess.run(
+        ["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=timeout_s + 120, cwd=REPO
+    )
     steps: dict[str, Any] = {}
     for line in run.stdout.splitlines():
         if line.startswith("{"):
             rec = json.loads(line)
             steps[rec["step"]] = rec
     (artifacts / "steps.json").write_text(json.dumps(steps, indent=1))
-    assert "error" not in steps, f"{steps['error']['message']}\nconsole: {steps['error'].get('consoleErrors')}\n" \
-                                 f"lab log:\n{lab['log'].read_text()[-3000:]}"
+    assert "error" not in steps, (
+        f"{steps['error']['message']}\nconsole: {steps['error'].get('consoleErrors')}\n"
+        f"lab log:\n{lab['log'].read_text()[-3000:]}"
+    )
     assert run.returncode == 0 and "done" in steps, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     nb = nbformat.read(lab["root"] / "notebooks" / name, as_version=4)
     return LabRun(nb, steps, artifacts)

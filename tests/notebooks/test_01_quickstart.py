@@ -4,22 +4,21 @@ from labrun import assert_page_is_clean, run_in_lab
 pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
 
 
-
 SHOTS = {
-    '01_first_cell': '%%mgpu\nx = torch.full',
-    '02_status': '%mgpu_status',
-    '03_error': '%%mgpu\nvalues',
-    '04_restart': '%mgpu_init 4 --restart',
-    '05_oom': '%%mgpu\nif rank == 1',
-    '06_one_device': '%%mgpu --targets 0',
-    '07_hand_split': '%%mgpu\na = b = None',
-    '08_mg_matmul': 'A = mg.randn(3072',
+    "01_first_cell": "%%mgpu\nx = torch.full",
+    "02_status": "%mgpu_status",
+    "03_error": "%%mgpu\nvalues",
+    "04_restart": "%mgpu_init 4 --restart",
+    "05_oom": "%%mgpu\nif rank == 1",
+    "06_one_device": "%%mgpu --targets 0",
+    "07_hand_split": "%%mgpu\na = b = None",
+    "08_mg_matmul": "A = mg.randn(3072",
 }
 
 
 @pytest.fixture(scope="module")
 def run(lab):
-    return run_in_lab(lab, '01_quickstart.ipynb', SHOTS)
+    return run_in_lab(lab, "01_quickstart.ipynb", SHOTS)
 
 
 def test_quickstart_notebook_runs_and_shows_what_it_says(run):
@@ -36,10 +35,13 @@ def test_quickstart_notebook_runs_and_shows_what_it_says(run):
     assert "Out[rank 0]: tensor([4.])" in text["%%mgpu\ny = torch.ones(1)"]
     assert "rank 1 ran out of device memory (budget 512.0 MiB) while allocating 1.0 GiB" in text["%%mgpu\nif rank == 1"]
     # the boundary: one device and the hand split fail with the budget error, mg.matmul fits and is right
-    assert ("rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 3 of the cell: "
-            "c = a @ b") in text["%%mgpu --targets 0"]
-    assert ("rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 8 of the cell: "
-            "C = torch.cat") in text["%%mgpu\na = b = None"]
+    assert (
+        "rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 3 of the cell: c = a @ b"
+    ) in text["%%mgpu --targets 0"]
+    assert (
+        "rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 8 of the cell: "
+        "C = torch.cat"
+    ) in text["%%mgpu\na = b = None"]
     assert "matmul report: ring" in text["A = mg.randn(3072"]
     assert float(text["c = C.gather()"].split("max error vs torch.mm:")[1]) < 1e-2
     assert "engines stopped" in text["%mgpu_shutdown"]
@@ -58,8 +60,9 @@ def test_the_sidebar_says_restarting_never_dead_and_agrees_with_the_dashboard(ru
     ranks = [r for c in cards for r in c["ranks"]]
     assert len(seen) > 20 and ranks
     assert any(c["status"] == "restarting" for c in cards), {c["status"] for c in cards}
-    assert all(r["state"] != "dead" and "?" not in r["label"] and r["figures"] != "0 B / 0 B" for r in ranks), \
-        [r for r in ranks if r["state"] == "dead" or "?" in r["label"]][:3]
+    assert all(r["state"] != "dead" and "?" not in r["label"] and r["figures"] != "0 B / 0 B" for r in ranks), [
+        r for r in ranks if r["state"] == "dead" or "?" in r["label"]
+    ][:3]
     assert all(not c["broken"] for c in cards), [c["broken"] for c in cards if c["broken"]][:3]
     same = run.steps["sidebar"]["same"]
     assert same and same["sidebar"].split(" / ")[1] == same["dashboard"].split(" / ")[1].split(" · ")[0], same

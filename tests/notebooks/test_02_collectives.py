@@ -16,29 +16,29 @@ def _outputs(nb, prefix):
 
 
 def _mime(outputs, mime):
-    return [o["data"][mime] for o in outputs if o["output_type"] in ("display_data", "execute_result")
-            and mime in o["data"]]
-
+    return [
+        o["data"][mime] for o in outputs if o["output_type"] in ("display_data", "execute_result") and mime in o["data"]
+    ]
 
 
 SHOTS = {
-    '01_all_reduce': '%mgpu_collective all_reduce',
-    '02_reduce': '%mgpu_collective reduce ',
-    '03_broadcast': '%mgpu_collective broadcast',
-    '04_all_gather': '%mgpu_collective all_gather',
-    '05_reduce_scatter': '%mgpu_collective reduce_scatter --op sum --shape',
-    '06_scatter': '%mgpu_collective scatter',
-    '07_gather': '%mgpu_collective gather',
-    '08_all_to_all': '%mgpu_collective all_to_all',
-    '09_send_recv': '%mgpu_collective send_recv',
-    '10_own_tensors': 'A = mg.arange',
-    '11_bench': '%mgpu_bench',
+    "01_all_reduce": "%mgpu_collective all_reduce",
+    "02_reduce": "%mgpu_collective reduce ",
+    "03_broadcast": "%mgpu_collective broadcast",
+    "04_all_gather": "%mgpu_collective all_gather",
+    "05_reduce_scatter": "%mgpu_collective reduce_scatter --op sum --shape",
+    "06_scatter": "%mgpu_collective scatter",
+    "07_gather": "%mgpu_collective gather",
+    "08_all_to_all": "%mgpu_collective all_to_all",
+    "09_send_recv": "%mgpu_collective send_recv",
+    "10_own_tensors": "A = mg.arange",
+    "11_bench": "%mgpu_bench",
 }
 
 
 @pytest.fixture(scope="module")
 def run(lab):
-    return run_in_lab(lab, '02_collectives.ipynb', SHOTS)
+    return run_in_lab(lab, "02_collectives.ipynb", SHOTS)
 
 
 def test_collectives_notebook_runs_and_shows_every_collective(run):
@@ -73,7 +73,8 @@ def test_collectives_notebook_runs_and_shows_every_collective(run):
     assert text["A = mg.arange"].startswith("True")
     err = [o for o in _outputs(nb, "%mgpu_collective reduce_scatter --op sum") if o["output_type"] == "error"]
     assert len(err) == 1 and err[0]["evalue"].startswith(
-        "reduce_scatter splits dim 0 into 4 equal chunks (one per rank), but the demo shape 11x11 has 11 rows")
+        "reduce_scatter splits dim 0 into 4 equal chunks (one per rank), but the demo shape 11x11 has 11 rows"
+    )
     bench = _outputs(nb, "%mgpu_bench")
     table = text["%mgpu_bench"]
     rows = [line.split() for line in table.splitlines() if re.match(r"\s+\d+\s+\d+\s+float32", line)]

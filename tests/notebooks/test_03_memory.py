@@ -10,17 +10,16 @@ pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
-
 SHOTS = {
-    '01_dashboard': '%mgpu_init',
-    '02_allocated': '%%mgpu\nx = torch.ones',
-    '03_second_view': 'board = mg.dashboard()',
+    "01_dashboard": "%mgpu_init",
+    "02_allocated": "%%mgpu\nx = torch.ones",
+    "03_second_view": "board = mg.dashboard()",
 }
 
 
 @pytest.fixture(scope="module")
 def run(lab):
-    return run_in_lab(lab, '03_memory.ipynb', SHOTS)
+    return run_in_lab(lab, "03_memory.ipynb", SHOTS)
 
 
 def test_memory_notebook_runs_and_shows_live_memory(run):

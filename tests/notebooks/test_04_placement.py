@@ -35,8 +35,10 @@ def test_placement_notebook_runs_shows_views_and_traces(run, lab):
     counts = dict(re.findall(r"(\w+) +(\d+) events", text["from jupyter_mgpu.ops.matmul_plan"]))
     assert set(counts) == {"row", "ring", "summa"} and int(counts["ring"]) > int(counts["row"])
     assert text["from jupyter_mgpu import trace_replay"].count("real placement: True") == 3
-    table = {m[0]: [float(x) for x in m[1:]] for m in
-             re.findall(r"^(\w+) +([\d.]+) MiB +([\d.]+) MiB +([\d.]+) MiB", text["MiB = 2**20"], re.M)}
+    table = {
+        m[0]: [float(x) for x in m[1:]]
+        for m in re.findall(r"^(\w+) +([\d.]+) MiB +([\d.]+) MiB +([\d.]+) MiB", text["MiB = 2**20"], re.M)
+    }
     assert table["row"][0] > table["ring"][0] and table["row"][0] > table["summa"][0]
     assert table["row"][2] == 0 and table["ring"][2] > 0 and table["summa"][2] > 0
     saved = lab["root"] / "notebooks" / "ring_matmul.html"

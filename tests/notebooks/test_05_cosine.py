@@ -6,19 +6,18 @@ from labrun import assert_page_is_clean, run_in_lab
 pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
 
 
-
 SHOTS = {
-    '01_init': '%mgpu_init 4',
-    '02_map': 'sims = mg.map(',
-    '03_own_function': 'THRESHOLD = 0.4',
-    '04_errors': 'bad = A.copy()',
-    '05_benchmark': '%run ../benchmarks/cosine.py',
+    "01_init": "%mgpu_init 4",
+    "02_map": "sims = mg.map(",
+    "03_own_function": "THRESHOLD = 0.4",
+    "04_errors": "bad = A.copy()",
+    "05_benchmark": "%run ../benchmarks/cosine.py",
 }
 
 
 @pytest.fixture(scope="module")
 def run(lab):
-    return run_in_lab(lab, '05_cosine_similarity.ipynb', SHOTS)
+    return run_in_lab(lab, "05_cosine_similarity.ipynb", SHOTS)
 
 
 def test_cosine_notebook_solves_the_forum_problem(run):
@@ -33,12 +32,15 @@ def test_cosine_notebook_solves_the_forum_problem(run):
     assert sum(per_rank) == int(total) == int(single) > 0
     means = re.search(r"mean similarity: (\S+) — one process: (\S+)", own).groups()
     assert means[0] == means[1]
-    assert ("check_finite raised ValueError on rank 2 (rows 10000–14999): 1 row(s) hold NaN or inf at line 7 "
-            "of check_finite in a notebook cell") in text["bad = A.copy()"]
+    assert (
+        "check_finite raised ValueError on rank 2 (rows 10000–14999): 1 row(s) hold NaN or inf at line 7 "
+        "of check_finite in a notebook cell"
+    ) in text["bad = A.copy()"]
     assert "ranks" not in text["bad = A.copy()"].split("(rows")[1]  # only rank 2 failed
-    assert ("mg.map needs inputs of the same length along dim 0: argument 1 has 20000 rows but argument 2 has "
-            "19999") in text["mg.map(F.cosine_similarity, a, mg.zeros"]
-    assert "missing.npy does not exist" in text["mg.load(os.path.join(folder, \"missing.npy\"))"]
+    assert (
+        "mg.map needs inputs of the same length along dim 0: argument 1 has 20000 rows but argument 2 has 19999"
+    ) in text["mg.map(F.cosine_similarity, a, mg.zeros"]
+    assert "missing.npy does not exist" in text['mg.load(os.path.join(folder, "missing.npy"))']
     assert "<lambda> cannot be sent to the ranks" in text["import threading"]
     bench = text["%run ../benchmarks/cosine.py"]
     assert "forum recipe [2]" in bench and "mg.load + mg.map + gather [3]" in bench

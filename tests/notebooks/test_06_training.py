@@ -6,18 +6,17 @@ from labrun import assert_page_is_clean, run_in_lab
 pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
 
 
-
 SHOTS = {
-    '01_live_views': 'import jupyter_mgpu as mg',
-    '02_hand_written': '%%mgpu\ntorch.manual_seed(100 + rank)',
-    '03_ddp': '%%mgpu\nfrom torch.nn.parallel',
-    '04_logged': 'm = mg.metrics()',
+    "01_live_views": "import jupyter_mgpu as mg",
+    "02_hand_written": "%%mgpu\ntorch.manual_seed(100 + rank)",
+    "03_ddp": "%%mgpu\nfrom torch.nn.parallel",
+    "04_logged": "m = mg.metrics()",
 }
 
 
 @pytest.fixture(scope="module")
 def run(lab):
-    return run_in_lab(lab, '06_data_parallel_training.ipynb', SHOTS)
+    return run_in_lab(lab, "06_data_parallel_training.ipynb", SHOTS)
 
 
 def test_training_notebook_reaches_its_stated_accuracy(run):
@@ -40,8 +39,13 @@ def test_training_notebook_reaches_its_stated_accuracy(run):
     assert "reached" in text["%%mgpu --targets 0"] and "NOT" not in text["%%mgpu --targets 0"]
     assert "engines stopped" in text["ddp_plot.stop()"]
     # the live views were displayed as widgets
-    views = [o for c in nb.cells if c.source.startswith("import jupyter_mgpu") for o in c.outputs
-             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    views = [
+        o
+        for c in nb.cells
+        if c.source.startswith("import jupyter_mgpu")
+        for o in c.outputs
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
     assert len(views) == 2
 
 

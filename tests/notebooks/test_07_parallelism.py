@@ -32,10 +32,19 @@ def test_every_strategy_matches_single(run):
 
 
 def test_pictures_table_and_plot_are_shown(run):
-    for prefix in ('r.show("ddp")', 'r.show("fsdp")', 'r.show("tp")', 'r.show("pp")', 'r.schedule("pp").play()',
-                   'r.schedule("pp-1f1b").play()', "r.plot()"):
-        assert any(WIDGET in o.get("data", {}) or "application/vnd.plotly.v1+json" in o.get("data", {})
-                   for o in run.outputs(prefix)), prefix
+    for prefix in (
+        'r.show("ddp")',
+        'r.show("fsdp")',
+        'r.show("tp")',
+        'r.show("pp")',
+        'r.schedule("pp").play()',
+        'r.schedule("pp-1f1b").play()',
+        "r.plot()",
+    ):
+        assert any(
+            WIDGET in o.get("data", {}) or "application/vnd.plotly.v1+json" in o.get("data", {})
+            for o in run.outputs(prefix)
+        ), prefix
     table = run.outputs("r.table")[0]["data"]["text/html"]
     assert table.count("<tr>") == 1 + 1 + 4 * 5 and "×1.00" in table  # header, single, 4 ranks × 5 strategies
     bubble = run.text["p, m = 4, 8"]
@@ -44,16 +53,21 @@ def test_pictures_table_and_plot_are_shown(run):
     assert [m[0] for m in measured] == ["pp", "pp-1f1b"] and all(len(m[1].split(", ")) == 4 for m in measured)
     by_rank0 = dict(re.findall(r"^(\w[\w-]*) +params +([\d.]+) MiB", run.text["mib = 2**20"], re.M))
     assert float(by_rank0["fsdp"]) == pytest.approx(float(by_rank0["ddp"]) / 4, rel=0.02)
-    assert "ddp" in run.text["%mgpu_compare --model"] and "Linear number 3 and has no partner" in \
-        run.text["three = torch.nn.Sequential"]
+    assert (
+        "ddp" in run.text["%mgpu_compare --model"]
+        and "Linear number 3 and has no partner" in run.text["three = torch.nn.Sequential"]
+    )
     assert "engines stopped" in run.text["%mgpu_shutdown"]
 
 
 def test_the_schedule_player_is_live_while_the_pipeline_trains(run):
     seen = run.steps["live"]["seen"]
     for name in ("pp", "pp-1f1b"):  # the live view shows each pipeline's player while it trains
-        mine = [s for s in seen if s["title"].startswith(f"{name}:") and s["badge"].startswith("live")
-                and s["counter"].startswith("step ")]
+        mine = [
+            s
+            for s in seen
+            if s["title"].startswith(f"{name}:") and s["badge"].startswith("live") and s["counter"].startswith("step ")
+        ]
         counts = [int(s["counter"].split("/ ")[1]) for s in mine]
         # at least two different frame counts while the ranks were still training, growing
         assert len(counts) >= 2 and counts == sorted(counts) and counts[-1] > counts[0], (name, seen)

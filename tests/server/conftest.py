@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from pytest_jupyter.jupyter_server import *  # noqa: F401,F403  (jp_fetch, jp_serverapp, async test hooks)
+from pytest_jupyter.jupyter_server import *  # noqa: F403  (jp_fetch, jp_serverapp, async test hooks)
 from server_fakes import FakeClusters
 
 

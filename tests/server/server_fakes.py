@@ -26,9 +26,20 @@ class FakeClusters:
         self.procs.append(proc)
         return proc
 
-    def make(self, cluster_id: str, world_size: int = 2, *, kernel_pid: int | None = None,
-             kernel_create_time: float | None = None, mode: int = 0o700, processes: bool = True,
-             used: int = 300 << 20, budget: int = 1 << 30, status: str = "running", ranks_up: bool = True) -> Path:
+    def make(
+        self,
+        cluster_id: str,
+        world_size: int = 2,
+        *,
+        kernel_pid: int | None = None,
+        kernel_create_time: float | None = None,
+        mode: int = 0o700,
+        processes: bool = True,
+        used: int = 300 << 20,
+        budget: int = 1 << 30,
+        status: str = "running",
+        ranks_up: bool = True,
+    ) -> Path:
         """``ranks_up=False``: no engine has started yet (no engine pids, no telemetry), as while starting."""
         path = self.root / cluster_id
         path.mkdir(mode=0o700)
@@ -39,22 +50,42 @@ class FakeClusters:
             kernel_create_time = psutil.Process(pid).create_time() if psutil.pid_exists(pid) else 0.0
         sup = self.sleeper("-m", "jupyter_mgpu.engine.launcher", str(path)) if processes else None
         ctl = self.sleeper(f"--profile-dir={path / 'profile'}") if processes else None
-        engines = {str(r): self.sleeper("-m", "jupyter_mgpu.engine.launcher", str(path)).pid
-                   for r in range(world_size)} if processes and ranks_up else {}
+        engines = (
+            {str(r): self.sleeper("-m", "jupyter_mgpu.engine.launcher", str(path)).pid for r in range(world_size)}
+            if processes and ranks_up
+            else {}
+        )
         state = {
-            "cluster_id": cluster_id, "status": status, "kernel_pid": pid,
-            "kernel_create_time": kernel_create_time, "notebook": "demo.ipynb",
-            "world_size": world_size, "backend": "gloo",
-            "devices": [{"kind": "cpu", "index": r, "name": f"CPU virtual device {r}", "total_memory": budget}
-                        for r in range(world_size)],
-            "controller_pid": ctl.pid if ctl else 999999, "supervisor_pid": sup.pid if sup else 999998,
-            "engine_pids": engines, "started_at": time.time(),
+            "cluster_id": cluster_id,
+            "status": status,
+            "kernel_pid": pid,
+            "kernel_create_time": kernel_create_time,
+            "notebook": "demo.ipynb",
+            "world_size": world_size,
+            "backend": "gloo",
+            "devices": [
+                {"kind": "cpu", "index": r, "name": f"CPU virtual device {r}", "total_memory": budget}
+                for r in range(world_size)
+            ],
+            "controller_pid": ctl.pid if ctl else 999999,
+            "supervisor_pid": sup.pid if sup else 999998,
+            "engine_pids": engines,
+            "started_at": time.time(),
         }
         (path / "cluster.json").write_text(json.dumps(state))
         for r in range(world_size if ranks_up else 0):
-            sample = {"time": time.time(), "rank": r, "pid": int(engines.get(str(r), 0)), "device": f"cpu:{r}",
-                      "kind": "cpu", "state": "idle", "op": None, "resident_bytes": used + r,
-                      "peak_resident_bytes": used + r, "budget_bytes": budget}
+            sample = {
+                "time": time.time(),
+                "rank": r,
+                "pid": int(engines.get(str(r), 0)),
+                "device": f"cpu:{r}",
+                "kind": "cpu",
+                "state": "idle",
+                "op": None,
+                "resident_bytes": used + r,
+                "peak_resident_bytes": used + r,
+                "budget_bytes": budget,
+            }
             (path / "telemetry" / f"rank{r}.json").write_text(json.dumps(sample))
         os.chmod(path, mode)
         return path

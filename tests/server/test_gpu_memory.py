@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 import pytest
-
 from fake_nvml import FakeNVML
+
 from jupyter_mgpu.server import gpu_memory
 from jupyter_mgpu.server.manager import ClusterManager
 
@@ -44,17 +44,28 @@ def _gone_pid() -> int:
 
 def _gpus(own: int, other: int, gone: int) -> list[dict]:
     return [
-        {"name": "Fake A100", "uuid": "GPU-aaaa", "total": 40 * GiB, "used": 30 * GiB, "util": 50,
-         "processes": [{"pid": own, "used": 2 * GiB}, {"pid": other, "used": 20 * GiB},
-                       {"pid": gone, "used": 5 * GiB}],
-         "graphics": [{"pid": own, "used": 2 * GiB}]},  # listed twice: counts once
+        {
+            "name": "Fake A100",
+            "uuid": "GPU-aaaa",
+            "total": 40 * GiB,
+            "used": 30 * GiB,
+            "util": 50,
+            "processes": [
+                {"pid": own, "used": 2 * GiB},
+                {"pid": other, "used": 20 * GiB},
+                {"pid": gone, "used": 5 * GiB},
+            ],
+            "graphics": [{"pid": own, "used": 2 * GiB}],
+        },  # listed twice: counts once
         {"name": "Fake H100", "uuid": "GPU-bbbb", "total": 80 * GiB, "used": 1 * GiB, "util": 0, "processes": []},
     ]
 
 
 def test_split_counts_own_and_other_users_bytes_each_process_once():
-    procs = [type("P", (), {"pid": p, "usedGpuMemory": u})() for p, u in
-             [(10, 100), (11, 200), (10, 100), (12, None), (13, 50)]]
+    procs = [
+        type("P", (), {"pid": p, "usedGpuMemory": u})()
+        for p, u in [(10, 100), (11, 200), (10, 100), (12, None), (13, 50)]
+    ]
     owners = {10: 7, 11: 8, 12: 7}  # 13: not visible
     assert gpu_memory.split_memory(procs, 7, owners.get) == (100, 250)
 
@@ -63,8 +74,13 @@ def test_devices_split_memory_by_owner_and_name_nobody(other_users_pid):
     gone = _gone_pid()
     nvml = FakeNVML(_gpus(os.getpid(), other_users_pid, gone))
     [a, h] = gpu_memory.read_devices(nvml, None, os.getuid())
-    assert (a["id"], a["name"], a["total_bytes"], a["used_bytes"], a["utilization"]) == \
-        ("cuda:0", "Fake A100", 40 * GiB, 30 * GiB, 50)
+    assert (a["id"], a["name"], a["total_bytes"], a["used_bytes"], a["utilization"]) == (
+        "cuda:0",
+        "Fake A100",
+        40 * GiB,
+        30 * GiB,
+        50,
+    )
     assert a["own_bytes"] == 2 * GiB
     assert a["other_users_bytes"] == 25 * GiB  # another uid's process, and one that cannot be seen
     assert (h["own_bytes"], h["other_users_bytes"]) == (0, 0)

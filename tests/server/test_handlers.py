@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from tornado.httpclient import HTTPClientError
-
 from server_fakes import running
+from tornado.httpclient import HTTPClientError
 
 NO_AUTH = {"Authorization": ""}
 
@@ -45,8 +44,7 @@ async def test_devices_payload_degrades_to_cpu_devices(jp_fetch, fake_clusters):
     assert [d["id"] for d in body["devices"]] == ["222-bbbb0004/cpu:0", "222-bbbb0004/cpu:1"]
 
 
-async def test_handlers_live_under_base_url_only(jp_fetch, jp_base_url, http_server_client, jp_auth_header,
-                                                 mgpu_root):
+async def test_handlers_live_under_base_url_only(jp_fetch, jp_base_url, http_server_client, jp_auth_header, mgpu_root):
     assert jp_base_url != "/"
     r = await jp_fetch("mgpu", "api", "clusters")  # jp_fetch prefixes the base_url
     assert r.code == 200 and r.effective_url.split("?")[0].endswith(f"{jp_base_url}mgpu/api/clusters")

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from server_fakes import running
+
 from jupyter_mgpu.server.manager import ClusterManager, ClusterNotFound
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from jupyter_mgpu.ops import collective_bench as cb
-from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.ops import collective_run as coll
+from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.ops import demo_inputs as demo
 from jupyter_mgpu.widgets import colors
 from jupyter_mgpu.widgets.collective_view import before_after_svg, frame_svg, tracked_schedule
@@ -112,8 +112,13 @@ def test_demo_shapes_parse_and_one_dimensional_demo_is_filled():
 # -- logical schedules vs an independent reference -------------------------------------------------
 def _reduce(op, xs):
     stacked = torch.stack(xs)
-    return {"sum": stacked.sum(0), "product": stacked.prod(0), "min": stacked.min(0).values,
-            "max": stacked.max(0).values, "avg": stacked.mean(0)}[op]
+    return {
+        "sum": stacked.sum(0),
+        "product": stacked.prod(0),
+        "min": stacked.min(0).values,
+        "max": stacked.max(0).values,
+        "avg": stacked.mean(0),
+    }[op]
 
 
 def reference(name, xs, op, src):
@@ -172,8 +177,8 @@ def test_ring_all_reduce_is_reduce_scatter_then_all_gather_around_the_ring(n):
     xs = [torch.full((n, 2), float(r + 1)) for r in range(n)]
     frames = sched.schedule("all_reduce", xs, "sum")[1:]
     assert len(frames) == 2 * (n - 1)
-    assert all(f.caption.startswith("reduce-scatter") for f in frames[:n - 1])
-    assert all(f.caption.startswith("all-gather") for f in frames[n - 1:])
+    assert all(f.caption.startswith("reduce-scatter") for f in frames[: n - 1])
+    assert all(f.caption.startswith("all-gather") for f in frames[n - 1 :])
     for f in frames:
         assert sorted((a, b) for a, b, _ in f.transfers) == [(r, (r + 1) % n) for r in range(n)]
 

@@ -32,8 +32,14 @@ def plan(layers, strategies="single,ddp,fsdp,tp,pp", world=2, **kw):
 
 
 def test_describe_keeps_every_supported_layer_and_its_settings():
-    m = nn.Sequential(nn.Linear(8, 16, bias=False), nn.GELU(approximate="tanh"), nn.Dropout(0.25),
-                      nn.LayerNorm(16, eps=1e-3), nn.Linear(16, 4), nn.LeakyReLU(0.2))
+    m = nn.Sequential(
+        nn.Linear(8, 16, bias=False),
+        nn.GELU(approximate="tanh"),
+        nn.Dropout(0.25),
+        nn.LayerNorm(16, eps=1e-3),
+        nn.Linear(16, 4),
+        nn.LeakyReLU(0.2),
+    )
     specs = lay.describe(m)
     assert [s["kind"] for s in specs] == ["linear", "act", "dropout", "layernorm", "linear", "act"]
     assert specs[0] == {"kind": "linear", "in": 8, "out": 16, "bias": False}
@@ -44,13 +50,19 @@ def test_describe_keeps_every_supported_layer_and_its_settings():
     assert isinstance(built[2], lay.SeededDropout) and built[1].approximate == "tanh"
 
 
-@pytest.mark.parametrize("model, message", [
-    (nn.Sequential(nn.Linear(4, 4), nn.Conv1d(1, 1, 1)), r"^layer 1 \(Conv1d\) is not supported"),
-    (nn.Sequential(nn.Linear(4, 8), nn.Linear(6, 2)), r"^layer 1 \(Linear 6→2\) takes 6 features but the layers before"),
-    (nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(5)), r"^layer 1 \(LayerNorm 5\) normalises 5 features"),
-    (nn.Linear(4, 4), r"needs an nn.Sequential .* got Linear"),
-    (nn.Sequential(nn.Linear(4, 4).double()), r"layer 0 \(Linear 4→4\) has torch.float64 parameters"),
-])
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        (nn.Sequential(nn.Linear(4, 4), nn.Conv1d(1, 1, 1)), r"^layer 1 \(Conv1d\) is not supported"),
+        (
+            nn.Sequential(nn.Linear(4, 8), nn.Linear(6, 2)),
+            r"^layer 1 \(Linear 6→2\) takes 6 features but the layers before",
+        ),
+        (nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(5)), r"^layer 1 \(LayerNorm 5\) normalises 5 features"),
+        (nn.Linear(4, 4), r"needs an nn.Sequential .* got Linear"),
+        (nn.Sequential(nn.Linear(4, 4).double()), r"layer 0 \(Linear 4→4\) has torch.float64 parameters"),
+    ],
+)
 def test_describe_names_the_layer_it_cannot_split(model, message):
     with pytest.raises(MgpuError, match=message):
         lay.describe(model)
@@ -64,16 +76,19 @@ def test_bundled_models():
         ms.bundled("cnn:1")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(strategies="ddp,zero3"), r"^unknown strategy 'zero3': choose from single, ddp"),
-    (dict(optimizer="lamb"), r"^unknown optimizer 'lamb'"),
-    (dict(loss="hinge"), r"^unknown loss 'hinge'"),
-    (dict(steps=3), r"^steps must be a whole number of at least 4"),
-    (dict(batch=15), r"^batch 15 does not split evenly over 2 ranks \(ddp"),
-    (dict(batch=18, strategies="pp", microbatches=4), r"^batch 18 is not divisible into 4 micro-batches"),
-    (dict(samples=8), r"^the data has 8 samples, fewer than one batch of 16"),
-    (dict(lr=-1.0), r"^lr must be a positive learning rate"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(strategies="ddp,zero3"), r"^unknown strategy 'zero3': choose from single, ddp"),
+        (dict(optimizer="lamb"), r"^unknown optimizer 'lamb'"),
+        (dict(loss="hinge"), r"^unknown loss 'hinge'"),
+        (dict(steps=3), r"^steps must be a whole number of at least 4"),
+        (dict(batch=15), r"^batch 15 does not split evenly over 2 ranks \(ddp"),
+        (dict(batch=18, strategies="pp", microbatches=4), r"^batch 18 is not divisible into 4 micro-batches"),
+        (dict(samples=8), r"^the data has 8 samples, fewer than one batch of 16"),
+        (dict(lr=-1.0), r"^lr must be a positive learning rate"),
+    ],
+)
 def test_planner_refuses_bad_arguments_in_one_sentence(kwargs, message):
     strategies = kwargs.pop("strategies", "single,ddp,fsdp,tp,pp")
     with pytest.raises(MgpuError, match=message):
@@ -87,8 +102,11 @@ def test_planner_refuses_models_that_cannot_be_split_and_names_the_layer():
     with pytest.raises(MgpuError, match=r"needs at least one Linear layer per stage: 4 stages, but the model has 3"):
         plan(three, "pp", world=4)
     norm = lay.describe(nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 4)))
-    with pytest.raises(MgpuError, match=r"cannot split layer 1 \(LayerNorm 16\): it sits between column-parallel "
-                                        r"layer 0 and row-parallel layer 2"):
+    with pytest.raises(
+        MgpuError,
+        match=r"cannot split layer 1 \(LayerNorm 16\): it sits between column-parallel "
+        r"layer 0 and row-parallel layer 2",
+    ):
         plan(norm, "tp")
     odd = lay.describe(mlp(8, 6, 4))
     with pytest.raises(MgpuError, match=r"splits the 6 output features of layer 0 \(Linear 8→6\) over 4 ranks"):
@@ -96,8 +114,18 @@ def test_planner_refuses_models_that_cannot_be_split_and_names_the_layer():
 
 
 def test_tp_pairs_and_layernorm_outside_them():
-    specs = lay.describe(nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 8),
-                                       nn.LayerNorm(8), nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
+    specs = lay.describe(
+        nn.Sequential(
+            nn.Linear(8, 16),
+            nn.GELU(),
+            nn.Dropout(0.1),
+            nn.Linear(16, 8),
+            nn.LayerNorm(8),
+            nn.Linear(8, 16),
+            nn.ReLU(),
+            nn.Linear(16, 4),
+        )
+    )
     assert pm.tp_pairs(specs, 2) == [(0, 3), (5, 7)]
 
 
@@ -110,8 +138,10 @@ def _best_split(costs: list[int], parts: int) -> int:
     return best
 
 
-@pytest.mark.parametrize("widths, stages", [((8, 64, 8, 8, 8, 4), 2), ((8, 8, 8, 64, 64, 8, 4), 3),
-                                           ((16, 16, 16, 16, 16), 4), ((4, 100, 4, 4, 100, 4, 4), 3)])
+@pytest.mark.parametrize(
+    "widths, stages",
+    [((8, 64, 8, 8, 8, 4), 2), ((8, 8, 8, 64, 64, 8, 4), 3), ((16, 16, 16, 16, 16), 4), ((4, 100, 4, 4, 100, 4, 4), 3)],
+)
 def test_pipeline_stages_are_contiguous_start_at_a_linear_and_are_balanced(widths, stages):
     specs = lay.describe(mlp(*widths))
     bounds = pm.pp_stages(specs, stages)
@@ -127,11 +157,10 @@ def test_expected_model_states_follow_zero_and_megatron_counts():
     specs = ms.bundled("mlp:64x4")  # 4 Linear(64, 64): N = 4 * 4160
     n = 4 * (64 * 64 + 64)
     p = plan(specs, "single,ddp,fsdp,tp,pp,pp-1f1b", world=4, batch=16, microbatches=4)
-    single, = ex.expected(p, "single")
+    (single,) = ex.expected(p, "single")
     assert (single["params"], single["grads"], single["optimizer"]) == (4 * n, 4 * n, 8 * n)  # Adam: 2 states
     ddp = ex.expected(p, "ddp")
-    assert all(r["params"] == 4 * n and r["comm_buffers"] == 4 * n and r["bytes"] == {"all_reduce": 4 * n}
-               for r in ddp)
+    assert all(r["params"] == 4 * n and r["comm_buffers"] == 4 * n and r["bytes"] == {"all_reduce": 4 * n} for r in ddp)
     fsdp = ex.expected(p, "fsdp")
     assert sum(r["params"] for r in fsdp) == 4 * n and all(r["params"] == n for r in fsdp)
     assert fsdp[0]["bytes"] == {"all_gather": 2 * n, "reduce_scatter": 4 * n}

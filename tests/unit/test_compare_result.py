@@ -7,8 +7,8 @@ import json
 import pytest
 
 from jupyter_mgpu.comparison.compare_result import CompareResult
-from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.comparison.pipeline_schedule import ScheduleTrace, steps_of
+from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.strategies import expected as ex
 from jupyter_mgpu.strategies import model_spec as ms
 from jupyter_mgpu.strategies import plan as pm
@@ -18,15 +18,40 @@ MiB = 2**20
 
 
 def _plan(strategies="single,ddp", world=2):
-    return pm.make_plan(ms.bundled("mlp:32x2"), strategies, world, batch=8, steps=5, microbatches=2,
-                        optimizer="adam", lr=0.01, loss="cross_entropy", samples=32)
+    return pm.make_plan(
+        ms.bundled("mlp:32x2"),
+        strategies,
+        world,
+        batch=8,
+        steps=5,
+        microbatches=2,
+        optimizer="adam",
+        lr=0.01,
+        loss="cross_entropy",
+        samples=32,
+    )
 
 
 def _rank(rank, losses, status="ok", **kw):
-    out = {"rank": rank, "status": status, "losses": losses, "step_times": [0.5, 0.4, 0.3, 0.2 + rank, 0.1],
-           "memory": {"params": 100, "grads": 100, "optimizer": 200, "activations": 50, "comm_buffers": 10,
-                      "temporaries": 5, "inputs": 1},
-           "bytes": {"all_reduce": 4224}, "calls": {"all_reduce": 1}, "tracked_peak": 400, "device_peak": 500}
+    out = {
+        "rank": rank,
+        "status": status,
+        "losses": losses,
+        "step_times": [0.5, 0.4, 0.3, 0.2 + rank, 0.1],
+        "memory": {
+            "params": 100,
+            "grads": 100,
+            "optimizer": 200,
+            "activations": 50,
+            "comm_buffers": 10,
+            "temporaries": 5,
+            "inputs": 1,
+        },
+        "bytes": {"all_reduce": 4224},
+        "calls": {"all_reduce": 1},
+        "tracked_peak": 400,
+        "device_peak": 500,
+    }
     out.update(kw)
     return out
 
@@ -41,7 +66,9 @@ def test_rows_losses_and_matching():
     t = r.table
     assert [(x["strategy"], x["rank"]) for x in t] == [("single", 0), ("ddp", 0), ("ddp", 1)]
     ddp0 = t[1]
-    assert ddp0["step_time"] == pytest.approx((1.2 + 0.1) / 2)  # the slowest rank at each timed step (3, 4), then the median
+    assert ddp0["step_time"] == pytest.approx(
+        (1.2 + 0.1) / 2
+    )  # the slowest rank at each timed step (3, 4), then the median
     assert ddp0["bytes"] == 4224 and ddp0["final_loss"] == pytest.approx(0.9)
     n = 2 * (32 * 32 + 32)
     ratios = {x["strategy"]: x for x in r.ratios()}
@@ -57,8 +84,10 @@ def test_rows_losses_and_matching():
 def test_out_of_memory_is_a_row_and_the_others_stay():
     p = _plan()
     r = CompareResult(p, {s: ex.expected(p, s) for s in p.strategies}, budgets=[MiB, MiB])
-    r.add("single", [_rank(0, [], status="oom", needs_bytes=int(1.6 * 2**30), limit_bytes=512 * MiB,
-                           expected_bytes=2 * 2**30)])
+    r.add(
+        "single",
+        [_rank(0, [], status="oom", needs_bytes=int(1.6 * 2**30), limit_bytes=512 * MiB, expected_bytes=2 * 2**30)],
+    )
     r.add("ddp", [_rank(0, [1.0] * 5), _rank(1, [], status="peer", error="stopped")])
     assert r.table[0]["note"] == "OOM on rank 0: needs ≥ 1.6 GiB (the formulas: 35.0 KiB; budget 512.0 MiB)"
     assert r.table[2]["note"] == "peer on rank 1: stopped"
@@ -96,15 +125,63 @@ def _events(steps=2, stages=2, m=2, gap=0.0):
             for mb in range(m):
                 f = t0 + s + mb
                 b = t0 + 10 + (stages - 1 - s) + mb
-                out.append({"rank": s, "op": k, "step": k, "action": "compute", "kind": "forward", "mb": mb,
-                            "start": f, "end": f + 1 - gap, "time": f + 1, "seq": 0})
-                out.append({"rank": s, "op": k, "step": k, "action": "compute", "kind": "backward", "mb": mb,
-                            "start": b, "end": b + 1 - gap, "time": b + 1, "seq": 0})
+                out.append(
+                    {
+                        "rank": s,
+                        "op": k,
+                        "step": k,
+                        "action": "compute",
+                        "kind": "forward",
+                        "mb": mb,
+                        "start": f,
+                        "end": f + 1 - gap,
+                        "time": f + 1,
+                        "seq": 0,
+                    }
+                )
+                out.append(
+                    {
+                        "rank": s,
+                        "op": k,
+                        "step": k,
+                        "action": "compute",
+                        "kind": "backward",
+                        "mb": mb,
+                        "start": b,
+                        "end": b + 1 - gap,
+                        "time": b + 1,
+                        "seq": 0,
+                    }
+                )
                 if s + 1 < stages:
-                    out.append({"rank": s, "step": k, "op": k, "action": "send", "kind": "activation", "mb": mb,
-                                "peer": s + 1, "bytes": 64, "time": f + 1, "seq": 0})
-                    out.append({"rank": s + 1, "step": k, "op": k, "action": "recv", "kind": "activation", "mb": mb,
-                                "peer": s, "bytes": 64, "time": f + 1, "seq": 0})
+                    out.append(
+                        {
+                            "rank": s,
+                            "step": k,
+                            "op": k,
+                            "action": "send",
+                            "kind": "activation",
+                            "mb": mb,
+                            "peer": s + 1,
+                            "bytes": 64,
+                            "time": f + 1,
+                            "seq": 0,
+                        }
+                    )
+                    out.append(
+                        {
+                            "rank": s + 1,
+                            "step": k,
+                            "op": k,
+                            "action": "recv",
+                            "kind": "activation",
+                            "mb": mb,
+                            "peer": s,
+                            "bytes": 64,
+                            "time": f + 1,
+                            "seq": 0,
+                        }
+                    )
     return out
 
 
@@ -155,10 +232,13 @@ def test_weights_view_data_draws_the_slices_the_ranks_reported():
     from jupyter_mgpu.widgets.weights_view import weights_data
 
     layers = ms.bundled("mlp:8x2")  # Linear 0 and Linear 2, 8×8 each
-    held = {0: [{"layer": 0, "name": "0.weight", "box": [[0, 8], [0, 4]]},
-                {"layer": 2, "name": "2.weight", "box": [[0, 8], [0, 8]]}],
-            1: [{"layer": 0, "name": "0.weight", "box": [[0, 8], [4, 8]]},
-                {"layer": 0, "name": "0.bias", "box": [[0, 8]]}]}
+    held = {
+        0: [
+            {"layer": 0, "name": "0.weight", "box": [[0, 8], [0, 4]]},
+            {"layer": 2, "name": "2.weight", "box": [[0, 8], [0, 8]]},
+        ],
+        1: [{"layer": 0, "name": "0.weight", "box": [[0, 8], [4, 8]]}, {"layer": 0, "name": "0.bias", "box": [[0, 8]]}],
+    }
     d = weights_data(held, layers, [0, 2], 2)
     assert [p["title"] for p in d["panels"]] == ["layer 0", "layer 2"]
     assert d["panels"][0]["cols"] == [0, 4, 8] and d["panels"][1]["cols"] == [0, 8]

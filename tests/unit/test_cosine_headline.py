@@ -40,19 +40,34 @@ def test_all_rows_measured_is_said_so():
 
 
 def _result(method: str, at: int) -> dict:
-    rows = [{"name": "one process", "total": 1.8, "compute": 1.4, "peaks": [5.8 * GiB], "err": 0.0, "note": "a"},
-            {"name": "forum recipe", "total": 65.0, "compute": None, "peaks": [6 * GiB] * 4, "err": 0.0,
-             "note": "b " * 90},
-            {"name": "mg.load + mg.map + gather", "total": 1.75, "compute": 1.1, "peaks": [1.6 * GiB] * 4,
-             "err": 0.0, "note": "c"}]
-    return {"rows": rows, "method": method, "at": at, "forum_total": 65.0 if at > 2000 else 4.8,
-            "mg_total_at": 1.75 if at > 2000 else 9.6, "start": 2.0}
+    rows = [
+        {"name": "one process", "total": 1.8, "compute": 1.4, "peaks": [5.8 * GiB], "err": 0.0, "note": "a"},
+        {"name": "forum recipe", "total": 65.0, "compute": None, "peaks": [6 * GiB] * 4, "err": 0.0, "note": "b " * 90},
+        {
+            "name": "mg.load + mg.map + gather",
+            "total": 1.75,
+            "compute": 1.1,
+            "peaks": [1.6 * GiB] * 4,
+            "err": 0.0,
+            "note": "c",
+        },
+    ]
+    return {
+        "rows": rows,
+        "method": method,
+        "at": at,
+        "forum_total": 65.0 if at > 2000 else 4.8,
+        "mg_total_at": 1.75 if at > 2000 else 9.6,
+        "start": 2.0,
+    }
 
 
 def test_the_printed_table_fits_a_cell_names_its_method_and_no_target(capsys):
-    for method, at, says in (("extrapolated", 1_000_000, "(the forum recipe's time extrapolated, see [2])"),
-                             ("measured", 1_000_000, "(both measured at 1,000,000 rows)"),
-                             ("not extrapolated", 2000, "2.0× slower than the forum recipe (both measured at 2,000")):
+    for method, at, says in (
+        ("extrapolated", 1_000_000, "(the forum recipe's time extrapolated, see [2])"),
+        ("measured", 1_000_000, "(both measured at 1,000,000 rows)"),
+        ("not extrapolated", 2000, "2.0× slower than the forum recipe (both measured at 2,000"),
+    ):
         text = cosine.print_table(_result(method, at), 1_000_000, 300)
         assert says in " ".join(text.split()), text
         assert max(len(line) for line in text.splitlines()) <= cosine.WIDTH

@@ -1,13 +1,23 @@
 import pytest
 
-from jupyter_mgpu.devices import DeviceInfo, discover, format_bytes, parse_size
+from jupyter_mgpu.devices import DeviceInfo, discover
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.units import format_bytes, parse_size
 
 
 @pytest.mark.parametrize(
     "text,expected",
-    [("2GiB", 2 * 1024**3), ("2G", 2 * 1024**3), ("2GB", 2 * 10**9), ("512MiB", 512 * 1024**2),
-     ("1.5g", int(1.5 * 1024**3)), ("1000", 1000), (4096, 4096), ("64 KiB", 64 * 1024), ("1kb", 1000)],
+    [
+        ("2GiB", 2 * 1024**3),
+        ("2G", 2 * 1024**3),
+        ("2GB", 2 * 10**9),
+        ("512MiB", 512 * 1024**2),
+        ("1.5g", int(1.5 * 1024**3)),
+        ("1000", 1000),
+        (4096, 4096),
+        ("64 KiB", 64 * 1024),
+        ("1kb", 1000),
+    ],
 )
 def test_parse_size(text, expected):
     assert parse_size(text) == expected

@@ -11,12 +11,15 @@ import torch
 from jupyter_mgpu.engine import direct_channel as direct
 
 
-@pytest.mark.parametrize("parts", [
-    [b"head"],
-    [b"", b"x", bytearray(b"y" * 10)],
-    [b"%d" % i for i in range(direct.IOV_MAX * 2 + 3)],  # more parts than one sendmsg takes
-    [b"h", bytes(range(256)) * (1 << 14)],  # 4 MiB: more than the socket buffer, sent in pieces
-])
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [b"head"],
+        [b"", b"x", bytearray(b"y" * 10)],
+        [b"%d" % i for i in range(direct.IOV_MAX * 2 + 3)],  # more parts than one sendmsg takes
+        [b"h", bytes(range(256)) * (1 << 14)],  # 4 MiB: more than the socket buffer, sent in pieces
+    ],
+)
 def test_frames_arrive_whole_and_in_order(parts):
     a, b = socket.socketpair()
     sender = threading.Thread(target=direct.send_frames, args=(a, parts))
@@ -30,20 +33,24 @@ def test_frames_arrive_whole_and_in_order(parts):
 
 
 def _roundtrip(value):
-    return direct.load_value([bytes(p) if i == 0 else bytearray(memoryview(p).cast("B"))
-                              for i, p in enumerate(direct.dump_value(value))])
+    return direct.load_value(
+        [bytes(p) if i == 0 else bytearray(memoryview(p).cast("B")) for i, p in enumerate(direct.dump_value(value))]
+    )
 
 
-@pytest.mark.parametrize("t", [
-    torch.arange(12, dtype=torch.float32).view(3, 4),
-    torch.randn(5, 3).to(torch.bfloat16),
-    torch.tensor([True, False, True]),
-    torch.randn(4, dtype=torch.complex64),
-    torch.tensor(7, dtype=torch.int64),  # 0-d
-    torch.empty(0, 5),
-    torch.arange(20.).view(4, 5).t(),  # not contiguous
-    torch.arange(10**6, dtype=torch.float64)[10:20],  # a slice: only its bytes travel
-])
+@pytest.mark.parametrize(
+    "t",
+    [
+        torch.arange(12, dtype=torch.float32).view(3, 4),
+        torch.randn(5, 3).to(torch.bfloat16),
+        torch.tensor([True, False, True]),
+        torch.randn(4, dtype=torch.complex64),
+        torch.tensor(7, dtype=torch.int64),  # 0-d
+        torch.empty(0, 5),
+        torch.arange(20.0).view(4, 5).t(),  # not contiguous
+        torch.arange(10**6, dtype=torch.float64)[10:20],  # a slice: only its bytes travel
+    ],
+)
 def test_cpu_tensors_travel_as_raw_buffers_and_come_back_equal(t):
     parts = direct.dump_value({"ok": True, "value": [t, "x"]})
     assert bytes(parts[0]) == b"P"

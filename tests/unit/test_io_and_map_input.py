@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.tensors import shard_map as mapping
 from jupyter_mgpu.engine.shipped_function import pickle_function
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.tensors import shard_map as mapping
 
 
 def test_a_missing_file_is_named(tmp_path):
@@ -44,6 +44,7 @@ def test_a_file_that_is_not_an_array_is_refused(tmp_path):
 
 def test_dataframe_rows_of_different_shapes_are_named():
     import pandas as pd
+
     rows = [np.zeros(4, np.float32) for _ in range(5)]
     rows[3] = np.zeros(3, np.float32)
     with pytest.raises(MgpuError, match=r"row 3 of column 'emb' has shape \(3,\) but row 0 has \(4,\)"):
@@ -58,8 +59,11 @@ def test_dataframe_rows_of_different_shapes_are_named():
 
 def test_an_unpicklable_function_says_how_to_fix_it():
     lock = threading.Lock()
-    with pytest.raises(MgpuError, match=r"<lambda> cannot be sent to the ranks \(it references lock \(a lock\), "
-                                         r"which cannot be pickled\); define it with def"):
+    with pytest.raises(
+        MgpuError,
+        match=r"<lambda> cannot be sent to the ranks \(it references lock \(a lock\), "
+        r"which cannot be pickled\); define it with def",
+    ):
         pickle_function(lambda x: (x, lock))
     with pytest.raises(MgpuError, match="needs a function"):
         pickle_function(42)
@@ -73,8 +77,7 @@ def test_notebook_functions_travel_by_value_with_their_globals():
     blob = pickle_function(ns["triple"])
     fn = pickle.loads(blob)
     assert fn(2) == 6 and fn.__globals__ is not ns
-    assert pickle.loads(pickle_function(torch.nn.functional.cosine_similarity)) is \
-        torch.nn.functional.cosine_similarity
+    assert pickle.loads(pickle_function(torch.nn.functional.cosine_similarity)) is torch.nn.functional.cosine_similarity
 
 
 def test_reductions_of_per_rank_values():

@@ -12,9 +12,20 @@ GiB = 2**30
 
 
 def _engine(eid: int, host: str, hint: int | None = None, gpus: int = 0, mem: int = 64 * GiB, label=None):
-    return ranks.Engine(eid, {"hostname": host, "host_key": f"key-{host}", "label": label, "pid": 100 + eid,
-                              "gpus": gpus, "cuda_started": False, "available_memory": mem, "cpus": 8,
-                              "local_rank_hint": hint})
+    return ranks.Engine(
+        eid,
+        {
+            "hostname": host,
+            "host_key": f"key-{host}",
+            "label": label,
+            "pid": 100 + eid,
+            "gpus": gpus,
+            "cuda_started": False,
+            "available_memory": mem,
+            "cpus": 8,
+            "local_rank_hint": hint,
+        },
+    )
 
 
 def test_hosts_parse_in_order_with_counts_users_and_per_host():
@@ -30,8 +41,10 @@ def test_hosts_parse_in_order_with_counts_users_and_per_host():
 
 def test_launcher_options_map_to_ipyparallel_names_and_are_checked():
     assert options.parse(8, launcher="Slurm", per_host=4, partition="gpu", time="1:00:00").launcher == "slurm"
-    assert options.parse(2, launcher="mpi", launcher_args="'--allow-run-as-root --oversubscribe'").launcher_args == \
-        ["--allow-run-as-root", "--oversubscribe"]
+    assert options.parse(2, launcher="mpi", launcher_args="'--allow-run-as-root --oversubscribe'").launcher_args == [
+        "--allow-run-as-root",
+        "--oversubscribe",
+    ]
     for kwargs, message in [
         (dict(launcher="slurm", per_host=9), "--per-host 9 is more than the 8 engines"),
         (dict(launcher="ssh"), "--launcher ssh needs --hosts"),
@@ -47,8 +60,12 @@ def test_launcher_options_map_to_ipyparallel_names_and_are_checked():
 def test_ranks_follow_the_hosts_order_then_the_launchers_local_rank():
     engines = [_engine(0, "node10", 1), _engine(1, "node2", 0), _engine(2, "node10", 0), _engine(3, "node2", 1)]
     ranked = ranks.order(engines)
-    assert [(e.host, e.local_rank, e.engine_id) for e in ranked] == \
-        [("node2", 0, 1), ("node2", 1, 3), ("node10", 0, 2), ("node10", 1, 0)]  # natural order of names
+    assert [(e.host, e.local_rank, e.engine_id) for e in ranked] == [
+        ("node2", 0, 1),
+        ("node2", 1, 3),
+        ("node10", 0, 2),
+        ("node10", 1, 0),
+    ]  # natural order of names
     ranked = ranks.order([_engine(0, "b"), _engine(1, "a"), _engine(2, "b")], host_order=["b", "a"])
     assert [(e.host, e.local_rank) for e in ranked] == [("b", 0), ("b", 1), ("a", 0)]
 
@@ -65,8 +82,9 @@ def test_devices_pin_each_rank_to_its_hosts_local_device():
     assert [d.label for d in devs] == ["n1:cuda:0", "n1:cuda:1", "n2:cuda:0", "n2:cuda:1"]
     for e in ranked:
         e.info["gpu_info"] = [("H100", 80 * GiB), ("H100", 80 * GiB)]
-    assert {(d.name, d.total_memory) for d in ranks.devices(ranked, cpu=False, mem_per_device=None)} == \
-        {("H100", 80 * GiB)}
+    assert {(d.name, d.total_memory) for d in ranks.devices(ranked, cpu=False, mem_per_device=None)} == {
+        ("H100", 80 * GiB)
+    }
     cpu = ranks.devices(ranked, cpu=True, mem_per_device=GiB)
     assert [(d.label, d.total_memory) for d in cpu][:2] == [("n1:cpu:0", GiB), ("n1:cpu:1", GiB)]
 
@@ -79,7 +97,10 @@ def test_a_host_with_too_few_devices_is_named():
     with pytest.raises(MgpuError, match="n2 has no GPU while n1 has"):
         ranks.devices(mixed, cpu=False, mem_per_device=None)
     small = ranks.order([_engine(i, "n3", mem=3 * GiB) for i in range(4)])
-    with pytest.raises(MgpuError, match=r"n3 has 3\.0 GiB of memory available: it holds 1 CPU virtual device of "
-                                        r"2\.0 GiB, not the 4 started there"):
+    with pytest.raises(
+        MgpuError,
+        match=r"n3 has 3\.0 GiB of memory available: it holds 1 CPU virtual device of "
+        r"2\.0 GiB, not the 4 started there",
+    ):
         ranks.devices(small, cpu=True, mem_per_device=2 * GiB)
     assert [d.total_memory for d in ranks.devices(small, cpu=True, mem_per_device=None)] == [int(3 * GiB * 0.9 / 4)] * 4

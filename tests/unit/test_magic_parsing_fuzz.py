@@ -7,14 +7,42 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from IPython.core.error import UsageError
 
-from jupyter_mgpu.devices import parse_size
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.magics.session_magics import MgpuMagics, _parse
-from jupyter_mgpu.session.core import parse_targets
+from jupyter_mgpu.session.targets import parse_targets
+from jupyter_mgpu.units import parse_size
 
-tokens = st.sampled_from(["4", "0", "-1", "--cpu", "--devices", "0,2", "--backend", "gloo", "nccl",
-                          "--mem-per-device", "2GiB", "lots", "--timeout", "5", "--restart", "--targets",
-                          "1:3", "--noblock", "--no-stream", "'", '"', "ü", "\x00", "--", "-x", "%", "=="])
+tokens = st.sampled_from(
+    [
+        "4",
+        "0",
+        "-1",
+        "--cpu",
+        "--devices",
+        "0,2",
+        "--backend",
+        "gloo",
+        "nccl",
+        "--mem-per-device",
+        "2GiB",
+        "lots",
+        "--timeout",
+        "5",
+        "--restart",
+        "--targets",
+        "1:3",
+        "--noblock",
+        "--no-stream",
+        "'",
+        '"',
+        "ü",
+        "\x00",
+        "--",
+        "-x",
+        "%",
+        "==",
+    ]
+)
 lines = st.one_of(st.text(max_size=60), st.lists(tokens, max_size=8).map(" ".join))
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -19,15 +19,36 @@ GiB = 2**30
 
 
 def cpu_sample(rank, resident, t, state="idle", peak=None, budget=4 * GiB, baseline=GiB // 4):
-    return {"rank": rank, "time": t, "state": state, "kind": "cpu", "device": f"cpu:{rank}", "op": None,
-            "resident_bytes": resident, "peak_resident_bytes": peak or resident, "budget_bytes": budget,
-            "baseline_resident_bytes": baseline}
+    return {
+        "rank": rank,
+        "time": t,
+        "state": state,
+        "kind": "cpu",
+        "device": f"cpu:{rank}",
+        "op": None,
+        "resident_bytes": resident,
+        "peak_resident_bytes": peak or resident,
+        "budget_bytes": budget,
+        "baseline_resident_bytes": baseline,
+    }
 
 
 def gpu_sample(rank, allocated, reserved, t, total=80 * GiB, state="busy"):
-    return {"rank": rank, "time": t, "state": state, "kind": "cuda", "device": f"cuda:{rank}", "op": "matmul",
-            "allocated_bytes": allocated, "reserved_bytes": reserved, "peak_allocated_bytes": allocated + GiB,
-            "total_bytes": total, "free_bytes": total - reserved, "budget_bytes": total, "resident_bytes": GiB}
+    return {
+        "rank": rank,
+        "time": t,
+        "state": state,
+        "kind": "cuda",
+        "device": f"cuda:{rank}",
+        "op": "matmul",
+        "allocated_bytes": allocated,
+        "reserved_bytes": reserved,
+        "peak_allocated_bytes": allocated + GiB,
+        "total_bytes": total,
+        "free_bytes": total - reserved,
+        "budget_bytes": total,
+        "resident_bytes": GiB,
+    }
 
 
 def test_a_detached_dashboard_shows_pushed_samples():
@@ -85,7 +106,7 @@ def test_bad_refresh_rates_get_one_sentence(rate):
 
 
 def test_no_session_is_one_sentence(monkeypatch):
-    import jupyter_mgpu.session.core as sm
+    import jupyter_mgpu.session.lifecycle as sm
 
     monkeypatch.setattr(sm, "_current", None)
     with pytest.raises(MgpuError, match=r"^no multi-GPU session is running, so there is no memory to show; start"):
@@ -150,10 +171,18 @@ def test_dataframe_view_needs_pandas():
 
 
 def test_rows_carry_their_texts_in_the_one_size_format_and_the_timelines_a_labelled_axis():
-    from jupyter_mgpu.engine.memory_figures import format_bytes, used_of_limit
+    from jupyter_mgpu.engine.memory_figures import used_of_limit
+    from jupyter_mgpu.units import format_bytes
 
-    cpu = {"rank": 0, "time": 1.0, "state": "idle", "resident_bytes": 300 * 2**20, "peak_resident_bytes": 310 * 2**20,
-           "baseline_resident_bytes": 200 * 2**20, "budget_bytes": 512 * 2**20}
+    cpu = {
+        "rank": 0,
+        "time": 1.0,
+        "state": "idle",
+        "resident_bytes": 300 * 2**20,
+        "peak_resident_bytes": 310 * 2**20,
+        "baseline_resident_bytes": 200 * 2**20,
+        "budget_bytes": 512 * 2**20,
+    }
     row = wm.device_row(cpu)
     assert row["limit"] == 712 * 2**20 and row["text"] == "300.0 MiB / 712.0 MiB · peak 310.0 MiB"
     assert row["text"].startswith(used_of_limit(cpu)) and row["tips"]["limit"] == "runtime + budget 712.0 MiB"
@@ -164,9 +193,17 @@ def test_rows_carry_their_texts_in_the_one_size_format_and_the_timelines_a_label
 
 
 def test_a_cpu_budget_that_counts_tensor_bytes_is_drawn_as_allocated_of_budget():
-    sample = {"rank": 1, "time": 1.0, "state": "idle", "kind": "cpu", "resident_bytes": 300 * 2**20,
-              "allocated_bytes": 64 * 2**20, "peak_allocated_bytes": 96 * 2**20, "budget_bytes": 512 * 2**20,
-              "baseline_resident_bytes": 200 * 2**20}
+    sample = {
+        "rank": 1,
+        "time": 1.0,
+        "state": "idle",
+        "kind": "cpu",
+        "resident_bytes": 300 * 2**20,
+        "allocated_bytes": 64 * 2**20,
+        "peak_allocated_bytes": 96 * 2**20,
+        "budget_bytes": 512 * 2**20,
+        "baseline_resident_bytes": 200 * 2**20,
+    }
     row = wm.device_row(sample)
     assert (row["used"], row["limit"]) == (64 * 2**20, 512 * 2**20)
     assert row["text"] == "64.0 MiB / 512.0 MiB · peak 96.0 MiB" and row["labels"]["limit"] == "budget"

@@ -32,8 +32,12 @@ def test_lines_show_live_as_they_arrive_then_grouped_by_rank(capsys, monkeypatch
     relay.flush()
     assert cleared == [True]  # cleared when the regrouped output arrives
     assert capsys.readouterr().out.splitlines()[-5:] == [
-        "[rank 0] hello from 0", "[rank 1] hello from 1", "[rank 2] hello from 2", "[rank 3] hello from 3",
-        "[rank 3] bye from 3"]
+        "[rank 0] hello from 0",
+        "[rank 1] hello from 1",
+        "[rank 2] hello from 2",
+        "[rank 3] hello from 3",
+        "[rank 3] bye from 3",
+    ]
 
 
 def test_no_regrouping_when_already_in_order_or_not_asked(capsys, monkeypatch):

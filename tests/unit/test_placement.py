@@ -94,13 +94,16 @@ def test_uneven_rows_and_labels():
     assert pl.normalize(pl.Shard(-1), 3, 2) == pl.Shard(2)
 
 
-@pytest.mark.parametrize("bad, ndim, p, words", [
-    (pl.Shard(2), 2, 2, "out of range"),
-    (pl.Shard(-3), 2, 2, "out of range"),
-    (pl.Block2D(3, 2), 2, 4, "not a grid of 4"),
-    (pl.Block2D(), 1, 4, "at least 2 dims"),
-    ("S(0)", 2, 2, "placement must be"),
-])
+@pytest.mark.parametrize(
+    "bad, ndim, p, words",
+    [
+        (pl.Shard(2), 2, 2, "out of range"),
+        (pl.Shard(-3), 2, 2, "out of range"),
+        (pl.Block2D(3, 2), 2, 4, "not a grid of 4"),
+        (pl.Block2D(), 1, 4, "at least 2 dims"),
+        ("S(0)", 2, 2, "placement must be"),
+    ],
+)
 def test_bad_placements_name_the_problem(bad, ndim, p, words):
     with pytest.raises(ValueError, match=words):
         pl.normalize(bad, ndim, p)
@@ -154,12 +157,15 @@ def test_auto_picks_a_strategy_that_fits_and_refuses_when_none_does():
     assert mp.plan_matmul(shapes, q - 1, "float32", device_memory=lean // 3, strategy="ring").strategy is None
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"shapes": ((3, 4), (5, 6))}, "inner dimensions do not match"),
-    ({"strategy": "cannon"}, "unknown matmul strategy"),
-    ({"dtype": "int64"}, "matmul supports"),
-    ({"grid": (3, 3)}, "not rows x cols"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"shapes": ((3, 4), (5, 6))}, "inner dimensions do not match"),
+        ({"strategy": "cannon"}, "unknown matmul strategy"),
+        ({"dtype": "int64"}, "matmul supports"),
+        ({"grid": (3, 3)}, "not rows x cols"),
+    ],
+)
 def test_planner_bad_input(kwargs, words):
     args = {"shapes": ((4, 4), (4, 4)), "world_size": 4, "dtype": "float32", **kwargs}
     with pytest.raises(ValueError, match=words):
@@ -183,7 +189,7 @@ def test_seeded_shards_are_slices_of_one_global_tensor(shape, p):
     from jupyter_mgpu.engine import seeding
 
     full = seeding.global_tensor("randn", shape, seed=7)
-    for placement in ([pl.Shard(0), pl.Shard(-1)] if shape else [pl.Replicate()]):
+    for placement in [pl.Shard(0), pl.Shard(-1)] if shape else [pl.Replicate()]:
         for s in pl.shard_table(shape, placement, p):
             part = seeding.fill(torch.empty(s.shape), "randn", shape, s.ranges, 7)
             assert torch.equal(part, full[tuple(slice(a, b) for a, b in s.ranges)])

@@ -23,8 +23,9 @@ def test_stale_dir_of_a_dead_kernel_is_cleaned_and_live_one_kept(tmp_path, monke
     live = rundir.create("live-1")
     import psutil
 
-    rundir.write_json(live / rundir.STATE_FILE,
-                      {"kernel_pid": os.getpid(), "kernel_create_time": psutil.Process().create_time()})
+    rundir.write_json(
+        live / rundir.STATE_FILE, {"kernel_pid": os.getpid(), "kernel_create_time": psutil.Process().create_time()}
+    )
     removed = rundir.clean_stale()
     assert removed == ["stale-1"]
     assert not stale.exists() and live.exists()

@@ -30,9 +30,17 @@ def _hold_lock(target) -> subprocess.Popen:
 
 
 def test_library_path_does_not_import_torch():
-    out = subprocess.run([sys.executable, "-c", "import sys; from jupyter_mgpu.engine import allocator_budget as a; "
-                          "p = a.library_path(); print('torch' in sys.modules, p.name)"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from jupyter_mgpu.engine import allocator_budget as a; "
+            "p = a.library_path(); print('torch' in sys.modules, p.name)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     imported, name = out.stdout.split()
     assert imported == "False" and name.startswith("budget_allocator-") and name.endswith(".so")
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jupyter_mgpu.devices import format_bytes as devices_format_bytes
-from jupyter_mgpu.engine.memory_figures import format_bytes
+from jupyter_mgpu.units import format_bytes
 
 CASES = Path(__file__).parents[2] / "labextension" / "test" / "size_format.json"
 
@@ -16,4 +15,3 @@ def test_python_prints_every_case_of_the_shared_table():
     assert len(cases) >= 10
     for n, text in cases:
         assert format_bytes(n) == text
-    assert devices_format_bytes is format_bytes  # the old name is the same function

@@ -13,9 +13,13 @@ from jupyter_mgpu.cluster.local import _BOOTSTRAP
 
 
 def test_no_api_name_shares_its_name_with_a_submodule():
-    shadowing = {n for n in dir(jupyter_mgpu) if not n.startswith("_")
-                 and importlib.util.find_spec(f"jupyter_mgpu.{n}") is not None
-                 and not inspect.ismodule(getattr(jupyter_mgpu, n))}
+    shadowing = {
+        n
+        for n in dir(jupyter_mgpu)
+        if not n.startswith("_")
+        and importlib.util.find_spec(f"jupyter_mgpu.{n}") is not None
+        and not inspect.ismodule(getattr(jupyter_mgpu, n))
+    }
     assert shadowing == set()
 
 
@@ -27,7 +31,7 @@ import jupyter_mgpu.engine.startup_marks
 assert inspect.ismodule(devices) and 'jupyter_mgpu.session.core' not in sys.modules, 'package loaded too early'
 import jupyter_mgpu as mg
 assert inspect.isfunction(mg.memory)                 # an API name over a submodule: the API's
-assert 'jupyter_mgpu.session.core' in sys.modules and mg.init.__module__ == 'jupyter_mgpu.session.core'
+assert 'jupyter_mgpu.session.core' in sys.modules and mg.init.__module__ == 'jupyter_mgpu.session.lifecycle'
 assert mg.__getattr__.__module__ == 'jupyter_mgpu'   # the package's own (MemoryDashboard on first use)
 from jupyter_mgpu import trace, shutdown
 assert not inspect.ismodule(trace) and callable(shutdown)
@@ -44,9 +48,12 @@ def test_the_bootstrap_defers_the_package_and_keeps_its_meaning():
 
 
 def test_the_bootstrap_runs_the_module_as_main_with_its_arguments(tmp_path):
-    out = subprocess.run([sys.executable, "-c", _BOOTSTRAP, "jupyter_mgpu.engine.allocator_budget", "--x"],
-                         capture_output=True, text=True, env={"JUPYTER_MGPU_BUDGET_SHIM": "0",
-                                                              "XDG_CACHE_HOME": str(tmp_path), "PATH": ""})
+    out = subprocess.run(
+        [sys.executable, "-c", _BOOTSTRAP, "jupyter_mgpu.engine.allocator_budget", "--x"],
+        capture_output=True,
+        text=True,
+        env={"JUPYTER_MGPU_BUDGET_SHIM": "0", "XDG_CACHE_HOME": str(tmp_path), "PATH": ""},
+    )
     # __main__ of allocator_budget ran: it builds (here: no compiler on an empty PATH, exit 1 with the reason)
     assert out.returncode in (0, 1), out.stderr
     assert "Traceback" not in out.stderr

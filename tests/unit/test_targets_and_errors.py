@@ -1,15 +1,22 @@
 import pytest
 
+from jupyter_mgpu.engine.process_group import check_timeout, choose_backend
 from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, MgpuError, RankError
 from jupyter_mgpu.session.rank_errors import build_error
-from jupyter_mgpu.engine.process_group import check_timeout, choose_backend
-from jupyter_mgpu.session.core import parse_targets
+from jupyter_mgpu.session.targets import parse_targets
 
 
 @pytest.mark.parametrize(
     "targets,expected",
-    [(None, [0, 1, 2, 3]), ("all", [0, 1, 2, 3]), (2, [2]), ("0,2", [0, 2]), ("1:3", [1, 2]),
-     ([3, 1, 1], [1, 3]), ("2:", [2, 3])],
+    [
+        (None, [0, 1, 2, 3]),
+        ("all", [0, 1, 2, 3]),
+        (2, [2]),
+        ("0,2", [0, 2]),
+        ("1:3", [1, 2]),
+        ([3, 1, 1], [1, 3]),
+        ("2:", [2, 3]),
+    ],
 )
 def test_parse_targets(targets, expected):
     assert parse_targets(targets, 4) == expected
@@ -17,9 +24,14 @@ def test_parse_targets(targets, expected):
 
 @pytest.mark.parametrize(
     "targets,message",
-    [(4, "rank 4 is out of range: this session has ranks 0-3"), ("x", "targets must be ranks"),
-     ([0.5], "whole-number ranks"), (True, "targets must be ranks"), ([], "names no rank"),
-     (-1, "rank -1 is out of range")],
+    [
+        (4, "rank 4 is out of range: this session has ranks 0-3"),
+        ("x", "targets must be ranks"),
+        ([0.5], "whole-number ranks"),
+        (True, "targets must be ranks"),
+        ([], "names no rank"),
+        (-1, "rank -1 is out of range"),
+    ],
 )
 def test_parse_targets_rejects(targets, message):
     with pytest.raises(MgpuError, match=message):
@@ -27,8 +39,13 @@ def test_parse_targets_rejects(targets, message):
 
 
 def _fail(rank, ename="ValueError", evalue="boom", **extra):
-    info = {"ok": False, "rank": rank, "ename": ename, "evalue": evalue,
-            "frames": [{"file": "<cell>", "line": 3, "name": "<module>", "code": "f(x)"}]}
+    info = {
+        "ok": False,
+        "rank": rank,
+        "ename": ename,
+        "evalue": evalue,
+        "frames": [{"file": "<cell>", "line": 3, "name": "<module>", "code": "f(x)"}],
+    }
     info.update(extra)
     return info
 
@@ -41,9 +58,11 @@ def test_same_error_on_several_ranks_is_reported_once():
 
 
 def test_oom_names_rank_budget_and_size():
-    err = build_error({2: _fail(2, "RuntimeError", "DefaultCPUAllocator: can't allocate memory",
-                                oom=True, requested_bytes=4 << 30)},
-                      succeeded=[0, 1, 3], budgets={2: 2 << 30})
+    err = build_error(
+        {2: _fail(2, "RuntimeError", "DefaultCPUAllocator: can't allocate memory", oom=True, requested_bytes=4 << 30)},
+        succeeded=[0, 1, 3],
+        budgets={2: 2 << 30},
+    )
     assert isinstance(err, DeviceOutOfMemoryError)
     assert str(err).startswith("rank 2 ran out of device memory (budget 2.0 GiB) while allocating 4.0 GiB")
 

@@ -7,17 +7,25 @@ import os
 
 import pytest
 
-from jupyter_mgpu.tracing import replay as tr
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.ops import collective_trace as ct
+from jupyter_mgpu.tracing import replay as tr
 from jupyter_mgpu.widgets.placement import PlacementWidget, save_html, standalone_html
 from jupyter_mgpu.widgets.placement_data import trace_data, visible_at
 
 
 def ev(rank, op, step, action, blocks, t, seq, nbytes=0, peer=None):
-    e = {"rank": rank, "op": op, "label": f"op{op}", "step": step, "action": action,
-         "blocks": [{"tensor": n, "box": box, **({"buf": b} if b else {})} for n, box, b in blocks],
-         "bytes": nbytes, "time": t, "seq": seq}
+    e = {
+        "rank": rank,
+        "op": op,
+        "label": f"op{op}",
+        "step": step,
+        "action": action,
+        "blocks": [{"tensor": n, "box": box, **({"buf": b} if b else {})} for n, box, b in blocks],
+        "bytes": nbytes,
+        "time": t,
+        "seq": seq,
+    }
     if peer is not None:
         e["peer"] = peer
     return e
@@ -28,10 +36,18 @@ B0, B1 = [[0, 2], [0, 4]], [[2, 4], [0, 4]]
 
 
 def ring_events():
-    r0 = [ev(0, 0, 0, "hold", [("B", B0, None)], 1.0, 1, 32), ev(0, 0, 1, "send", [("B", B0, None)], 1.1, 2, 32, 1),
-          ev(0, 0, 1, "recv", [("B", B1, "s")], 1.3, 3, 32, 1), ev(0, 0, 2, "free", [("B", B1, "s")], 1.5, 4, 32)]
-    r1 = [ev(1, 0, 0, "hold", [("B", B1, None)], 0.9, 1, 32), ev(1, 0, 1, "recv", [("B", B0, "s")], 1.2, 2, 32, 0),
-          ev(1, 0, 1, "send", [("B", B1, None)], 1.25, 3, 32, 0), ev(1, 0, 2, "free", [("B", B0, "s")], 1.6, 4, 32)]
+    r0 = [
+        ev(0, 0, 0, "hold", [("B", B0, None)], 1.0, 1, 32),
+        ev(0, 0, 1, "send", [("B", B0, None)], 1.1, 2, 32, 1),
+        ev(0, 0, 1, "recv", [("B", B1, "s")], 1.3, 3, 32, 1),
+        ev(0, 0, 2, "free", [("B", B1, "s")], 1.5, 4, 32),
+    ]
+    r1 = [
+        ev(1, 0, 0, "hold", [("B", B1, None)], 0.9, 1, 32),
+        ev(1, 0, 1, "recv", [("B", B0, "s")], 1.2, 2, 32, 0),
+        ev(1, 0, 1, "send", [("B", B1, None)], 1.25, 3, 32, 0),
+        ev(1, 0, 2, "free", [("B", B0, "s")], 1.6, 4, 32),
+    ]
     return r0, r1
 
 
@@ -152,8 +168,21 @@ def test_save_html_to_a_path_that_cannot_be_written_leaves_nothing(tmp_path):
         os.chmod(ro, 0o700)
 
 
-@pytest.mark.parametrize("name", ["broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "scatter",
-                                  "gather", "all_to_all", "barrier", "send_recv"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "broadcast",
+        "reduce",
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "scatter",
+        "gather",
+        "all_to_all",
+        "barrier",
+        "send_recv",
+    ],
+)
 def test_collective_plan_sends_match_receives(name):
     n, src, shape = 4, 2, (8, 3)
     plans = [ct.plan(name, r, n, src, shape) for r in range(n)]

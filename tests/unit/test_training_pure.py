@@ -10,23 +10,34 @@ import pytest
 import torch
 from torch.utils.data import Dataset, DistributedSampler
 
-from jupyter_mgpu.engine import runtime, training
+from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine import training
 from jupyter_mgpu.monitoring.metrics_log import MetricRecords, MetricsReader
 
 
 @pytest.fixture
 def as_rank(tmp_path):
     """Make this process look like rank ``r`` of ``p`` (a real EngineState, no process group)."""
-    saved = runtime.STATE
+    saved = rank_state.STATE
 
     def set_rank(r: int, p: int):
-        runtime.STATE = runtime.EngineState(cluster_id="unit", rundir=str(tmp_path), rank=r, world_size=p,
-                                            device_kind="cpu", device_index=r, backend="gloo",
-                                            budget_bytes=2**30, timeout=5.0, threads=1, device=torch.device("cpu"))
-        return runtime.STATE
+        rank_state.STATE = rank_state.EngineState(
+            cluster_id="unit",
+            rundir=str(tmp_path),
+            rank=r,
+            world_size=p,
+            device_kind="cpu",
+            device_index=r,
+            backend="gloo",
+            budget_bytes=2**30,
+            timeout=5.0,
+            threads=1,
+            device=torch.device("cpu"),
+        )
+        return rank_state.STATE
 
     yield set_rank
-    runtime.STATE = saved
+    rank_state.STATE = saved
     training._log_file, training._log_path, training._step = None, None, 0
 
 
@@ -58,7 +69,7 @@ def test_the_global_order_does_not_depend_on_the_world_size(as_rank, p):
     per_rank = rank_batches(as_rank, (torch.zeros(n), torch.arange(n)), p, batch, epoch=3, seed=11)
     for k in range(len(per_rank[0])):
         step = sorted(i for r in range(p) for i in per_rank[r][k])
-        assert step == sorted(order[k * batch * p:(k + 1) * batch * p])
+        assert step == sorted(order[k * batch * p : (k + 1) * batch * p])
     assert order != training.ShardSampler(n, 0, 1, shuffle=True, seed=11).order(4)  # epochs differ
 
 
@@ -155,9 +166,13 @@ def test_log_rejects_what_is_not_a_number(as_rank):
 
 
 def test_records_average_over_ranks_per_step_and_make_a_dataframe():
-    recs = MetricRecords([{"rank": 0, "step": 1, "time": 1.0, "loss": 1.0},
-                          {"rank": 1, "step": 1, "time": 1.1, "loss": 3.0, "accuracy": 0.5},
-                          {"rank": 0, "step": 2, "time": 2.0, "loss": 0.5, "tag": "x"}])
+    recs = MetricRecords(
+        [
+            {"rank": 0, "step": 1, "time": 1.0, "loss": 1.0},
+            {"rank": 1, "step": 1, "time": 1.1, "loss": 3.0, "accuracy": 0.5},
+            {"rank": 0, "step": 2, "time": 2.0, "loss": 0.5, "tag": "x"},
+        ]
+    )
     assert recs.names() == ["loss", "accuracy"]
     assert recs.mean("loss") == [(1, 2.0), (2, 0.5)]
     df = recs.df

@@ -1,0 +1,85 @@
+"""Who this engine is: rank, device, process group generation, what it is doing now (a leaf: every
+rank-side module reads it, it imports nothing of ours). ``runtime.setup`` fills it in once per engine."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class EngineState:
+    """What an engine knows about itself."""
+
+    cluster_id: str
+    rundir: str
+    rank: int
+    world_size: int
+    device_kind: str
+    device_index: int
+    backend: str
+    budget_bytes: int
+    timeout: float
+    threads: int
+    data_limit: int | None = None
+    device: Any = None  # torch.device
+    current_op: str | None = None
+    busy: bool = False
+    pg_generation: int = 0  # bumped each time the process group is rebuilt; keys caches of subgroups
+    call_depth: int = 0  # calls from the kernel now running (a call may run another)
+    call_seq0: int | None = None  # collectives started before the outermost running call
+    host: str | None = None  # set when the cluster spans hosts (a launcher's engines): labels read host:kind:index
+    local_rank: int | None = None
+    store: dict | None = None  # the TCP rendezvous store across hosts (None: the FileStore in rundir)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+STATE: EngineState | None = None
+
+
+def get() -> EngineState:
+    """This engine's state; raises if called outside an engine."""
+    if STATE is None:
+        raise RuntimeError("not inside a jupyter_mgpu engine")
+    return STATE
+
+
+def device_label(st: EngineState) -> str:
+    """``cpu:1``, or ``node2:cuda:1`` when the cluster spans hosts."""
+    label = f"{st.device_kind}:{st.device_index}"
+    return f"{st.host}:{label}" if st.host else label
+
+
+def describe() -> dict[str, Any]:
+    """A snapshot for ``%mgpu_status``: identity, device and memory of this rank."""
+    import psutil
+    import torch
+
+    st = get()
+    proc = psutil.Process()
+    info: dict[str, Any] = {
+        "rank": st.rank,
+        "pid": os.getpid(),
+        "device": device_label(st),
+        "backend": st.backend,
+        "threads": torch.get_num_threads(),
+        "budget_bytes": st.budget_bytes,
+        "resident_bytes": proc.memory_info().rss,
+    }
+    if st.device_kind == "cuda":
+        from jupyter_mgpu.engine import cuda_device
+
+        info.update(cuda_device.memory())
+    return info
+
+
+def sequence_number() -> int | None:
+    """How many collectives this rank's default process group has started (None if unknown)."""
+    import torch.distributed as dist
+
+    try:
+        return int(dist.distributed_c10d._get_default_group()._get_sequence_number_for_group())
+    except Exception:
+        return None

@@ -1,0 +1,84 @@
+"""What every DistTensor entry point shares, without the DistTensor class itself (so the transfer
+paths and ``mg.map``/``mg.matmul`` use them without importing it): dtype names, shape and placement
+checks, running a rank function that creates shards, and freeing handles the garbage collector dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.layout import placement as pl
+from jupyter_mgpu.ops import dist_tensor as shards
+
+DTYPES = ("float64", "float32", "bfloat16", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def dtype_name(dtype: Any, default: str = "float32") -> str:
+    """``torch.float32`` / ``"float32"`` / ``"fp32"`` -> ``"float32"``; a clear error for anything else."""
+    if dtype is None:
+        return default
+    name = str(dtype).replace("torch.", "")
+    name = {
+        "fp32": "float32",
+        "fp64": "float64",
+        "double": "float64",
+        "float": "float32",
+        "bf16": "bfloat16",
+        "fp16": "float16",
+        "half": "float16",
+        "long": "int64",
+        "int": "int32",
+    }.get(name, name)
+    if name not in DTYPES:
+        raise MgpuError(f"unsupported dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return name
+
+
+def shape_of(shape: Sequence[Any]) -> tuple[int, ...]:
+    """``(3, 4)`` or ``((3, 4),)`` -> ``(3, 4)``; a clear error for anything but non-negative whole numbers."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    try:
+        out = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise MgpuError(f"shape must be whole numbers, got {shape!r}") from None
+    if any(isinstance(s, bool) or int(s) != s for s in shape) or any(s < 0 for s in out):
+        raise MgpuError(f"shape must be non-negative whole numbers, got {shape!r}")
+    return out
+
+
+def placement_of(placement: Any, ndim: int, world_size: int) -> pl.Placement:
+    """The placement asked for, checked (default: rows sharded, or replicated for a scalar)."""
+    if placement is None:
+        placement = pl.Shard(0) if ndim else pl.Replicate()
+    try:
+        return pl.normalize(placement, ndim, world_size)
+    except ValueError as exc:
+        raise MgpuError(str(exc)) from None
+
+
+def flush_frees(session: Any, block: bool = True) -> None:
+    """Free shards of handles that were garbage-collected (queued by ``__del__``)."""
+    pending = session.__dict__.get("_mgpu_pending_free")
+    if not pending or not session.alive:
+        return
+    ids = list(pending)
+    del pending[:]
+    try:
+        session.run(shards.free, ids, block=block, label="free")
+    except Exception:
+        pass
+
+
+def run_creating(handle: Any, fn: Any, *args: Any, label: str) -> list[Any]:
+    """Run a rank function that stores ``handle``'s shards; on any failure free what was made."""
+    try:
+        return handle.session.run(fn, *args, label=label)
+    except BaseException:
+        handle._state = "freed"
+        try:
+            handle.session.run(shards.free, [handle.handle_id], label="free")
+        except Exception:
+            pass
+        raise

@@ -1,0 +1,41 @@
+"""The Python gates the README's test command enforces: ruff's lint rules and formatting (configured in
+pyproject.toml) and mypy (strict on the pure modules, checked on the rest)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PATHS = ["jupyter_mgpu", "tests", "benchmarks", ".ci"]
+
+
+def _tool(name: str) -> str:
+    beside = Path(sys.executable).with_name(name)  # the venv's own, activated or not
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if not found:
+        pytest.fail(f"{name} is not installed: pip install -e '.[test]' installs it")
+    return found
+
+
+def _run(args: list[str], timeout: float = 600) -> None:
+    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, (
+        f"{' '.join(args)} failed (rc {out.returncode}):\n{out.stdout[-6000:]}{out.stderr[-2000:]}"
+    )
+
+
+def test_ruff_lint():
+    _run([_tool("ruff"), "check", "--no-cache", *PATHS])
+
+
+def test_ruff_format():
+    _run([_tool("ruff"), "format", "--check", "--no-cache", *PATHS])
+
+
+def test_mypy():
+    _run([_tool("mypy"), "--no-incremental", "--cache-dir", "/dev/null"])
