@@ -28,7 +28,7 @@ from .jupyter_ws import execute, read_stream, start_kernel, stop_kernel
 pytestmark = [pytest.mark.hub, pytest.mark.timeout(600)]
 
 CLUSTER_INFO = """
-import json, jupyter_mgpu.session.core as s
+import json, jupyter_mgpu.session.lifecycle as s
 path = s.current().cluster.path
 st = json.load(open(path / "cluster.json"))  # the state file the server extension reads too
 print(json.dumps({"id": st["cluster_id"], "path": str(path), "kernel": st["kernel_pid"],

@@ -77,7 +77,7 @@ def test_nothing_listens_beyond_the_cluster_interface(started, ssh_lab):
 
 def test_transfers_to_other_hosts_go_over_sockets(started, kernel):
     code = """
-from jupyter_mgpu.remote import streams
+from jupyter_mgpu.tensors import sockets as streams
 s = mg.current()
 ok = [sorted(streams.streamed_ranks(s)) == [0, 1, 2]]
 x = torch.randn(3001, 67)
@@ -147,7 +147,7 @@ rates = [len(seqs[r]) / 2.0 for r in range(3)]
 
 def hold(nbytes):
     import time, torch
-    from jupyter_mgpu.engine import store
+    from jupyter_mgpu.engine import shard_store as store
     store.put('held-by-test', torch.ones(nbytes // 4))
     return time.time()
 

@@ -34,7 +34,7 @@ def test_placement_notebook_runs_shows_views_and_traces(run, lab):
         assert WIDGET in data and "<svg" in data.get("text/html", "") + data.get("image/svg+xml", "")
     counts = dict(re.findall(r"(\w+) +(\d+) events", text["from jupyter_mgpu.ops.matmul_plan"]))
     assert set(counts) == {"row", "ring", "summa"} and int(counts["ring"]) > int(counts["row"])
-    assert text["from jupyter_mgpu import trace_replay"].count("real placement: True") == 3
+    assert text["from jupyter_mgpu.tracing import replay"].count("real placement: True") == 3
     table = {
         m[0]: [float(x) for x in m[1:]]
         for m in re.findall(r"^(\w+) +([\d.]+) MiB +([\d.]+) MiB +([\d.]+) MiB", text["MiB = 2**20"], re.M)
