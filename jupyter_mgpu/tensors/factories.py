@@ -107,7 +107,7 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
     target = placement_of(placement, tensor.dim(), s.world_size)
     flush_frees(s)
     h = new_handle(s, tuple(tensor.shape), dt, target)
-    return transfer_paths.place(h, tensor, placement)
+    return transfer_paths.place(h, tensor)
 
 
 def empty_cache(session: Any = None) -> int:

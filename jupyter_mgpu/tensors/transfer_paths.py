@@ -18,7 +18,7 @@ from jupyter_mgpu.tensors import sockets as remote_streams
 from jupyter_mgpu.tensors.handles import run_creating
 
 
-def place(h: Any, tensor: Any, placement: Any) -> Any:
+def place(h: Any, tensor: Any) -> Any:
     """Fill the new handle ``h``'s shards from the kernel's CPU ``tensor`` (``mg.scatter``); returns ``h``."""
     s = h.session
     target = h.placement
@@ -35,7 +35,7 @@ def place(h: Any, tensor: Any, placement: Any) -> Any:
         except remote_copy.Denied:  # this system forbids copies by address: shared blocks from now on
             s.run(shards.free, [h.handle_id], label="free")  # the handle stays; its shards are made again
             remote_copy.disable(s)
-            return place(h, tensor, placement)
+            return place(h, tensor)
         except BaseException:
             if s.alive:
                 try:
