@@ -24,6 +24,15 @@ class FakeClusters:
         """A real process whose command line names ``names`` (as a cluster's processes name its dir)."""
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", *names])
         self.procs.append(proc)
+        # until the child has exec'd, its command line is still the forking test's: a rank looks dead
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if names and names[-1] in psutil.Process(proc.pid).cmdline():
+                    break
+            except psutil.Error:
+                pass
+            time.sleep(0.005)
         return proc
 
     def make(
