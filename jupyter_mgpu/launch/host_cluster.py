@@ -4,7 +4,7 @@ unchanged.
 
 Start: pick the interface (``--interface``, else the one that reaches the engines' hosts), start
 ipyparallel's controller there and the engines with the user's launcher, wait for them to register,
-ask each where it runs (``engine/remote_setup.identify``), order ranks by host then local device,
+ask each where it runs (``engine/launched_setup.identify``), order ranks by host then local device,
 start the relay (``launch/relay.py``) and the rendezvous store on rank 0, set every engine up, then
 close the store to newcomers. Anything wrong stops everything that was started, on every host, and
 says so in one sentence naming the host.

@@ -1,6 +1,6 @@
 """Ranks and devices for engines that ipyparallel started anywhere: by host, then local device.
 
-Each engine reported its host (``engine/remote_setup.identify``). Hosts are ordered as ``--hosts``
+Each engine reported its host (``engine/launched_setup.identify``). Hosts are ordered as ``--hosts``
 lists them (else by name, naturally: ``node2`` before ``node10``); on each host the engines take
 local ranks 0, 1, … (in the order MPI or Slurm numbered them where they did, else by engine id) and
 local rank ``i`` drives the host's device ``i``. Pinning happens on the engine itself from its local

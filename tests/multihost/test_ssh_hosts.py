@@ -260,7 +260,7 @@ def test_shutdown_leaves_nothing_on_any_host(started, kernel, ssh_lab):
     ours = [
         p
         for p in a.processes()
-        if any(m in " ".join(p.cmdline()) for m in ("ipyparallel", "remote.hub", "engine.controller"))
+        if any(m in " ".join(p.cmdline()) for m in ("ipyparallel", "launch.relay", "engine.controller"))
     ]
     assert ours == []
 
@@ -287,5 +287,5 @@ def test_bad_input_names_the_host_and_leaves_nothing(kernel, ssh_lab, line, mess
     assert not [
         p
         for p in python_processes(ssh_lab.first)
-        if "remote.hub" in " ".join(p.cmdline()) or "engine.controller" in " ".join(p.cmdline())
+        if "launch.relay" in " ".join(p.cmdline()) or "engine.controller" in " ".join(p.cmdline())
     ]
