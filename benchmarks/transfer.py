@@ -56,10 +56,10 @@ def _drop(name):
 
 def _streamed_rows(x, trials: int) -> list[tuple[str, float, float]]:
     """Scatter and gathers of ``x`` in the current session (every rank on another host)."""
-    from jupyter_mgpu.tensors import sockets as streams
+    from jupyter_mgpu.tensors import sockets as kernel_sockets
 
     s = mg.current()
-    assert streams.streamed_ranks(s) == set(range(s.world_size)), "a rank is on the notebook's host"
+    assert kernel_sockets.streamed_ranks(s) == set(range(s.world_size)), "a rank is on the notebook's host"
     handles = []
 
     def scatter():

@@ -200,7 +200,7 @@ class CompareResult:
 
     # -- filling in ---------------------------------------------------------------------------
     def add(self, strategy: str, results: list[dict[str, Any]]) -> None:
-        """Take the ranks' results of one strategy (``strategies/runner.run``)."""
+        """Take the ranks' results of one strategy (``strategies/compare_run.run``)."""
         self.raw[strategy] = results
         steps = max((len(r["losses"]) for r in results), default=0)
         self.losses[strategy] = [_mean([r["losses"][k] for r in results if len(r["losses"]) > k]) for k in range(steps)]

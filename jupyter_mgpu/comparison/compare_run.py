@@ -191,7 +191,7 @@ class Comparison:
 
     def run(self) -> CompareResult:
         from jupyter_mgpu.strategies import (
-            compare_run as runner,  # torch: imported when a comparison runs, not with the package
+            compare_run as rank_compare,  # torch: imported when a comparison runs, not with the package
         )
 
         s = self.session
@@ -201,7 +201,7 @@ class Comparison:
 
                 layers.write_initial_weights(self.model, os.path.join(self.folder, "init"))
             if "tensors" in self.data:
-                s.run(runner.put_data, self.run_id, *self.data["tensors"], label="compare: data")
+                s.run(rank_compare.put_data, self.run_id, *self.data["tensors"], label="compare: data")
             if self.live:
                 from jupyter_mgpu.widgets.compare_plot import CompareLive
 
@@ -215,7 +215,7 @@ class Comparison:
         finally:
             if s.alive and "tensors" in self.data:
                 try:
-                    s.run(runner.drop_data, self.run_id, label="compare: cleanup")
+                    s.run(rank_compare.drop_data, self.run_id, label="compare: cleanup")
                 except Exception:
                     pass
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -224,7 +224,7 @@ class Comparison:
         return self.result
 
     def _run_one(self, strategy: str) -> None:
-        from jupyter_mgpu.strategies import compare_run as runner
+        from jupyter_mgpu.strategies import compare_run as rank_compare
 
         s, job = self.session, self._job(strategy)
         sched = None
@@ -249,7 +249,7 @@ class Comparison:
             self.panel.started(strategy, sched)
         rows = None
         try:
-            rows = s.run(runner.run, job, targets=self.plan.ranks(strategy), label=f"compare: {strategy}")
+            rows = s.run(rank_compare.run, job, targets=self.plan.ranks(strategy), label=f"compare: {strategy}")
             self.result.add(strategy, rows)
         except MgpuError as exc:  # the ranks could not even report (a dead engine): one row says so
             self.result.add_failure(strategy, str(exc))

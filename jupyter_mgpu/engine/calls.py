@@ -1,6 +1,6 @@
 """Run a function or a cell on this rank and report failures as data, not as raw tracebacks.
 
-The controller turns these reports into one compact error for all ranks (see ``remote_errors``):
+The controller turns these reports into one compact error for all ranks (see ``session/rank_errors.py``):
 which ranks failed, the error, the user's own frame.
 """
 

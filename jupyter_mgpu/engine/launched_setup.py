@@ -91,16 +91,16 @@ def identify(interface: str | None, controller: str) -> dict[str, Any]:
 
 def open_store(address: str, world_size: int, timeout: float) -> int:
     """Rank 0: serve the rendezvous store on ``address`` only; returns its port."""
-    from jupyter_mgpu.engine import tcp_rendezvous as tcp_store
+    from jupyter_mgpu.engine import tcp_rendezvous
 
-    return tcp_store.open_master(address, world_size, timeout)
+    return tcp_rendezvous.open_master(address, world_size, timeout)
 
 
 def close_store_listener() -> bool:
     """Rank 0, once every rank joined: the store accepts no new connection from now on."""
-    from jupyter_mgpu.engine import tcp_rendezvous as tcp_store
+    from jupyter_mgpu.engine import tcp_rendezvous
 
-    return tcp_store.close_listener()
+    return tcp_rendezvous.close_listener()
 
 
 def _engines_root() -> Path:

@@ -61,9 +61,9 @@ def init_process_group(
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     if store is not None:
-        from jupyter_mgpu.engine import tcp_rendezvous as tcp_store
+        from jupyter_mgpu.engine import tcp_rendezvous as tcp_store_server
 
-        meeting = dist.PrefixStore(f"mgpu-{generation}/", tcp_store.connect(store, timeout))
+        meeting = dist.PrefixStore(f"mgpu-{generation}/", tcp_store_server.connect(store, timeout))
     else:
         meeting = dist.FileStore(str(store_path(Path(rundir), generation)), world_size)
     kwargs = {}

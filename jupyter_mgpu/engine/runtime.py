@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jupyter_mgpu.engine import process_group as rendezvous
+from jupyter_mgpu.engine import process_group
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine.state import EngineState
 
@@ -69,7 +69,7 @@ def setup(config: dict, rank: int) -> EngineState:
     from jupyter_mgpu.engine.startup_marks import mark
 
     mark(config["rundir"], f"pg.start.{rank}")
-    rendezvous.init_process_group(config["rundir"], rank, world, config["backend"], st.timeout, store=st.store)
+    process_group.init_process_group(config["rundir"], rank, world, config["backend"], st.timeout, store=st.store)
     return st
 
 
@@ -94,9 +94,9 @@ def namespace() -> dict[str, Any]:
 def populate(user_ns: dict) -> None:
     """Put :func:`namespace` into an engine's user namespace (run at engine start)."""
     user_ns.update(namespace())
-    from jupyter_mgpu.engine import direct_channel as direct
+    from jupyter_mgpu.engine import direct_channel
 
-    direct.start(user_ns)
+    direct_channel.start(user_ns)
 
 
 def rebuild_process_group(generation: int) -> None:
@@ -108,5 +108,7 @@ def rebuild_process_group(generation: int) -> None:
         dist.destroy_process_group()
     except Exception:
         pass
-    rendezvous.init_process_group(st.rundir, st.rank, st.world_size, st.backend, st.timeout, generation, store=st.store)
+    process_group.init_process_group(
+        st.rundir, st.rank, st.world_size, st.backend, st.timeout, generation, store=st.store
+    )
     st.pg_generation = generation

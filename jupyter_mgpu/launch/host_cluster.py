@@ -23,11 +23,9 @@ from typing import Any
 
 from jupyter_mgpu import rundir as rd
 from jupyter_mgpu.cluster.local import ClusterSpec, _kernel_identity, _kill_group, _spawn, state_record
-from jupyter_mgpu.engine import launched_setup as remote_setup
-from jupyter_mgpu.engine import link, netif
+from jupyter_mgpu.engine import launched_setup, link, netif
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.launch import ipp_cluster, ranks
-from jupyter_mgpu.launch import relay as hub
+from jupyter_mgpu.launch import ipp_cluster, ranks, relay
 from jupyter_mgpu.launch.options import LaunchOptions
 
 REGISTER_TIMEOUT = 60.0  # at least this long for engines to register (batch queues, SSH)
@@ -152,7 +150,7 @@ class HostCluster:
     ) -> None:
         import ipyparallel as ipp
 
-        from jupyter_mgpu.engine import process_group as rendezvous
+        from jupyter_mgpu.engine import process_group
 
         opts = self.opts
         self.loop = ipp_cluster.LoopThread()
@@ -187,11 +185,11 @@ class HostCluster:
         engines = self._identify(engine_ids, timeout)
         ranked = ranks.order(engines, opts.host_names or None)
         devices = ranks.devices(ranked, cpu, mem_per_device)
-        chosen = rendezvous.choose_backend(backend, devices[0].kind)
+        chosen = process_group.choose_backend(backend, devices[0].kind)
         self.spec = ClusterSpec(
             devices, chosen, timeout, mem_per_device=mem_per_device, telemetry_period=telemetry_period
         )
-        mine = remote_setup.host_key()
+        mine = launched_setup.host_key()
         for r, e in enumerate(ranked):
             self.rank_to_engine[r] = e.engine_id
             self.engine_pids[r] = int(e.info["pid"])
@@ -247,7 +245,7 @@ class HostCluster:
     def _start_hub(self, key: bytes) -> None:
         kernel_pid, kernel_ctime = _kernel_identity()
         rd.write_json(
-            self.path / hub.CONFIG_FILE,
+            self.path / relay.CONFIG_FILE,
             {
                 "key": key.hex(),
                 "address": self.address,
@@ -258,13 +256,13 @@ class HostCluster:
         )
         self.supervisor = _spawn(self.path, ["jupyter_mgpu.launch.relay", str(self.path)])
         deadline = time.monotonic() + 15
-        while not rd.complete_json(self.path / hub.PORT_FILE):
+        while not rd.complete_json(self.path / relay.PORT_FILE):
             if self.supervisor.poll() is not None or time.monotonic() > deadline:
                 raise MgpuError(
                     f"the relay for remote engines did not start on {self.address} (see {self.path / 'processes.log'})"
                 )
             time.sleep(0.01)
-        self.hub_port = int(rd.read_json(self.path / hub.PORT_FILE)["port"])
+        self.hub_port = int(rd.read_json(self.path / relay.PORT_FILE)["port"])
 
     def _gather(self, futures: dict[int, Any], timeout: float, what: str, where: dict[int, str]) -> dict[int, Any]:
         """Results of one async call per engine; one clear sentence for the first that failed."""
@@ -291,7 +289,7 @@ class HostCluster:
 
     def _identify(self, engine_ids: list[int], timeout: float) -> list[ranks.Engine]:
         futures = {
-            eid: self.client[eid].apply_async(remote_setup.identify, self.opts.interface, self.address)
+            eid: self.client[eid].apply_async(launched_setup.identify, self.opts.interface, self.address)
             for eid in engine_ids
         }
         where = {eid: f"engine {eid}" for eid in engine_ids}
@@ -314,7 +312,7 @@ class HostCluster:
         port = self._gather(
             {
                 0: self.client[rank0.engine_id].apply_async(
-                    remote_setup.open_store, rank0.info["address"], len(ranked), spec.timeout
+                    launched_setup.open_store, rank0.info["address"], len(ranked), spec.timeout
                 )
             },
             60,
@@ -345,15 +343,15 @@ class HostCluster:
                 "threads": threads[r],
                 "interface": e.info["interface"],
             }
-            futures[r] = self.client[e.engine_id].apply_async(remote_setup.setup, config)
+            futures[r] = self.client[e.engine_id].apply_async(launched_setup.setup, config)
         done = self._gather(futures, timeout, "setting the engine up", where)
         self._gather(
-            {0: self.client[rank0.engine_id].apply_async(remote_setup.close_store_listener)},
+            {0: self.client[rank0.engine_id].apply_async(launched_setup.close_store_listener)},
             30,
             "closing the rendezvous store to newcomers",
             where,
         )
-        linked = (hub.request(self.path, {"cmd": "linked"}) or {}).get("ranks", [])
+        linked = (relay.request(self.path, {"cmd": "linked"}) or {}).get("ranks", [])
         missing = [r for r in range(len(ranked)) if r not in linked]
         if missing:
             raise MgpuError(f"{where[missing[0]]} did not link up with {self.address} (the notebook's host)")
@@ -386,7 +384,7 @@ class HostCluster:
     def interrupt(self, ranks_: list[int] | None = None) -> None:
         """SIGINT on the engines of ``ranks_`` (all by default), wherever they run (through their links)."""
         wanted = list(range(self.world_size)) if ranks_ is None else list(ranks_)
-        hub.request(self.path, {"cmd": "interrupt", "ranks": wanted})
+        relay.request(self.path, {"cmd": "interrupt", "ranks": wanted})
 
     # -- state and stopping -----------------------------------------------------------------
     def _write_state(self, status: str) -> None:
@@ -415,7 +413,7 @@ class HostCluster:
         except OSError:
             pass
         if self.supervisor is not None and self.supervisor.poll() is None:
-            hub.request(self.path, {"cmd": "stop"}, timeout=10)  # every engine exits as its link ends
+            relay.request(self.path, {"cmd": "stop"}, timeout=10)  # every engine exits as its link ends
         if self.client is not None:
             try:  # engines not linked yet (a start that failed early) end through ipyparallel
                 # --connect: the user's own engines that were not made ranks keep running

@@ -6,7 +6,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.ops import matmul_plan as mp
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors.factories import randn
@@ -46,7 +46,7 @@ def run_matmul_magic(args: Any, user_ns: dict) -> Any:
     s = sessmod.current()
     dt = dtype_name(args.dtype)
     grid = _grid(args.grid)
-    free = [st["free"] for st in s.run(shards.memory_status, label="memory")]
+    free = [st["free"] for st in s.run(rank_tensor.memory_status, label="memory")]
     # plan with A and B in each strategy's own layout: the matmul is measured, not a redistribution
     plan = plan_matmul(
         ((m, k), (k, n)), s.world_size, dt, free, strategy=args.strategy, grid=grid, device_kind=s.device_kind

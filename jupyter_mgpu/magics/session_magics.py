@@ -146,13 +146,13 @@ class MgpuMagics(Magics):
 
     def _show_dashboard(self) -> None:
         try:
-            from jupyter_mgpu.widgets import memory_dashboard as memory
+            from jupyter_mgpu.widgets import memory_dashboard
         except ImportError:
             return
         try:
             from IPython.display import display
 
-            display(memory.dashboard())
+            display(memory_dashboard.dashboard())
         except Exception:  # a missing widget front end must not fail the init
             pass
 

@@ -2,7 +2,7 @@
 
 Pure (no torch): each rank builds its input and the ranks agree on what they built — one small
 all_reduce of (usable?, digest of shape and dtype) when all match, the full descriptions gathered
-only when they differ (``ops.collectives._exchange``) — and every rank runs :func:`problem` on the
+only when they differ (``ops.collective_run._exchange``) — and every rank runs :func:`problem` on the
 same list, so they all decide alike whether to run the collective or to report the first problem:
 one sentence, nothing started, the process group still usable. One round trip from the notebook.
 """

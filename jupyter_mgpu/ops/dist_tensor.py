@@ -1,7 +1,7 @@
 """Rank-side shard work: create, read/write through a shared-memory file, redistribute, free.
 
-These run on the engines (``session.run(shards.create, ...)``); the controller-side handle lives in
-``jupyter_mgpu/tensors/dist_tensor.py``. Placements come from the pure ``placement`` module, so every rank
+These run on the engines (``session.run(dist_tensor.create, ...)``); the controller-side handle lives in
+``jupyter_mgpu/tensors/dist_tensor.py``. Placements come from the pure ``layout.placement`` module, so every rank
 computes the same shard table without talking to the others.
 """
 

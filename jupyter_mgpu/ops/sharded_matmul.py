@@ -17,7 +17,7 @@ from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine import telemetry
 from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.ops import matmul_trace
 from jupyter_mgpu.ops.matmul_plan import RING_LOOKAHEAD, RING_SLOTS, required_placements, summa_panels
 
@@ -313,11 +313,11 @@ def run(
     )  # None unless mg.trace() is on
     redistribution_steps = 0
     if pl.normalize(a_pl, 2, st.world_size) != need_a:
-        a, got = shards.exchange(a, (m, k), a_pl, need_a, tracer and tracer.exchange_names("a"), 1)
+        a, got = rank_tensor.exchange(a, (m, k), a_pl, need_a, tracer and tracer.exchange_names("a"), 1)
         steps.received += got
         redistribution_steps += st.world_size - 1
     if pl.normalize(b_pl, 2, st.world_size) != need_b:
-        b, got = shards.exchange(b, (k, n), b_pl, need_b, tracer and tracer.exchange_names("b"), st.world_size)
+        b, got = rank_tensor.exchange(b, (k, n), b_pl, need_b, tracer and tracer.exchange_names("b"), st.world_size)
         steps.received += got
         redistribution_steps += st.world_size - 1
     me = pl.shard_table((m, n), c_pl, st.world_size)[st.rank]
@@ -366,7 +366,7 @@ def check_against(c_id: str, shapes: Any, c_pl: pl.Placement, a_seed: int, b_see
     me = pl.shard_table((m, n), c_pl, st.world_size)[st.rank]
     (r0, r1), (c0, c1) = me.ranges
     c = store.get(c_id)
-    dt = shards.dtype_of(dtype)
+    dt = rank_tensor.dtype_of(dtype)
     calc = torch.float64 if dt == torch.float64 else torch.float32
     a = seeding.fill(torch.empty((r1 - r0, k), dtype=dt, device=c.device), "randn", (m, k), ((r0, r1), (0, k)), a_seed)
     b = seeding.fill(torch.empty((k, c1 - c0), dtype=dt, device=c.device), "randn", (k, n), ((0, k), (c0, c1)), b_seed)

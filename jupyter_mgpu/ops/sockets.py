@@ -4,7 +4,7 @@ The kernel opens a listener for one transfer (``tensors/sockets.py``) and sends 
 address and the transfer's id; the rank connects, both prove they hold the cluster's link key
 (``engine/link.py``), then the shard's bytes go over the socket straight into their place: received
 into the new shard's memory, sent from the shard's. Ranks on the kernel's host take today's path in
-the same call (``shards.scatter_place`` / ``gather_address``: the kernel copies by address).
+the same call (``rank_tensor.scatter_place`` / ``gather_address``: the kernel copies by address).
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import ctypes
 import socket
 from typing import Any
 
-from jupyter_mgpu.engine import launched_setup as remote_setup
-from jupyter_mgpu.engine import link
+from jupyter_mgpu.engine import launched_setup, link
 from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 
 CONNECT_TIMEOUT = 30.0
 
@@ -34,7 +33,7 @@ def open_stream(where: dict[str, Any], rank: int) -> socket.socket:
     sock = socket.create_connection((where["address"], int(where["port"])), timeout=CONNECT_TIMEOUT)
     try:
         link.client_handshake(
-            sock, remote_setup.link_key(), {"role": "data", "transfer": where["transfer"], "rank": rank}
+            sock, launched_setup.link_key(), {"role": "data", "transfer": where["transfer"], "rank": rank}
         )
     except BaseException:
         sock.close()
@@ -61,9 +60,9 @@ def scatter(
 
     st = rank_state.get()
     if st.rank not in streams:
-        return shards.scatter_place(hid, shape, placement, dtype)
+        return rank_tensor.scatter_place(hid, shape, placement, dtype)
     me = pl.shard_table(shape, placement, st.world_size)[st.rank]
-    out = torch.empty(me.shape, dtype=shards.dtype_of(dtype))
+    out = torch.empty(me.shape, dtype=rank_tensor.dtype_of(dtype))
     if out.numel():
         with open_stream(streams[st.rank], st.rank) as sock:
             recv_into(sock, raw(out))
@@ -71,8 +70,8 @@ def scatter(
     if st.device.type != "cpu":
         out = out.to(st.device)
     store.put(hid, out)
-    if shards.etrace.active():
-        shards._trace_one("scatter", hid, shape, out, me.ranges, "recv", shards.etrace.HOST)
+    if rank_tensor.etrace.active():
+        rank_tensor._trace_one("scatter", hid, shape, out, me.ranges, "recv", rank_tensor.etrace.HOST)
     return {}
 
 
@@ -84,11 +83,11 @@ def gather(
     st = rank_state.get()
     local = store.get(hid)
     if st.rank in by_address:
-        where = shards.gather_address(hid, shape, placement)  # traces the gather
+        where = rank_tensor.gather_address(hid, shape, placement)  # traces the gather
         if where is not None:
             return where
     else:
-        shards._trace_gather(hid, shape, placement, local)
+        rank_tensor._trace_gather(hid, shape, placement, local)
     if (isinstance(placement, pl.Replicate) and st.rank != 0) or not local.numel():
         return {}
     data = local.detach().to("cpu").contiguous()

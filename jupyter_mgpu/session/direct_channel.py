@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_mgpu.engine import direct_channel as direct
+from jupyter_mgpu.engine import direct_channel as rank_channel
 from jupyter_mgpu.engine import unix_socket
 
 CONNECT_TIMEOUT = 5.0
@@ -55,7 +55,7 @@ class DirectChannel:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(CONNECT_TIMEOUT)
             try:
-                unix_socket.connect(s, direct.socket_path(self.rundir, rank))
+                unix_socket.connect(s, rank_channel.socket_path(self.rundir, rank))
             except OSError:
                 s.close()
                 raise
@@ -75,7 +75,7 @@ class DirectChannel:
     def _send(self, rank: int, parts: list[Any]) -> None:
         for attempt in (0, 1):  # an engine drops a connection that stalled mid-frame: open a new one once
             try:
-                direct.send_frames(self._sock(rank), parts)
+                rank_channel.send_frames(self._sock(rank), parts)
                 return
             except KeyboardInterrupt:
                 self.forget(rank)  # a half-sent frame: the engine drops this connection
@@ -117,12 +117,12 @@ class DirectChannel:
             for s in ready:
                 r = by_fd[s.fileno()]
                 try:
-                    parts = direct.recv_frames(s)
+                    parts = rank_channel.recv_frames(s)
                 except (EOFError, OSError):
                     self.forget(r)
                     raise ChannelClosed(r) from None
                 if json.loads(bytes(parts[0])).get("id") == rid:
-                    results[r] = direct.load_value(parts[1:])
+                    results[r] = rank_channel.load_value(parts[1:])
             if not ready:  # a quiet poll: is anyone dead, is the time up?
                 check([r for r in ranks if r not in results], results)
         return results

@@ -8,7 +8,7 @@ from typing import Any
 from jupyter_mgpu import devices as devmod
 from jupyter_mgpu import launch
 from jupyter_mgpu.cluster.local import ClusterSpec
-from jupyter_mgpu.engine import process_group as rendezvous
+from jupyter_mgpu.engine import process_group
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.units import parse_size
 
@@ -30,7 +30,7 @@ def build_spec(
         except ValueError:
             raise MgpuError(f"--devices takes indices such as 0,2, got {devices!r}") from None
     budget = parse_size(mem_per_device) if mem_per_device is not None else None
-    timeout = rendezvous.check_timeout(timeout)
+    timeout = process_group.check_timeout(timeout)
     if (
         isinstance(telemetry_period, bool)
         or not isinstance(telemetry_period, (int, float))
@@ -38,7 +38,7 @@ def build_spec(
     ):
         raise MgpuError(f"telemetry_period must be between 0 and 60 seconds, got {telemetry_period!r}")
     devs = devmod.discover(n, cpu=cpu, devices=devices, mem_per_device=budget)
-    chosen = rendezvous.choose_backend(backend, devs[0].kind)
+    chosen = process_group.choose_backend(backend, devs[0].kind)
     return ClusterSpec(devs, chosen, timeout, mem_per_device=budget, telemetry_period=telemetry_period)
 
 
@@ -47,7 +47,7 @@ def launch_options(options: dict[str, Any]) -> dict[str, Any]:
     out = dict(options)
     if out.get("mem_per_device") is not None:
         out["mem_per_device"] = parse_size(out["mem_per_device"])
-    out["timeout"] = rendezvous.check_timeout(out.get("timeout"))
+    out["timeout"] = process_group.check_timeout(out.get("timeout"))
     if out.get("devices") is not None:
         raise MgpuError(
             "--devices picks devices on this host; with a launcher each engine takes its host's "

@@ -110,7 +110,7 @@ class SeededDropout(nn.Module):
     """Dropout whose mask depends only on (seed, step, layer, global row, feature), not on the rank.
 
     ``rows`` (the global batch positions of the rows this rank computes) and ``step`` are set by the
-    runner before each forward; ``col0`` is the first feature this rank holds when tensor parallel
+    ``compare_run`` before each forward; ``col0`` is the first feature this rank holds when tensor parallel
     splits the features, ``width`` the full feature count.
     """
 

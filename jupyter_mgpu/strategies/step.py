@@ -1,4 +1,4 @@
-"""What every strategy module hands the runner: a built model, its optimizer and one training step.
+"""What every strategy module hands ``compare_run``: a built model, its optimizer and one training step.
 
 A strategy's ``build(ctx)`` returns a :class:`Prepared`; ``step(x, y, k)`` runs training step ``k`` on
 the *global* batch ``(x, y)`` (each strategy takes its own share of it) and returns the loss this rank
@@ -19,7 +19,7 @@ from jupyter_mgpu.strategies.layers import SeededDropout
 
 @dataclass
 class Context:
-    """What the runner knows when a strategy builds: this rank, its group and the plan's choices."""
+    """What ``compare_run`` knows when a strategy builds: this rank, its group and the plan's choices."""
 
     rank: int
     world_size: int

@@ -16,7 +16,7 @@ from typing import Any
 
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors import transfer_paths
 from jupyter_mgpu.tensors.handles import flush_frees, placement_of, run_creating
@@ -128,7 +128,7 @@ class DistTensor:
             return
         self._state = "freed"
         if self.session.alive:
-            self.session.run(shards.free, [self.handle_id], label="free")
+            self.session.run(rank_tensor.free, [self.handle_id], label="free")
 
     def __del__(self) -> None:
         try:
@@ -178,7 +178,7 @@ class DistTensor:
         new = new_handle(self.session, self.shape, self.dtype_name, target)
         run_creating(
             new,
-            shards.redistribute,
+            rank_tensor.redistribute,
             self.handle_id,
             new.handle_id,
             self.shape,
@@ -194,7 +194,7 @@ class DistTensor:
     def local(self, rank: int = 0) -> Any:
         """A CPU copy of rank ``rank``'s shard (for inspection of small tensors)."""
         self.check()
-        return self.session.run(shards.local_copy, self.handle_id, targets=rank, label="local")[0]
+        return self.session.run(rank_tensor.local_copy, self.handle_id, targets=rank, label="local")[0]
 
 
 def new_handle(session: Any, shape: tuple[int, ...], dtype: str, placement: pl.Placement) -> DistTensor:

@@ -10,10 +10,9 @@ from typing import Any
 
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.session import lifecycle as sessmod
-from jupyter_mgpu.tensors import shared_blocks as transfer
-from jupyter_mgpu.tensors import transfer_paths
+from jupyter_mgpu.tensors import shared_blocks, transfer_paths
 from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle
 from jupyter_mgpu.tensors.handles import dtype_name, flush_frees, placement_of, run_creating, shape_of
 
@@ -61,7 +60,7 @@ def _create(
     target = placement_of(placement, len(shape), s.world_size)
     flush_frees(s)
     h = new_handle(s, shape, dt, target)
-    run_creating(h, shards.create, h.handle_id, kind, shape, target, dt, seed, label=f"mg.{kind}")
+    run_creating(h, rank_tensor.create, h.handle_id, kind, shape, target, dt, seed, label=f"mg.{kind}")
     return h
 
 
@@ -114,8 +113,8 @@ def empty_cache(session: Any = None) -> int:
     """Free the shard blocks the ranks keep for reuse (like ``torch.cuda.empty_cache``); bytes released."""
     s = session or sessmod.current()
     s.check_alive()
-    done = s.run(shards.empty_cache, label="empty_cache")
-    maps = transfer.rank_blocks(s)
+    done = s.run(rank_tensor.empty_cache, label="empty_cache")
+    maps = shared_blocks.rank_blocks(s)
     for rank, d in enumerate(done):
         maps.forget(rank, d["evicted"])
     return sum(d["released"] for d in done)

@@ -9,7 +9,7 @@ from typing import Any
 
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 
 DTYPES = ("float64", "float32", "bfloat16", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
 
@@ -66,7 +66,7 @@ def flush_frees(session: Any, block: bool = True) -> None:
     ids = list(pending)
     del pending[:]
     try:
-        session.run(shards.free, ids, block=block, label="free")
+        session.run(rank_tensor.free, ids, block=block, label="free")
     except Exception:
         pass
 
@@ -78,7 +78,7 @@ def run_creating(handle: Any, fn: Any, *args: Any, label: str) -> list[Any]:
     except BaseException:
         handle._state = "freed"
         try:
-            handle.session.run(shards.free, [handle.handle_id], label="free")
+            handle.session.run(rank_tensor.free, [handle.handle_id], label="free")
         except Exception:
             pass
         raise

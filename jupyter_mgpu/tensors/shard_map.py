@@ -16,7 +16,7 @@ from typing import Any
 from jupyter_mgpu.engine.shipped_function import ShippedFunction, function_name
 from jupyter_mgpu.errors import MgpuError, RankError
 from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.ops import shard_map as rank_map
 from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle, session_of
 from jupyter_mgpu.tensors.handles import dtype_name, flush_frees
@@ -170,12 +170,12 @@ def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement
             results = s.run(rank_map.apply, shipped, ids, out.handle_id, keep, kwargs, label=f"mg.map {name}")
         except BaseException:
             out._state = "freed"
-            s.run(shards.free, [out.handle_id], label="free")
+            s.run(rank_tensor.free, [out.handle_id], label="free")
             raise
         failures = {r: res for r, res in enumerate(results) if not res["ok"]}
         if failures:
             out._state = "freed"
-            s.run(shards.free, [out.handle_id], label="free")
+            s.run(rank_tensor.free, [out.handle_id], label="free")
             raise _failure(name, failures, table, target.dim)
         handle = _as_tensor(out, results, target, name) if keep else None
         if handle is not None:
@@ -222,7 +222,7 @@ def _as_tensor(out: DistTensor, results: list[dict], target: pl.Shard, name: str
 
 def raise_uneven(out: DistTensor, name: str, shapes: list[tuple], dtypes: set[str]) -> None:
     out._state = "freed"
-    out.session.run(shards.free, [out.handle_id], label="free")
+    out.session.run(rank_tensor.free, [out.handle_id], label="free")
     detail = ", ".join(f"{sh}" for sh in shapes)
     kinds = f" and dtypes {', '.join(sorted(dtypes))}" if len(dtypes) > 1 else ""
     raise MgpuError(

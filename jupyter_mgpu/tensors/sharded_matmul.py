@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.ops import matmul_plan as mp
 from jupyter_mgpu.ops import sharded_matmul as mm
 from jupyter_mgpu.tensors import dist_tensor
@@ -112,7 +112,7 @@ def matmul(A: DistTensor, B: DistTensor, strategy: str = "auto", *, grid: Any = 
     """
     s, shapes, grid = _validate(A, B, strategy, grid)
     flush_frees(s)
-    free = [st["free"] for st in s.run(shards.memory_status, label="memory")]
+    free = [st["free"] for st in s.run(rank_tensor.memory_status, label="memory")]
     plan = plan_matmul(
         shapes,
         s.world_size,

@@ -1,7 +1,7 @@
 """Kernel side of scatter and gather with ranks on other hosts: one authenticated socket per rank.
 
 The path is chosen per pair (kernel, rank): a rank on the kernel's host (same machine and PID, mount
-and IPC namespaces) keeps today's copy by address (``remote_copy``); a rank elsewhere gets its bytes
+and IPC namespaces) keeps today's copy by address (``process_copy``); a rank elsewhere gets its bytes
 over TCP. For one transfer the kernel listens on its cluster interface (a port the OS picks, closed
 when the transfer ends), each streamed rank connects and proves it holds the cluster's link key, and
 the kernel sends each slice from — or receives each shard into — its place in the tensor, one copy on
@@ -25,7 +25,7 @@ ACCEPT_TIMEOUT = 60.0
 
 def streamed_ranks(session: Any) -> set[int]:
     """The ranks whose transfers go over sockets (empty on the single-host path)."""
-    from jupyter_mgpu.tensors import process_copy as remote_copy
+    from jupyter_mgpu.tensors import process_copy
 
     cluster = session.cluster
     local = getattr(cluster, "local_ranks", None)
@@ -35,7 +35,7 @@ def streamed_ranks(session: Any) -> set[int]:
     remote = everyone - set(local)
     if not remote:
         return set()
-    if session.device_kind != "cpu" or not remote_copy.usable(session):
+    if session.device_kind != "cpu" or not process_copy.usable(session):
         return everyone  # the shared-memory paths serve whole sessions on one host only
     return remote
 
@@ -153,8 +153,8 @@ def receive_shards(result: Any, table: list[Any]) -> Callable[[int, socket.socke
 
 def scatter(handle: Any, tensor: Any, table: list[Any], streamed: set[int]) -> Any:
     """Fill a new DistTensor ``handle``: streamed ranks over sockets, the others by address."""
-    from jupyter_mgpu.ops import sockets as stream_io
-    from jupyter_mgpu.tensors import process_copy as remote_copy
+    from jupyter_mgpu.ops import sockets as rank_sockets
+    from jupyter_mgpu.tensors import process_copy
     from jupyter_mgpu.tensors.handles import run_creating
 
     s = handle.session
@@ -163,7 +163,7 @@ def scatter(handle: Any, tensor: Any, table: list[Any], streamed: set[int]) -> A
     try:
         where = run_creating(
             handle,
-            stream_io.scatter,
+            rank_sockets.scatter,
             handle.handle_id,
             handle.shape,
             handle.placement,
@@ -177,7 +177,7 @@ def scatter(handle: Any, tensor: Any, table: list[Any], streamed: set[int]) -> A
         raise
     jobs = [(m["pid"], m["addr"], tensor[info.index]) for info, m in zip(table, where) if m]
     try:
-        remote_copy.write(jobs)
+        process_copy.write(jobs)
     except BaseException:
         handle.free()
         raise
@@ -196,8 +196,8 @@ def torch_empty(shape: tuple[int, ...], dtype: Any) -> Any:
 def gather(handle: Any, out: Any, streamed: set[int]) -> Any:
     """The global tensor of ``handle``: streamed ranks' shards over sockets, the others read by address."""
     from jupyter_mgpu.layout import placement as pl
-    from jupyter_mgpu.ops import sockets as stream_io
-    from jupyter_mgpu.tensors import process_copy as remote_copy
+    from jupyter_mgpu.ops import sockets as rank_sockets
+    from jupyter_mgpu.tensors import process_copy
 
     table = handle.table
     result = out if out is not None else torch_empty(handle.shape, handle.dtype)
@@ -208,7 +208,7 @@ def gather(handle: Any, out: Any, streamed: set[int]) -> Any:
     transfer = Transfer(handle.session, senders, receive_shards(result, table))
     try:
         where = handle.session.run(
-            stream_io.gather,
+            rank_sockets.gather,
             handle.handle_id,
             handle.shape,
             handle.placement,
@@ -220,5 +220,5 @@ def gather(handle: Any, out: Any, streamed: set[int]) -> Any:
     except BaseException:
         transfer.abandon()
         raise
-    remote_copy.read([(w["pid"], w["addr"], result[info.index]) for info, w in zip(table, where) if w])
+    process_copy.read([(w["pid"], w["addr"], result[info.index]) for info, w in zip(table, where) if w])
     return result

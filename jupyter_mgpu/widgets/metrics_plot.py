@@ -1,6 +1,6 @@
 """Live training curves: one plotly figure per metric, a thin line per rank and a thick mean.
 
-A background thread follows the ranks' metrics files (``metrics.MetricsReader``) and updates the
+A background thread follows the ranks' metrics files (``monitoring.metrics_log.MetricsReader``) and updates the
 figures while a ``%%mgpu`` cell is still training — JupyterLab renders widget updates from a kernel
 thread live. The thread stops with ``.stop()`` / ``.close()`` or when the session shuts down.
 """

@@ -13,7 +13,7 @@ import torch
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import DeviceOutOfMemoryError, MgpuError
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.ops import sharded_matmul as mm
 
 pytestmark = pytest.mark.cluster
@@ -29,7 +29,7 @@ def tolerance(budget: int) -> int:
 
 def _edges(s, budget: int) -> None:
     tol = tolerance(budget)
-    free = [st["free"] for st in s.run(shards.memory_status)]
+    free = [st["free"] for st in s.run(rank_tensor.memory_status)]
     assert all(abs(f - budget) <= tol for f in free), free  # nothing of the runtime's counts
     s.run_cell(f"t = torch.empty({budget - tol}, dtype=torch.uint8); t[-1] = 1; del t")
     with pytest.raises(DeviceOutOfMemoryError, match=r"ran out of device memory \(budget "):
@@ -165,7 +165,7 @@ def test_the_boundary_one_device_and_the_hand_split_fail_mg_matmul_fits(own_sess
 def test_without_the_shim_the_os_limit_is_the_budget(own_session, monkeypatch):
     monkeypatch.setenv("JUPYTER_MGPU_BUDGET_SHIM", "0")
     with own_session(2, mem_per_device="256MiB") as s:
-        assert {st["budget_mode"] for st in s.run(shards.memory_status)} == {"rlimit"}
+        assert {st["budget_mode"] for st in s.run(rank_tensor.memory_status)} == {"rlimit"}
         with pytest.raises(DeviceOutOfMemoryError, match=r"budget 256.0 MiB"):
             s.run_cell("t = torch.ones(768, 1 << 20, dtype=torch.uint8)")
         assert s.run_cell("t = torch.ones(64, 1 << 20, dtype=torch.uint8); t.numel()") == [str(64 << 20)] * 2

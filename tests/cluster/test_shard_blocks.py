@@ -14,7 +14,7 @@ import jupyter_mgpu as mg
 from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import shared_blocks
 from jupyter_mgpu.errors import DeviceOutOfMemoryError
-from jupyter_mgpu.tensors import process_copy as remote_copy
+from jupyter_mgpu.tensors import process_copy
 from jupyter_mgpu.tensors import shared_blocks as transfer
 
 pytestmark = pytest.mark.cluster
@@ -30,7 +30,7 @@ def mode(request):
     def use(session):
         touched.append(session)
         if request.param == "shared":
-            remote_copy.disable(session)
+            process_copy.disable(session)
         return session
 
     yield use
@@ -120,7 +120,7 @@ def test_a_scatter_refused_on_one_rank_leaves_no_block_reserved_on_the_others(ow
 
 
 def test_blocks_are_private_memory_when_the_kernel_copies_by_address(s2):
-    assert remote_copy.usable(s2)
+    assert process_copy.usable(s2)
     A = mg.scatter(torch.arange(8.0 * 1024).view(8, 1024), mg.Shard(0), session=s2)
     kinds = s2.run(lambda: [b.shared for b in shared_blocks._blocks.values() if b.in_use])
     assert kinds == [[False], [False]]
@@ -132,13 +132,13 @@ def test_a_system_that_forbids_copies_by_address_falls_back_to_shared_blocks(s2,
     import errno
 
     def refuse(write, pid, *rest):
-        raise remote_copy.Denied(errno.EPERM, f"writing to process {pid}: Operation not permitted")
+        raise process_copy.Denied(errno.EPERM, f"writing to process {pid}: Operation not permitted")
 
-    monkeypatch.setattr(remote_copy, "_one", refuse)
+    monkeypatch.setattr(process_copy, "_one", refuse)
     x = torch.randn(64, 100)
     try:
         A = mg.scatter(x, mg.Shard(1), session=s2)
-        assert not remote_copy.usable(s2)  # decided once for the session
+        assert not process_copy.usable(s2)  # decided once for the session
         assert torch.equal(A.gather(), x)
         assert s2.run(lambda: sorted(b.shared for b in shared_blocks._blocks.values() if b.in_use)) == [[True]] * 2
         assert s2.run(lambda: len(shared_blocks._pending)) == [0, 0]

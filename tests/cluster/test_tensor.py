@@ -8,7 +8,7 @@ import torch
 import jupyter_mgpu as mg
 from jupyter_mgpu.engine import seeding
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.tensors import shared_blocks as transfer
+from jupyter_mgpu.tensors import shared_blocks
 
 pytestmark = pytest.mark.cluster
 
@@ -43,7 +43,7 @@ def test_random_tensor_is_the_same_global_tensor_for_every_world_size(session_of
     assert P.placement == mg.Shard(1) and P.dtype == torch.float64
     assert torch.equal(P.gather(), seeding.global_tensor("randn", (301, 259), dtype=torch.float64, seed=5))
     assert mg.ones(torch.Size([2, 3]), mg.Replicate()).shape == (2, 3)
-    assert transfer.open_buffers() == []
+    assert shared_blocks.open_buffers() == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool])
@@ -59,7 +59,7 @@ def test_scatter_gather_round_trip_is_bit_exact(session_of, dtype):
     # 1-D, 3-D and empty tensors too
     for y in (torch.arange(10.0), torch.randn(4, 5, 6), torch.empty(0, 3)):
         assert torch.equal(mg.scatter(y, mg.Shard(0)).gather(), y)
-    assert transfer.open_buffers() == []
+    assert shared_blocks.open_buffers() == []
 
 
 def test_local_shards_follow_the_shard_table(s4):

@@ -11,7 +11,7 @@ import jupyter_mgpu as mg
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import collective_run as coll
-from jupyter_mgpu.ops import dist_tensor as shards
+from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.tracing import replay as tr
 
 pytestmark = pytest.mark.cluster
@@ -28,7 +28,7 @@ def _covers_exactly(boxes, box) -> bool:
 def _assert_replay_is_real(t, tensor):
     """The replay's final holdings of ``tensor`` are its shard table and the shards the ranks really store."""
     final = t.final_placement()[tensor.handle_id]
-    real = tensor.session.run(shards.shard_bytes, tensor.handle_id)
+    real = tensor.session.run(rank_tensor.shard_bytes, tensor.handle_id)
     for s in tensor.table:
         assert _covers_exactly(final[s.rank], s.ranges), (s.rank, final[s.rank], s.ranges)
         assert tr.union_numel(final[s.rank]) * tensor.itemsize == real[s.rank]

@@ -75,9 +75,9 @@ def test_ranks_are_labelled_by_host_and_meet_over_the_tcp_store(local2):
 
 def _store_state():
     from jupyter_mgpu.engine import state as rank_state
-    from jupyter_mgpu.engine import tcp_rendezvous as tcp_store
+    from jupyter_mgpu.engine import tcp_rendezvous
 
-    return rank_state.get().store, tcp_store.listening()
+    return rank_state.get().store, tcp_rendezvous.listening()
 
 
 def test_the_rendezvous_store_refuses_newcomers_once_the_group_met(local2):

@@ -77,9 +77,9 @@ def test_nothing_listens_beyond_the_cluster_interface(started, ssh_lab):
 
 def test_transfers_to_other_hosts_go_over_sockets(started, kernel):
     code = """
-from jupyter_mgpu.tensors import sockets as streams
+from jupyter_mgpu.tensors import sockets as kernel_sockets
 s = mg.current()
-ok = [sorted(streams.streamed_ranks(s)) == [0, 1, 2]]
+ok = [sorted(kernel_sockets.streamed_ranks(s)) == [0, 1, 2]]
 x = torch.randn(3001, 67)
 for p in (mg.Shard(0), mg.Shard(1), mg.Replicate(), mg.Block2D(1, 3)):
     d = mg.scatter(x, p)

@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from jupyter_mgpu.engine import direct_channel as direct
+from jupyter_mgpu.engine import direct_channel
 
 
 @pytest.mark.parametrize(
@@ -16,25 +16,28 @@ from jupyter_mgpu.engine import direct_channel as direct
     [
         [b"head"],
         [b"", b"x", bytearray(b"y" * 10)],
-        [b"%d" % i for i in range(direct.IOV_MAX * 2 + 3)],  # more parts than one sendmsg takes
+        [b"%d" % i for i in range(direct_channel.IOV_MAX * 2 + 3)],  # more parts than one sendmsg takes
         [b"h", bytes(range(256)) * (1 << 14)],  # 4 MiB: more than the socket buffer, sent in pieces
     ],
 )
 def test_frames_arrive_whole_and_in_order(parts):
     a, b = socket.socketpair()
-    sender = threading.Thread(target=direct.send_frames, args=(a, parts))
+    sender = threading.Thread(target=direct_channel.send_frames, args=(a, parts))
     sender.start()
-    got = direct.recv_frames(b)
+    got = direct_channel.recv_frames(b)
     sender.join()
     assert [bytes(p) for p in got] == [bytes(p) for p in parts]
     a.close()
     with pytest.raises(EOFError):
-        direct.recv_frames(b)
+        direct_channel.recv_frames(b)
 
 
 def _roundtrip(value):
-    return direct.load_value(
-        [bytes(p) if i == 0 else bytearray(memoryview(p).cast("B")) for i, p in enumerate(direct.dump_value(value))]
+    return direct_channel.load_value(
+        [
+            bytes(p) if i == 0 else bytearray(memoryview(p).cast("B"))
+            for i, p in enumerate(direct_channel.dump_value(value))
+        ]
     )
 
 
@@ -52,7 +55,7 @@ def _roundtrip(value):
     ],
 )
 def test_cpu_tensors_travel_as_raw_buffers_and_come_back_equal(t):
-    parts = direct.dump_value({"ok": True, "value": [t, "x"]})
+    parts = direct_channel.dump_value({"ok": True, "value": [t, "x"]})
     assert bytes(parts[0]) == b"P"
     assert sum(memoryview(p).nbytes for p in parts[2:]) == t.numel() * t.element_size()
     back = _roundtrip({"ok": True, "value": [t, "x"]})["value"]
@@ -61,7 +64,7 @@ def test_cpu_tensors_travel_as_raw_buffers_and_come_back_equal(t):
 
 
 def test_values_plain_pickle_cannot_carry_fall_back_to_ipyparallel_canning():
-    parts = direct.dump_value({"f": lambda x: x + 1})
+    parts = direct_channel.dump_value({"f": lambda x: x + 1})
     assert bytes(parts[0]) == b"I"
     assert _roundtrip({"f": lambda x: x + 1})["f"](1) == 2
     grad = torch.ones(2, requires_grad=True)  # left to torch's own pickling

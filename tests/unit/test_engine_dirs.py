@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from jupyter_mgpu.engine import launched_setup as remote_setup
+from jupyter_mgpu.engine import launched_setup
 
 
 def _dead_pid() -> int:
@@ -16,11 +16,11 @@ def _dead_pid() -> int:
 
 
 def test_a_host_removes_only_its_own_dead_engines_folders(tmp_path):
-    mine, dead = remote_setup.host_key(), _dead_pid()
+    mine, dead = launched_setup.host_key(), _dead_pid()
     ours_dead = tmp_path / f"c1-0-{mine}-{dead}"
     ours_alive = tmp_path / f"c1-1-{mine}-{os.getpid()}"
     other_host = tmp_path / f"c1-2-0123456789abcdef-{dead}"  # a live engine elsewhere, with a pid unknown here
     for d in (ours_dead, ours_alive, other_host):
         d.mkdir()
-    remote_setup._clean_stale(tmp_path)
+    launched_setup._clean_stale(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([ours_alive.name, other_host.name])

@@ -11,7 +11,7 @@ import torch
 import jupyter_mgpu as mg
 from jupyter_mgpu.engine.shipped_function import pickle_function
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.tensors import shard_map as mapping
+from jupyter_mgpu.tensors import shard_map
 
 
 def test_a_missing_file_is_named(tmp_path):
@@ -82,10 +82,10 @@ def test_notebook_functions_travel_by_value_with_their_globals():
 
 def test_reductions_of_per_rank_values():
     vals = [torch.tensor(1.0), torch.tensor(3.0), torch.tensor(5.0)]
-    assert mapping._reduce(vals, "sum", [1, 1, 1]).item() == 9.0
-    assert mapping._reduce([1.0, 4.0], "mean", [3, 1]) == pytest.approx(1.75)
-    assert mapping._reduce([2.0, float("nan")], "mean", [2, 0]) == 2.0  # a rank with no rows is left out
-    assert mapping._reduce([torch.ones(2), torch.zeros(1)], "concat", [2, 1]).tolist() == [1.0, 1.0, 0.0]
-    assert mapping._reduce([[1], [2, 3]], "concat", [1, 2]) == [1, 2, 3]
+    assert shard_map._reduce(vals, "sum", [1, 1, 1]).item() == 9.0
+    assert shard_map._reduce([1.0, 4.0], "mean", [3, 1]) == pytest.approx(1.75)
+    assert shard_map._reduce([2.0, float("nan")], "mean", [2, 0]) == 2.0  # a rank with no rows is left out
+    assert shard_map._reduce([torch.ones(2), torch.zeros(1)], "concat", [2, 1]).tolist() == [1.0, 1.0, 0.0]
+    assert shard_map._reduce([[1], [2, 3]], "concat", [1, 2]) == [1, 2, 3]
     with pytest.raises(MgpuError, match="cannot combine the per-rank results"):
-        mapping._reduce(["a", None], "sum", [1, 1])
+        shard_map._reduce(["a", None], "sum", [1, 1])

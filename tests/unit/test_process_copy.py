@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.tensors import process_copy as remote_copy
+from jupyter_mgpu.tensors import process_copy
 
 
 @settings(max_examples=60, deadline=None)
@@ -21,17 +21,17 @@ def test_every_shard_of_a_matrix_goes_there_and_back_bit_exact(rows, cols, world
     for info in pl.shard_table((rows, cols), pl.Shard(dim), world):
         view = x[info.index]
         shard = torch.full(tuple(info.shape), float("nan"))
-        remote_copy.write([(me, shard.data_ptr(), view)])
+        process_copy.write([(me, shard.data_ptr(), view)])
         assert torch.equal(shard, view)
         back = torch.zeros_like(x)
-        remote_copy.read([(me, shard.data_ptr(), back[info.index])])
+        process_copy.read([(me, shard.data_ptr(), back[info.index])])
         assert torch.equal(back[info.index], view)
 
 
 def test_pieces_cover_the_stretches_in_order_within_the_limits(monkeypatch):
-    monkeypatch.setattr(remote_copy, "IOV_MAX", 3)
+    monkeypatch.setattr(process_copy, "IOV_MAX", 3)
     stretches = [(1000 * i, 7) for i in range(10)] + [(50_000, 40)]
-    pieces = remote_copy._pieces(stretches, remote=5_000_000, piece=16)
+    pieces = process_copy._pieces(stretches, remote=5_000_000, piece=16)
     flat = [(a, n) for local, _, _ in pieces for a, n in local]
     rebuilt = []  # consecutive sub-stretches of one stretch join up again
     for a, n in flat:
@@ -46,11 +46,11 @@ def test_pieces_cover_the_stretches_in_order_within_the_limits(monkeypatch):
 
 
 def test_a_huge_number_of_tiny_stretches_is_left_to_the_shared_path():
-    x = torch.zeros(remote_copy.MAX_SEGMENTS + 1, 2)
-    assert not remote_copy.direct_ok(x[:, :1]) and remote_copy.segments(x[:, :1]) is None
-    assert remote_copy.direct_ok(x[:, :2]) and remote_copy.direct_ok(x[:10, :1])
+    x = torch.zeros(process_copy.MAX_SEGMENTS + 1, 2)
+    assert not process_copy.direct_ok(x[:, :1]) and process_copy.segments(x[:, :1]) is None
+    assert process_copy.direct_ok(x[:, :2]) and process_copy.direct_ok(x[:10, :1])
 
 
 def test_a_bad_address_is_an_error_not_a_crash():
     with pytest.raises(OSError, match="process"):
-        remote_copy.write([(os.getpid(), 8, torch.ones(1000))])
+        process_copy.write([(os.getpid(), 8, torch.ones(1000))])
