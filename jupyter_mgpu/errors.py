@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MgpuError(RuntimeError):
     """A user-facing error of jupyter_mgpu; notebooks show its message without a traceback."""
@@ -18,7 +20,7 @@ Interrupted.__name__ = Interrupted.__qualname__ = "KeyboardInterrupt"
 class RankError(MgpuError):
     """Code failed on one or more ranks; ``ranks`` lists them, ``errors`` maps rank to the remote error."""
 
-    def __init__(self, message: str, ranks: list[int] | None = None, errors: dict | None = None):
+    def __init__(self, message: str, ranks: list[int] | None = None, errors: dict[int, Any] | None = None):
         super().__init__(message)
         self.ranks = list(ranks or [])
         self.errors = dict(errors or {})

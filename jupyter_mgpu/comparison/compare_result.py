@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from typing import Any, cast
 
 from jupyter_mgpu.strategies.plan import MEASURED_STEP, ComparePlan
 from jupyter_mgpu.units import format_bytes
@@ -243,8 +243,8 @@ class CompareResult:
     def _note(self, strategy: str, r: dict[str, Any], oom: list[dict[str, Any]]) -> str:
         if r["status"] == "oom":
             ranks = self.plan.ranks(strategy)
-            e = self._expected.get(strategy, [])
-            e = e[ranks.index(r["rank"])] if r["rank"] in ranks and len(e) == len(ranks) else None
+            per_rank = self._expected.get(strategy, [])
+            e = per_rank[ranks.index(r["rank"])] if r["rank"] in ranks and len(per_rank) == len(ranks) else None
             total = sum(e[c] for c in MEMORY if c in e) if e else None
             parts = ([f"the formulas: {format_bytes(total)}"] if total else []) + (
                 [f"budget {format_bytes(r['limit_bytes'])}"] if r.get("limit_bytes") else []
@@ -329,14 +329,17 @@ class CompareResult:
         a, b = self.losses.get(strategy), self.losses.get("single")
         if not a or not b or len(a) != len(b) or any(v is None for v in a + b):
             return None
-        return max(abs(x - y) for x, y in zip(a, b))
+        xs, ys = cast(list[float], a), cast(list[float], b)  # no None in either: checked just above
+        return max(abs(x - y) for x, y in zip(xs, ys))
 
     def matches(self, strategy: str) -> bool:
         """Whether ``strategy``'s loss equals ``single``'s at every step within |Δ| ≤ 1e-4·|loss| + 1e-6."""
         a, b = self.losses.get(strategy), self.losses.get("single")
-        return self.loss_diff(strategy) is not None and all(
-            math.isclose(x, y, rel_tol=LOSS_RTOL, abs_tol=LOSS_ATOL) for x, y in zip(a, b)
-        )
+        if self.loss_diff(strategy) is None:
+            return False
+        # loss_diff found both curves, of one length and without None
+        xs, ys = cast(list[float], a), cast(list[float], b)
+        return all(math.isclose(x, y, rel_tol=LOSS_RTOL, abs_tol=LOSS_ATOL) for x, y in zip(xs, ys))
 
     def schedule(self, strategy: str = "pp") -> Any:
         """The pipeline ``strategy``'s recorded schedule (``.play()``, ``.save_html(path)``, ``.bubble()``)."""

@@ -45,7 +45,7 @@ def steps_of(events: list[dict[str, Any]], world_size: int) -> list[dict[str, An
         t1 = max(e["end"] for e in comp)
         boxes = sorted(
             [
-                [e["rank"], KINDS.get(e.get("kind"), 0), int(e.get("mb", 0)), e["start"] - t0, e["end"] - t0]
+                [e["rank"], KINDS.get(e.get("kind", ""), 0), int(e.get("mb", 0)), e["start"] - t0, e["end"] - t0]
                 for e in comp
             ],
             key=lambda b: (b[3], b[0]),

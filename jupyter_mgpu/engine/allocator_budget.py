@@ -47,7 +47,9 @@ def cache_dir() -> Path:
 def _torch_root() -> Path:
     """torch's package folder, found without importing torch (a second and a half of CPU)."""
     if "torch" in sys.modules:
-        return Path(sys.modules["torch"].__file__).parent
+        torch_file = sys.modules["torch"].__file__
+        assert torch_file is not None  # torch is a package imported from its files
+        return Path(torch_file).parent
     import importlib.util
 
     spec = importlib.util.find_spec("torch")

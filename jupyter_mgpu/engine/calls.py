@@ -90,7 +90,10 @@ class _CallScope:
 
 def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> dict[str, Any]:
     """Call ``fn(*args, **kwargs)`` on this rank; returns {"ok": True, "value": ...} or a failure."""
-    with _CallScope(label or getattr(fn, "__name__", "function")) as scope:
+    name = label
+    if not name:
+        name = getattr(fn, "__name__", "function")
+    with _CallScope(name) as scope:
         start = time.perf_counter()
         try:
             result = {"ok": True, "value": fn(*args, **kwargs)}
@@ -131,8 +134,10 @@ def _exec_cell(source: str, filename: str, user_ns: dict) -> dict[str, Any]:
     try:
         tree = ast.parse(source, filename=filename)
         last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+        tail = tree.body[-1] if tree.body else None
+        if isinstance(tail, ast.Expr):
+            tree.body.pop()
+            last = ast.Expression(tail.value)
         exec(compile(tree, filename, "exec"), user_ns)
         value = None
         if last is not None:

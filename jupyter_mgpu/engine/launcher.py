@@ -213,7 +213,12 @@ def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str
                     _log(rundir, f"rank {rank} (pid {pid}) ended with status {status}")
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *a: (stop_children(), os._exit(0)))
+
+    def on_sigterm(*_: object) -> None:
+        stop_children()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
     from jupyter_mgpu.engine import watchdog
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from jupyter_mgpu.errors import MgpuError
 
@@ -63,10 +64,10 @@ def init_process_group(
     if store is not None:
         from jupyter_mgpu.engine import tcp_rendezvous as tcp_store_server
 
-        meeting = dist.PrefixStore(f"mgpu-{generation}/", tcp_store_server.connect(store, timeout))
+        meeting: dist.Store = dist.PrefixStore(f"mgpu-{generation}/", tcp_store_server.connect(store, timeout))
     else:
         meeting = dist.FileStore(str(store_path(Path(rundir), generation)), world_size)
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if backend == "nccl":
         import torch
 

@@ -80,6 +80,7 @@ def sequence_number() -> int | None:
     import torch.distributed as dist
 
     try:
-        return int(dist.distributed_c10d._get_default_group()._get_sequence_number_for_group())
+        group = dist.distributed_c10d._get_default_group()
+        return int(group._get_sequence_number_for_group())  # type: ignore[attr-defined]  # private, not in torch's stubs
     except Exception:
         return None

@@ -77,7 +77,8 @@ def _main_thread_state(state: Any) -> str:
     """``busy`` while the engine's main thread runs something, ``idle`` while it waits for work."""
     if getattr(state, "current_op", None):
         return "busy"
-    frame = sys._current_frames().get(threading.main_thread().ident)
+    ident = threading.main_thread().ident
+    frame = sys._current_frames().get(ident) if ident is not None else None
     if frame is None:
         return "busy"
     code = frame.f_code

@@ -34,8 +34,13 @@ class ShardSampler:
 
         self.length, self.rank, self.world_size = length, rank, world_size
         # the sampler is built for its permutation rule; padding is left out in indices()
-        self.sampler = DistributedSampler(
-            range(length), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=False
+        self.sampler: DistributedSampler[int] = DistributedSampler(
+            range(length),  # type: ignore[arg-type]  # a range works as a map-style dataset; torch's stubs want Dataset
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=False,
         )
 
     def order(self, epoch: int) -> list[int]:

@@ -66,11 +66,11 @@ class Block2D:
     def grid(self, world_size: int) -> tuple[int, int]:
         """The ``(rows, cols)`` grid for ``world_size`` ranks."""
         rows, cols = self.rows, self.cols
-        if rows is None and cols is None:
-            return square_grid(world_size)
         if rows is None:
+            if cols is None:
+                return square_grid(world_size)
             rows = world_size // cols if world_size % cols == 0 else 0
-        if cols is None:
+        elif cols is None:
             cols = world_size // rows if world_size % rows == 0 else 0
         if rows * cols != world_size:
             raise ValueError(
@@ -166,14 +166,15 @@ def shard_table(shape: Iterable[int], placement: Placement, world_size: int) -> 
     if isinstance(placement, Shard):
         parts = split(shape[placement.dim], world_size)
     elif isinstance(placement, Block2D):
-        row_parts, col_parts = split(shape[0], placement.rows), split(shape[1], placement.cols)
+        rows, cols = placement.grid(world_size)  # normalize() set both, so this is (rows, cols) as given
+        row_parts, col_parts = split(shape[0], rows), split(shape[1], cols)
     for rank in range(world_size):
         ranges = list(full)
         if isinstance(placement, Shard):
             ranges[placement.dim] = parts[rank]
         elif isinstance(placement, Block2D):
-            ranges[0] = row_parts[rank // placement.cols]
-            ranges[1] = col_parts[rank % placement.cols]
+            ranges[0] = row_parts[rank // cols]
+            ranges[1] = col_parts[rank % cols]
         table.append(ShardInfo(rank, tuple(ranges), tuple(b - a for a, b in ranges)))
     return table
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from jupyter_mgpu.layout import placement as pl
 
@@ -42,7 +43,9 @@ def check_dims(ndim: int, dims: Sequence[int] | None) -> tuple[int, ...]:
     return d
 
 
-def layout(shape: Sequence[int], owned: Sequence[tuple[int, Box]], dims: Sequence[int] | None = None) -> list[dict]:
+def layout(
+    shape: Sequence[int], owned: Sequence[tuple[int, Box]], dims: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
     """Panels of tiles for ``owned`` = ``[(rank, box), ...]``; see the module docstring.
 
     Each panel: ``fixed`` (``[(dim, (a, b)), ...]`` for the dims not drawn), ``rows``/``cols`` (the
@@ -52,7 +55,7 @@ def layout(shape: Sequence[int], owned: Sequence[tuple[int, Box]], dims: Sequenc
     shape = tuple(int(s) for s in shape)
     d = check_dims(len(shape), dims)
     others = [i for i in range(len(shape)) if i not in d]
-    boxes = [(r, tuple(tuple(x) for x in box)) for r, box in owned if all(b > a for a, b in box)]
+    boxes = [(r, tuple((a, b) for a, b in box)) for r, box in owned if all(b > a for a, b in box)]
     other_cuts = [cuts(shape[i], (box[i] for _, box in boxes)) for i in others]
     groups = [list(zip(c, c[1:])) or [(0, 0)] for c in other_cuts]
     n_panels = math.prod(len(g) for g in groups)
@@ -64,7 +67,7 @@ def layout(shape: Sequence[int], owned: Sequence[tuple[int, Box]], dims: Sequenc
     cdim = d[-1] if d else None
     rows = cuts(shape[rdim], (box[rdim] for _, box in boxes)) if rdim is not None else [0, 1]
     cols = cuts(shape[cdim], (box[cdim] for _, box in boxes)) if cdim is not None else [0, 1]
-    panels = []
+    panels: list[dict[str, Any]] = []
     for fixed in itertools.product(*groups):
         fixed_map = dict(zip(others, fixed))
         inside = [
@@ -89,12 +92,12 @@ def layout(shape: Sequence[int], owned: Sequence[tuple[int, Box]], dims: Sequenc
 
 def placement_layout(
     shape: Sequence[int], placement: pl.Placement, world_size: int, dims: Sequence[int] | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """:func:`layout` of a tensor in ``placement`` (every rank's box from :func:`placement.shard_table`)."""
     table = pl.shard_table(shape, placement, world_size)
     return layout(shape, [(s.rank, s.ranges) for s in table], dims)
 
 
-def tile_cells(panel: dict) -> int:
+def tile_cells(panel: dict[str, Any]) -> int:
     """Elements the panel's tiles cover (``rows × cols`` cells), for checks."""
     return sum((t["rows"][1] - t["rows"][0]) * (t["cols"][1] - t["cols"][0]) for t in panel["tiles"])

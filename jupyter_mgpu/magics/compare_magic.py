@@ -54,8 +54,9 @@ def run_compare_magic(args: Any, user_ns: dict) -> Any:
             **options,
         )
     except BaseException as exc:
-        if getattr(exc, "compare_result", None) is not None:  # what ran before the stop is kept
-            user_ns["_mgpu_compare"] = exc.compare_result
+        kept = getattr(exc, "compare_result", None)
+        if kept is not None:  # what ran before the stop is kept
+            user_ns["_mgpu_compare"] = kept
         raise
     user_ns["_mgpu_compare"] = result
     from IPython.display import display

@@ -56,7 +56,9 @@ def run_matmul_magic(args: Any, user_ns: dict) -> Any:
         from jupyter_mgpu.errors import MgpuError
 
         raise MgpuError(plan.reason)
-    a_pl, b_pl, _ = plan.chosen.placements
+    chosen = plan.chosen
+    assert chosen is not None  # a plan with a strategy has it among its options
+    a_pl, b_pl, _ = chosen.placements
     A = randn(m, k, placement=a_pl, dtype=dt, seed=seed, session=s)
     B = randn(k, n, placement=b_pl, dtype=dt, seed=seed + 1, session=s)
     try:

@@ -82,7 +82,8 @@ def size_range(spec: Any, factor: float = 2) -> list[int]:
             raise ValueError(f"the size factor must be greater than 1, got {factor}")
         if lo > hi:
             raise ValueError(f"the size range {spec!r} starts above its end")
-        sizes, s = [], max(lo, 1)
+        sizes = []
+        s: float = max(lo, 1)
         while s <= hi:
             sizes.append(int(s))
             s *= factor

@@ -31,9 +31,9 @@ def split_hint(name: str, rows: int, n: int, what: str) -> str:
 
 def wrong_device(m: dict[str, Any]) -> bool:
     """Whether a tensor described by ``m`` is not on its rank's device."""
-    return m["device"].split(":")[0] != m["expected_device"].split(":")[0] or (
-        m["device"].startswith("cuda") and m["device"] != m["expected_device"]
-    )
+    device: str = m["device"]
+    expected: str = m["expected_device"]
+    return device.split(":")[0] != expected.split(":")[0] or (device.startswith("cuda") and device != expected)
 
 
 def usable(m: dict[str, Any], max_bytes: int | None) -> bool:
@@ -55,7 +55,7 @@ def problem(name: str, op: str, metas: list[dict[str, Any]], what: str, max_byte
         article = "an" if kind[:1].lower() in "aeiou" else "a"
         return f"the input ({what}) is {article} {kind}, not a torch.Tensor, on {rank_list(bad)}"
     bad = [r for r, m in enumerate(metas) if not wrong_device(m) and max_bytes is not None and m["nbytes"] > max_bytes]
-    if bad:
+    if bad and max_bytes is not None:  # bad is empty when max_bytes is None
         r = bad[0]
         return (
             f"rank {r}'s input is {format_bytes(metas[r]['nbytes'])}, more than the "

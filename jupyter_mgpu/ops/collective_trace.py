@@ -31,16 +31,16 @@ def _ybox(shape: tuple[int, ...], rows: tuple[int, int] | None = None) -> Box:
     return tuple(rest)
 
 
-def plan(name: str, rank: int, n: int, src: int, shape: tuple[int, ...]) -> dict[str, list]:
+def plan(name: str, rank: int, n: int, src: int, shape: tuple[int, ...]) -> dict[str, list[Any]]:
     """What rank ``rank`` does in collective ``name``: ``send``/``recv``/``reduce`` as ``(tensor, box, peer)``
     (tensor ``"x"`` inputs or ``"y"`` result) and ``out``: the ``(tensor, box)`` blocks it holds at the end."""
     shape = tuple(shape)
     rows = shape[0] if shape else 0
     chunk = [(j * rows // n, (j + 1) * rows // n) for j in range(n)] if shape else [None] * n
     others = [j for j in range(n) if j != rank]
-    send: list = []
-    recv: list = []
-    red: list = []
+    send: list[Any] = []
+    recv: list[Any] = []
+    red: list[Any] = []
     if name == "broadcast":
         if rank == src:
             send = [("x", _xbox(src, shape), j) for j in others]
@@ -119,9 +119,10 @@ def end(name: str, x: Any, tag: str, src: int) -> None:
     shape, item = tuple(x.shape), x.element_size()
     nm = names(tag)
     p = plan(name, st.rank, st.world_size, src, shape)
+    itemsize: int = item
 
     def nbytes(box: Box) -> int:
-        return math.prod(b - a for a, b in box) * item
+        return math.prod(b - a for a, b in box) * itemsize
 
     for t, box, peer in p["send"]:
         etrace.record(1, "send", [etrace.block(nm[t], box)], nbytes(box), peer)

@@ -25,6 +25,7 @@ SPEED = {"cpu": (8e9, 2e9, 1e-4), "cuda": (3e13, 2e10, 2e-5)}
 BUFFER_SHARE = 0.15
 RING_SLOTS = 4  # ring chunk buffers per rank
 RING_LOOKAHEAD = 2  # receives a ring rank posts ahead (a sender may run this many chunks in front)
+Placements = tuple[pl.Placement, pl.Placement, pl.Placement]  # A, B in; C out
 
 
 @dataclass
@@ -100,7 +101,7 @@ class MatmulPlan:
         return self.table()
 
 
-def required_placements(strategy: str, world_size: int, grid: tuple[int, int] | None = None):
+def required_placements(strategy: str, world_size: int, grid: tuple[int, int] | None = None) -> Placements:
     """The placements of A and B a strategy works on, and the placement of its result C."""
     if strategy == "row":
         return pl.Shard(0), pl.Replicate(), pl.Shard(0)
@@ -148,7 +149,7 @@ def _received(shape: tuple[int, ...], src: pl.Placement, dst: pl.Placement, p: i
     if pl.normalize(src, len(shape), p) == pl.normalize(dst, len(shape), p):
         return [0] * p
     mv = pl.moves(shape, src, dst, p)
-    return [sum(pl.box_numel(mv[s][d]) for s in range(p) if s != d and mv[s][d] is not None) for d in range(p)]
+    return [sum(pl.box_numel(box) for s in range(p) if s != d and (box := mv[s][d]) is not None) for d in range(p)]
 
 
 def ring_chunk_cols(m: int, k: int, n: int, p: int, itemsize: int) -> int:
@@ -198,7 +199,8 @@ def _strategy(
     redist_a = pl.normalize(cur_a, 2, p) != pl.normalize(a_pl, 2, p)
     redist_b = pl.normalize(cur_b, 2, p) != pl.normalize(b_pl, 2, p)
     flops, own_moved, buffers = [0] * p, [0] * p, [0] * p
-    steps, params, overlap = 1, {}, False
+    steps, overlap = 1, False
+    params: dict[str, Any] = {}
     c_tab = pl.shard_table((m, n), c_pl, p)
     if name == "row":
         flops = [2 * s.shape[0] * k * n for s in c_tab]
@@ -220,7 +222,8 @@ def _strategy(
         own_moved = [(k - (b - a)) * n for a, b in ks]  # every other rank's rows of B
         steps, overlap, params = p * nch, True, {"chunks": nch, "chunk_cols": math.ceil(n / nch)}
     elif name == "summa":
-        g = (a_pl.rows, a_pl.cols)
+        assert isinstance(a_pl, pl.Block2D)  # required_placements gives SUMMA a Block2D grid
+        g = a_pl.grid(p)  # its rows and cols are both set, so this is (rows, cols)
         width = summa_panel(m, k, n, g, itemsize)
         panels = summa_panels(k, g, width)
         flops = [2 * s.shape[0] * k * s.shape[1] for s in c_tab]
@@ -316,9 +319,10 @@ def plan_matmul(
     if strategy != "auto" and strategy not in STRATEGIES:
         raise ValueError(f"unknown matmul strategy {strategy!r}: use auto, {', '.join(STRATEGIES)}")
     if grid is not None:
-        grid = tuple(grid)
-        if len(grid) != 2 or grid[0] * grid[1] != world_size:
-            raise ValueError(f"grid {grid} is not rows x cols = {world_size} ranks")
+        given = tuple(grid)
+        if len(given) != 2 or given[0] * given[1] != world_size:
+            raise ValueError(f"grid {given} is not rows x cols = {world_size} ranks")
+        grid = (given[0], given[1])
     free = _free_list(device_memory, world_size)
     itemsize = ITEMSIZE[dtype]
     names = STRATEGIES if strategy == "auto" else (strategy,)
@@ -336,6 +340,7 @@ def plan_matmul(
         best = min(close, key=lambda o: (max(o.peak_bytes), o.predicted_time))
         reason = "chosen: fastest predicted that fits" if strategy == "auto" else "fits"
         return MatmulPlan(((m, k), (k, n)), world_size, dtype, free, options, best.strategy, reason)
+    assert free is not None  # with no memory limit every strategy fits, so a misfit has one
     return MatmulPlan(
         ((m, k), (k, n)),
         world_size,
@@ -392,4 +397,4 @@ def tolerance(dtype: str, k: int) -> float:
     Entries of C reach about ``4 sqrt(k)``; each rounding costs ``eps`` of that, and sharded
     strategies accumulate partial products in the output dtype a few dozen times (factor 8).
     """
-    return 32 * EPS[dtype] * max(1, k) ** 0.5
+    return float(32 * EPS[dtype] * max(1, k) ** 0.5)

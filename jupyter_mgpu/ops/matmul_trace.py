@@ -26,6 +26,8 @@ def _nb(box: Any, item: int) -> int:
 class MatmulTracer:
     """Records one matmul on this rank (made only when tracing is on)."""
 
+    orig_pl: dict[str, pl.Placement]  # where A and B were before the matmul; start() sets it
+
     def __init__(
         self,
         strategy: str,
@@ -218,7 +220,7 @@ class MatmulTracer:
         for name, shape, target in self.copies:
             box = pl.shard_table(shape, target, self.p)[self.r].ranges
             mv = pl.moves(shape, self._orig_pl(name), target, self.p)
-            pieces = [mv[q][self.r] for q in range(self.p) if mv[q][self.r] is not None]
+            pieces = [b for q in range(self.p) if (b := mv[q][self.r]) is not None]
             etrace.record(s, "free", [etrace.block(name, b) for b in pieces], _nb(box, self.item))
         etrace.end_op()
 

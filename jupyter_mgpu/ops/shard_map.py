@@ -36,7 +36,7 @@ def describe(value: Any) -> dict[str, Any]:
 
 
 def apply(
-    shipped: ShippedFunction, in_ids: list[str | None], out_id: str, keep: bool, kwargs: dict[str, Any]
+    shipped: ShippedFunction, in_ids: list[str], out_id: str, keep: bool, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
     """Run the function on this rank's shards.
 

@@ -250,6 +250,7 @@ def summa(a: Any, b: Any, c: Any, shapes: Any, params: dict, steps: Steps) -> No
     c.zero_()
     nxt = post(0) if panels else None
     for t in range(len(panels)):
+        assert nxt is not None  # post(t) ran for this panel
         ap, bp, works = nxt
         for w in works:
             w.wait()
@@ -313,11 +314,15 @@ def run(
     )  # None unless mg.trace() is on
     redistribution_steps = 0
     if pl.normalize(a_pl, 2, st.world_size) != need_a:
-        a, got = rank_tensor.exchange(a, (m, k), a_pl, need_a, tracer and tracer.exchange_names("a"), 1)
+        a, got = rank_tensor.exchange(
+            a, (m, k), a_pl, need_a, tracer.exchange_names("a") if tracer is not None else None, 1
+        )
         steps.received += got
         redistribution_steps += st.world_size - 1
     if pl.normalize(b_pl, 2, st.world_size) != need_b:
-        b, got = rank_tensor.exchange(b, (k, n), b_pl, need_b, tracer and tracer.exchange_names("b"), st.world_size)
+        b, got = rank_tensor.exchange(
+            b, (k, n), b_pl, need_b, tracer.exchange_names("b") if tracer is not None else None, st.world_size
+        )
         steps.received += got
         redistribution_steps += st.world_size - 1
     me = pl.shard_table((m, n), c_pl, st.world_size)[st.rank]

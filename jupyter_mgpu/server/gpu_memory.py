@@ -75,9 +75,11 @@ def read_devices(
         name = nvml.nvmlDeviceGetName(handle)
         mem = nvml.nvmlDeviceGetMemoryInfo(handle)
         try:
-            util = int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            util: int | None = int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
         except Exception:
             util = None
+        own: int | None
+        other: int | None
         try:
             own, other = split_memory(_processes(nvml, handle), uid, owner_of)
         except Exception:  # NVML may not list processes here (permissions, some containers)

@@ -115,11 +115,11 @@ class ClusterManager:
     def __init__(self, dirs: Callable[[], list[Path]] | None = None, use_nvml: bool = True):
         self._dirs = dirs or rd.cluster_dirs
         self._use_nvml = use_nvml and not os.environ.get("JUPYTER_MGPU_FORCE_CPU")
-        self._seen: dict[Any, dict[str, float]] = {}  # kernel pid -> {cluster id: when last seen}
+        self._seen: dict[Any, dict[Any, float]] = {}  # kernel pid -> {cluster id: when last seen}
 
     # -- discovery -----------------------------------------------------------------------------
     def _live_dirs(self) -> list[Path]:
-        out = []
+        out: list[Path] = []
         try:
             candidates = self._dirs()
         except OSError:

@@ -56,9 +56,12 @@ def label(layers: list[dict[str, Any]], i: int) -> str:
 def param_count(spec: dict[str, Any]) -> int:
     """Parameters of one layer."""
     if spec["kind"] == "linear":
-        return spec["in"] * spec["out"] + (spec["out"] if spec["bias"] else 0)
+        n_in: int = spec["in"]
+        n_out: int = spec["out"]
+        return n_in * n_out + (n_out if spec["bias"] else 0)
     if spec["kind"] == "layernorm" and spec["affine"]:
-        return spec["features"] * (2 if spec["bias"] else 1)
+        features: int = spec["features"]
+        return features * (2 if spec["bias"] else 1)
     return 0
 
 

@@ -100,7 +100,7 @@ class StageRecorder:
 
     def recv_buffers(self) -> list[torch.Tensor]:
         """The stage's receive buffers (activations in, gradients back), one per micro-batch."""
-        out = []
+        out: list[torch.Tensor] = []
         for infos in (self.stage.args_recv_info, self.stage.grad_recv_info):
             for chunk in (infos or {}).values():
                 out.extend(i.buffer for i in chunk if getattr(i, "buffer", None) is not None)

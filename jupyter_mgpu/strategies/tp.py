@@ -14,12 +14,12 @@ from jupyter_mgpu.strategies.step import Context, Prepared, local_step, make_opt
 
 def build(ctx: Context) -> Prepared:
     """The model with each Linear pair split column-, then row-wise over this comparison's mesh."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
     P = ctx.world_size
     inside = {j: ctx.layers[col]["out"] // P for col, row in ctx.tp_pairs for j in range(col + 1, row)}
     model = weights.sequential(ctx, range(len(ctx.layers)), tp_cols=inside)
-    plan = {}
+    plan: dict[str, ParallelStyle] = {}
     for col, row in ctx.tp_pairs:
         plan[str(col)], plan[str(row)] = ColwiseParallel(), RowwiseParallel()
     parallelize_module(model, ctx.mesh(), plan)

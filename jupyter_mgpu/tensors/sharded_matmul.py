@@ -77,7 +77,9 @@ def plan_matmul(
         raise MgpuError(str(exc)) from None
 
 
-def _validate(A: Any, B: Any, strategy: str, grid: Any) -> tuple[Any, tuple]:
+def _validate(
+    A: Any, B: Any, strategy: str, grid: Any
+) -> tuple[Any, tuple[tuple[int, int], tuple[int, int]], tuple[int, int] | None]:
     s = session_of(A, B)
     if A.ndim != 2 or B.ndim != 2:
         raise MgpuError(f"matmul needs two 2-D tensors, got {A.ndim}-D and {B.ndim}-D")
@@ -126,6 +128,7 @@ def matmul(A: DistTensor, B: DistTensor, strategy: str = "auto", *, grid: Any = 
     if plan.strategy is None:
         raise MgpuError(plan.reason)
     chosen = plan.chosen
+    assert chosen is not None  # a plan with a strategy has it among its options
     (m, k), (_, n) = shapes
     C = new_handle(s, (m, n), A.dtype_name, chosen.out_placement)
     results = run_creating(

@@ -17,17 +17,17 @@ Key = tuple[str, tuple[tuple[int, int], ...], Any]
 ACTIONS = ("hold", "send", "recv", "compute", "reduce", "free")
 
 
-def merge(per_rank: Iterable[Iterable[dict]]) -> list[dict]:
+def merge(per_rank: Iterable[Iterable[dict[str, Any]]]) -> list[dict[str, Any]]:
     """One timeline: by op, then step, then time; a rank's own events keep their order (``seq``)."""
     events = [e for evs in per_rank for e in evs]
     return sorted(events, key=lambda e: (e.get("op", 0), e["step"], e["time"], e["rank"], e.get("seq", 0)))
 
 
-def key_of(block: dict) -> Key:
+def key_of(block: dict[str, Any]) -> Key:
     return (block["tensor"], tuple(tuple(r) for r in block["box"]), block.get("buf"))
 
 
-def frame_keys(events: list[dict]) -> list[tuple[int, int]]:
+def frame_keys(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
     """The (op, step) of each frame, in timeline order."""
     out: list[tuple[int, int]] = []
     for e in events:
@@ -37,9 +37,9 @@ def frame_keys(events: list[dict]) -> list[tuple[int, int]]:
     return out
 
 
-def group(events: list[dict]) -> list[list[dict]]:
+def group(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """The merged events cut into frames: one frame per (op, step)."""
-    frames: list[list[dict]] = []
+    frames: list[list[dict[str, Any]]] = []
     last = None
     for e in events:
         k = (e.get("op", 0), e["step"])
@@ -50,7 +50,7 @@ def group(events: list[dict]) -> list[list[dict]]:
     return frames
 
 
-def replay(frames: list[list[dict]], world_size: int) -> list[list[set[Key]]]:
+def replay(frames: list[list[dict[str, Any]]], world_size: int) -> list[list[set[Key]]]:
     """Holdings after each frame: ``states[f][rank]`` is the set of blocks rank holds."""
     cur: list[set[Key]] = [set() for _ in range(world_size)]
     states = []
@@ -78,7 +78,7 @@ def union_numel(boxes: Iterable[tuple[tuple[int, int], ...]]) -> int:
     cuts = [sorted({x for b in boxes for x in b[d]}) for d in range(ndim)]
     total = 0
 
-    def walk(d: int, chosen: list[tuple[int, int]], cands: list) -> None:
+    def walk(d: int, chosen: list[tuple[int, int]], cands: list[tuple[tuple[int, int], ...]]) -> None:
         nonlocal total
         if d == ndim:
             if cands:
@@ -93,17 +93,17 @@ def union_numel(boxes: Iterable[tuple[tuple[int, int], ...]]) -> int:
     return total
 
 
-def memory(states: list[list[set[Key]]], tensors: dict[str, dict]) -> list[list[int]]:
+def memory(states: list[list[set[Key]]], tensors: dict[str, dict[str, Any]]) -> list[list[int]]:
     """Bytes each rank holds after each frame, from the blocks' sizes (the trace's own byte count).
 
     Overlapping blocks of one tensor count once; each temporary copy (``buf``) counts on its own.
     """
-    cache: dict[frozenset, int] = {}
+    cache: dict[frozenset[Key], int] = {}
 
     def rank_bytes(held: set[Key]) -> int:
         k = frozenset(held)
         if k not in cache:
-            groups: dict[tuple, list] = {}
+            groups: dict[tuple[str, Any], list[tuple[tuple[int, int], ...]]] = {}
             for name, box, buf in held:
                 groups.setdefault((name, buf), []).append(box)
             cache[k] = sum(
@@ -114,9 +114,11 @@ def memory(states: list[list[set[Key]]], tensors: dict[str, dict]) -> list[list[
     return [[rank_bytes(s) for s in st] for st in states]
 
 
-def final_placement(states: list[list[set[Key]]], world_size: int) -> dict[str, list[list[tuple]]]:
+def final_placement(
+    states: list[list[set[Key]]], world_size: int
+) -> dict[str, list[list[tuple[tuple[int, int], ...]]]]:
     """``{tensor: [boxes held by rank 0, by rank 1, ...]}`` at the end (temporary copies left out)."""
-    out: dict[str, list[list[tuple]]] = {}
+    out: dict[str, list[list[tuple[tuple[int, int], ...]]]] = {}
     last = states[-1] if states else [set() for _ in range(world_size)]
     for r, held in enumerate(last):
         for name, box, buf in held:
@@ -128,7 +130,7 @@ def final_placement(states: list[list[set[Key]]], world_size: int) -> dict[str, 
     return out
 
 
-def caption(frame: list[dict], tensors: dict[str, dict]) -> str:
+def caption(frame: list[dict[str, Any]], tensors: dict[str, dict[str, Any]]) -> str:
     """One line saying what happens in a frame (the op, counts per action, bytes received)."""
     e0 = frame[0]
     counts: dict[str, int] = {}

@@ -122,7 +122,9 @@ def trace_data(
     mem = tr.memory(states, tensors)
     names = [n for n in tensors if any(b["tensor"] == n for e in events for b in e["blocks"])]
     names += sorted({b["tensor"] for e in events for b in e["blocks"]} - set(names))
-    panels, pindex, dims_of = [], {}, {}
+    panels: list[dict[str, Any]] = []
+    pindex: dict[str, int] = {}
+    dims_of: dict[str, tuple[int, ...]] = {}
     for n in names:
         meta = tensors.get(n, {"shape": [], "itemsize": 1, "label": n})
         shape = tuple(meta["shape"]) or (1,)
@@ -166,10 +168,12 @@ def trace_data(
     def visible(st: list[set]) -> set[tuple[int, int]]:
         return {(r, blk({"tensor": k[0], "box": k[1]})) for r, held in enumerate(st) for k in held}
 
-    out_frames, prev = [], set()
+    out_frames: list[dict[str, Any]] = []
+    prev: set[tuple[int, int]] = set()
     for fr, st, m in zip(frames, states, mem):
         vis = visible(st)
-        arrows, compute = [], []
+        arrows: list[list[Any]] = []
+        compute: list[list[int]] = []
         for e in fr:
             bs = [blk(b) for b in e["blocks"]]
             peer = e.get("peer")

@@ -44,7 +44,10 @@ def weights_data(
     held: dict[int, list[dict[str, Any]]], layers: list[dict[str, Any]], chosen: list[int], world_size: int
 ) -> dict[str, Any]:
     """Placement-view data (``widgets/placement_data`` format): one panel per chosen layer's weight."""
-    panels, blocks, adds, tips = [], [], [], []
+    panels: list[dict[str, Any]] = []
+    blocks: list[Any] = []
+    adds: list[Any] = []
+    tips: list[Any] = []
     mem = [0] * world_size
     for i in chosen:
         owned = [
