@@ -3,11 +3,13 @@
 It listens on a free loopback port with a token, serves a temporary root holding copies of
 ``notebooks/`` and ``benchmarks/`` (05 runs ``%run ../benchmarks/cosine.py``), and keeps its runtime
 directory, settings and workspaces private. When the run ends it is stopped, and nothing it started
-(kernels, controllers, engines) may outlive it.
+(kernels, controllers, engines) may outlive it. ``run_script`` runs a browser script (``tests/browser/*.mjs``)
+against it; ``write_notebook`` puts a notebook of given cells in its root.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -20,13 +22,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import psutil
 import pytest
+from nbformat.v4 import new_code_cell, new_notebook
 from processes import wait_gone
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("MGPU_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"  # screenshots for a reviewer; gitignored
+BROWSER = REPO / "tests" / "browser"  # the browser scripts (*.mjs)
 
 
 def _free_port() -> int:
@@ -123,3 +128,49 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     log.close()
     # nothing the lab started (kernel, controller, supervisor, engines) outlives it
     assert wait_gone(procs_naming(str(runtime)), timeout=15) == []
+
+
+def write_notebook(path: Path, cells: list[str]) -> None:
+    """A notebook of ``cells`` (code cells) on the ``python3`` kernel at ``path`` (in the lab's root)."""
+    nb = new_notebook(
+        cells=[new_code_cell(c) for c in cells],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    nbformat.write(nb, path)
+
+
+def run_script(lab: dict[str, Any], script: str, artifacts: str, timeout: float, **cfg: Any) -> dict[str, Any]:
+    """Run the browser script ``tests/browser/<script>`` on ``lab`` under Node; returns its JSON-lines steps by name.
+
+    ``test-artifacts/<artifacts>/`` (for its screenshots, and ``steps.json``) is emptied first. The script's JSON
+    argument is ``cfg`` plus ``url``, ``token``, ``artifacts``, ``chromium`` and ``profile``, a Chromium profile of
+    this run's own in the lab's temporary folder. Fails on an ``error`` step (with its console errors and the
+    lab's log), a non-zero exit or no ``done`` step; the run may take ``timeout`` seconds.
+    """
+    folder = ARTIFACTS / artifacts
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    arg = {
+        "url": lab["url"],
+        "token": lab["token"],
+        "artifacts": str(folder),
+        "chromium": CHROMIUM,
+        "profile": str(lab["tmp"] / f"chromium-{artifacts.replace('/', '-')}"),
+        **cfg,
+    }
+    run = subprocess.run(
+        ["node", str(BROWSER / script), json.dumps(arg)], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
+    steps: dict[str, Any] = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            steps[rec["step"]] = rec
+    (folder / "steps.json").write_text(json.dumps(steps, indent=1))
+    assert "error" not in steps, (
+        f"{steps['error']['message']}\nconsole: {steps['error'].get('consoleErrors')}\n"
+        f"lab log:\n{lab['log'].read_text()[-3000:]}"
+    )
+    assert run.returncode == 0 and "done" in steps, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return steps

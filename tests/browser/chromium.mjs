@@ -1,5 +1,8 @@
 // What every browser script shares: its JSON argument, the JSON-lines report, Debian's Chromium
-// launched headless with the flags this closed network needs, and running a notebook cell via the UI.
+// launched headless with the flags this closed network needs, running a notebook cell via the UI, what
+// a failed script leaves behind, reading the Multi-GPU sidebar, and driving a player (its step buttons,
+// its standalone page with the network refused).
+import path from 'node:path';
 import { chromium } from 'playwright-core';
 
 export const cfg = JSON.parse(process.argv[2]);
@@ -41,14 +44,101 @@ export async function runCell(page, index, wait = true) {
   }, [index, wait]);
 }
 
+// Wait until JupyterLab shows a notebook whose kernel is idle and whose cells are there.
+export async function notebookReady(page, timeout, polling = 200) {
+  await page.waitForFunction(() => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
+  }, null, { timeout, polling });
+}
+
 // Open cfg.notebook in JupyterLab and wait until its kernel is idle and its cells are shown. Each run gets
 // a workspace of its own: the shared server's default workspace would reopen the notebooks of earlier
 // tests, whose saved widget outputs have no model any more (an error in the console).
 export async function openNotebook(page, timeout) {
   const workspace = `t${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
   await page.goto(`${cfg.url}lab/workspaces/${workspace}/tree/${cfg.notebook}?token=${cfg.token}`, { timeout });
-  await page.waitForFunction(() => {
-    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
-  }, null, { timeout, polling: 200 });
+  await notebookReady(page, timeout);
+}
+
+// A step threw: report 'error' with its stack and the console errors so far, save the page as `shot` in
+// cfg.artifacts, and make the script exit non-zero.
+export async function reportError(err, page, shot, consoleErrors) {
+  report('error', { message: String(err && err.stack || err), consoleErrors });
+  await page.screenshot({ path: path.join(cfg.artifacts, shot), fullPage: true }).catch(() => {});
+  process.exitCode = 1;
+}
+
+// What the Multi-GPU sidebar shows: whether its stream is live, the status bar item, and each cluster
+// card (id, status, world size, each rank's bar, its sparklines' lengths).
+export async function sidebar(page) {
+  return page.evaluate(() => ({
+    live: document.querySelector('#jupyter-mgpu-panel .jp-mgpu-live')?.textContent ?? null,
+    status: document.querySelector('.jp-mgpu-status')?.textContent ?? null,
+    clusters: Array.from(document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-cluster')).map(card => ({
+      id: card.dataset.clusterId,
+      status: card.dataset.status,
+      worldSize: Number(card.dataset.worldSize),
+      ranks: Array.from(card.querySelectorAll('.jp-mgpu-rank')).map(r => ({
+        rank: Number(r.dataset.rank),
+        pid: Number(r.dataset.pid),
+        used: Number(r.dataset.usedBytes),
+        total: Number(r.dataset.totalBytes),
+        width: r.querySelector('.jp-mgpu-bar-fill')?.style.width ?? null
+      })),
+      sparkPoints: Array.from(card.querySelectorAll('polyline')).map(p => (p.getAttribute('points') ?? '').split(' ').length)
+    }))
+  }));
+}
+
+// Wait until the player counter `counter` (a selector) reads its last step ("step n / n").
+export async function untilLastStep(page, counter, timeout) {
+  await page.waitForFunction(c => {
+    const m = /step (\d+) \/ (\d+)/.exec(document.querySelector(c).textContent);
+    return m && m[1] === m[2];
+  }, counter, { timeout, polling: 100 });
+}
+
+// Step the player inside `sel` forward `n` times with its button; `read()` after each step and before
+// the first: n + 1 readings.
+export async function stepForward(page, sel, n, read) {
+  const seen = [await read()];
+  for (let i = 1; i <= n; i++) {
+    await page.click(`${sel} .mgpu-player-step-forward`);
+    await page.waitForFunction(([s, k]) => new RegExp(`^step ${k} /`).test(
+      document.querySelector(`${s} .mgpu-player-counter`).textContent), [sel, i], { timeout: 10000 });
+    seen.push(await read());
+  }
+  return seen;
+}
+
+// Jump the player inside `sel` to its last step, then one step back; `read()` at each.
+export async function lastAndBack(page, sel, read) {
+  await page.click(`${sel} .mgpu-player-last`);
+  await page.waitForTimeout(300);
+  const end = await read();
+  await page.click(`${sel} .mgpu-player-step-back`);
+  await page.waitForTimeout(300);
+  return { end, back: await read() };
+}
+
+// A new page of `context` that loads file:// URLs only: every other request is refused and its URL
+// kept in `requests`.
+export async function offlinePage(context) {
+  const page = await context.newPage();
+  const requests = [];
+  await page.route('**/*', route => {
+    const u = route.request().url();
+    if (u.startsWith('file://')) return route.continue();
+    requests.push(u);
+    return route.abort();
+  });
+  return { page, requests };
+}
+
+// Play the one player of a standalone page at speed 8 and wait until it shows its last step.
+export async function playToEnd(page, timeout) {
+  await page.selectOption('.mgpu-player-speed', '8');
+  await page.click('.mgpu-player-play');
+  await untilLastStep(page, '.mgpu-player-counter', timeout);
 }

@@ -3,7 +3,7 @@
 // what it shows. Called by tests/browser/test_collective_player.py with one JSON argument
 // {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
 import path from 'node:path';
-import { cfg, report, openBrowser, openNotebook, runCell as runCellIn } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, runCell as runCellIn, reportError, untilLastStep } from './chromium.mjs';
 
 const T = 90000;
 const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 1000 } });
@@ -44,11 +44,7 @@ try {
   const sawPause = await page.waitForFunction(() => document.querySelector('.mgpu-player-pause') !== null ||
       Array.from(document.querySelectorAll('.mgpu-player button')).some(b => b.textContent === '||'),
     null, { timeout: 5000, polling: 50 }).then(() => true).catch(() => false);
-  await page.waitForFunction(() => {
-    const t = document.querySelector('.mgpu-player').innerText;
-    const m = /step (\d+) \/ (\d+)/.exec(t);
-    return m && m[1] === m[2];
-  }, null, { timeout: 30000, polling: 100 });
+  await untilLastStep(page, '.mgpu-player .mgpu-player-counter', 30000);
   await page.waitForTimeout(300);
   const end = await player();
   await page.screenshot({ path: path.join(cfg.artifacts, 'player_end.png'), fullPage: true });
@@ -62,8 +58,7 @@ try {
     window.jupyterapp.shell.currentWidget.content.widgets[2].node.innerText), null, { timeout: T, polling: 200 });
   report('done', { consoleErrors });
 } catch (err) {
-  report('error', { message: String(err && err.stack || err) });
-  await page.screenshot({ path: path.join(cfg.artifacts, 'player_error.png'), fullPage: true }).catch(() => {});
+  await reportError(err, page, 'player_error.png', consoleErrors);
 } finally {
   await context.close();
 }

@@ -2,27 +2,13 @@
 // Multi-GPU sidebar story, saving a screenshot per state. Called by tests/browser/test_lab.py with one
 // JSON argument: {url, token, notebook, artifacts, docsShot, chromium, profile}. Prints one JSON line
 // per step ({"step": ..., ...observations}) and a final {"step": "done"}; the pytest asserts on them.
-import { chromium } from 'playwright-core';
 import path from 'node:path';
+import { cfg, report, openBrowser, openNotebook, runCell, reportError, sidebar } from './chromium.mjs';
 
-const cfg = JSON.parse(process.argv[2]);
 const STEP_TIMEOUT = 90000;
-
-function report(step, data = {}) {
-  process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
-}
 
 async function shot(page, name) {
   await page.screenshot({ path: path.join(cfg.artifacts, `${name}.png`) });
-}
-
-// Run the active notebook's cell `index` through the UI and wait until it has executed.
-async function runCell(page, index) {
-  await page.evaluate(async i => {
-    const panel = window.jupyterapp.shell.currentWidget;
-    panel.content.activeCellIndex = i;
-    await window.jupyterapp.commands.execute('notebook:run-cell');
-  }, index);
 }
 
 async function cellText(page, index) {
@@ -33,62 +19,17 @@ async function cellText(page, index) {
 }
 
 // What the sidebar shows for each cluster: id, status, world size, and each rank's bar.
-async function sidebar(page) {
-  return page.evaluate(() =>
-    Array.from(document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-cluster')).map(card => ({
-      id: card.dataset.clusterId,
-      status: card.dataset.status,
-      worldSize: Number(card.dataset.worldSize),
-      ranks: Array.from(card.querySelectorAll('.jp-mgpu-rank')).map(r => ({
-        rank: Number(r.dataset.rank),
-        pid: Number(r.dataset.pid),
-        used: Number(r.dataset.usedBytes),
-        total: Number(r.dataset.totalBytes),
-        width: r.querySelector('.jp-mgpu-bar-fill').style.width
-      })),
-      sparkPoints: Array.from(card.querySelectorAll('polyline')).map(p => p.getAttribute('points').split(' ').length)
-    }))
-  );
-}
+const clusters = async page => (await sidebar(page)).clusters;
 
 async function waitFor(page, fn, arg, timeout = STEP_TIMEOUT) {
   await page.waitForFunction(fn, arg, { timeout, polling: 200 });
 }
 
-const context = await chromium.launchPersistentContext(cfg.profile, {
-  executablePath: cfg.chromium,
-  headless: true,
-  viewport: { width: 1280, height: 800 },
-  args: [
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-quic',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync',
-    '--disable-dev-shm-usage'
-  ]
-});
-const page = context.pages()[0] ?? (await context.newPage());
-const consoleErrors = [];
-page.on('console', msg => {
-  if (msg.type() === 'error') {
-    consoleErrors.push(msg.text());
-  }
-});
-page.on('pageerror', err => consoleErrors.push(String(err)));
+const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 800 } });
 
 try {
   // 1. open the quickstart notebook; wait for JupyterLab, the kernel and our status-bar item
-  await page.goto(`${cfg.url}lab/workspaces/sidebar-story/tree/${cfg.notebook}?token=${cfg.token}`,
-    { timeout: STEP_TIMEOUT });  // a workspace of its own: nothing of other tests' notebooks reopens
-  await waitFor(page, () => {
-    const app = window.jupyterapp;
-    const w = app && app.shell.currentWidget;
-    return !!(w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel &&
-      w.sessionContext.session.kernel.status === 'idle' && w.content.widgets.length > 0);
-  });
+  await openNotebook(page, STEP_TIMEOUT);
   await page.waitForSelector('.jp-mgpu-status', { timeout: STEP_TIMEOUT });
   const plugins = await page.evaluate(() => window.jupyterapp.hasPlugin('jupyter-mgpu:plugin'));
   const statusBefore = await page.textContent('.jp-mgpu-status');
@@ -127,7 +68,7 @@ try {
       text: r.innerText
     }))
   );
-  const started = await sidebar(page);
+  const started = await clusters(page);
   const statusStarted = await page.textContent('.jp-mgpu-status');
   const initOutput = (await cellText(page, initIndex)).output;
   await shot(page, '02_cluster_started');
@@ -160,7 +101,7 @@ try {
     .then(() => true)
     .catch(() => false);
   await page.waitForTimeout(1500); // let the sparkline and dashboard catch up for the picture
-  const allocated = await sidebar(page);
+  const allocated = await clusters(page);
   const allocOutput = (await cellText(page, allocIndex)).output;
   const dashboardAfter = await page.evaluate(() =>
     Array.from(document.querySelectorAll('.mgpu-mem .mgpu-mem-row')).map(r => r.innerText)
@@ -210,7 +151,7 @@ try {
     )
     .then(() => true)
     .catch(() => false);
-  const afterStop = await sidebar(page);
+  const afterStop = await clusters(page);
   const errorDialog = await page.$('.jp-Dialog');
   await shot(page, '05_stopped');
   report('stopped', {
@@ -236,9 +177,7 @@ try {
   report('theme', { lightBg, darkBg, darkApplied });
   report('done', { consoleErrors });
 } catch (err) {
-  await shot(page, '99_failure').catch(() => {});
-  report('error', { message: String(err && err.stack ? err.stack : err), consoleErrors });
-  process.exitCode = 1;
+  await reportError(err, page, '99_failure.png', consoleErrors);
 } finally {
   await context.close();
 }

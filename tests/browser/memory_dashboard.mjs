@@ -4,7 +4,7 @@
 // the second view and checks the first froze too. Called by tests/browser/test_memory_dashboard.py with
 // one JSON argument {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
 import path from 'node:path';
-import { cfg, report, openBrowser, openNotebook, runCell as runCellIn } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, runCell as runCellIn, reportError } from './chromium.mjs';
 
 const T = 90000;
 const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 900 } });
@@ -76,8 +76,7 @@ try {
   await page.screenshot({ path: path.join(cfg.artifacts, 'dashboard_stopped.png'), fullPage: true });
   report('done', { freed, stopped, consoleErrors });
 } catch (err) {
-  report('error', { message: String(err && err.stack || err) });
-  await page.screenshot({ path: path.join(cfg.artifacts, 'dashboard_error.png'), fullPage: true }).catch(() => {});
+  await reportError(err, page, 'dashboard_error.png', consoleErrors);
 } finally {
   await context.close();
 }

@@ -8,7 +8,7 @@
 // (after they finished, before the screenshots); both report their observations with ctx.report(step, data).
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { cfg, report, openBrowser, openNotebook } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, reportError } from './chromium.mjs';
 
 const T = cfg.timeoutMs ?? 600000;
 const { page, context, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 900 } });
@@ -135,8 +135,7 @@ try {
   });
   report('done', { consoleErrors });
 } catch (err) {
-  report('error', { message: String(err && err.stack || err), consoleErrors });
-  await page.screenshot({ path: path.join(cfg.artifacts, 'error.png') }).catch(() => {});
+  await reportError(err, page, 'error.png', consoleErrors);
   await page.evaluate(() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()).catch(() => {});
 } finally {
   await context.close();

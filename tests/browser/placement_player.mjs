@@ -4,7 +4,10 @@
 // Called by tests/browser/test_placement_player.py with one JSON argument
 // {url, token, notebook, html, artifacts, chromium, profile}; prints one JSON line per step.
 import path from 'node:path';
-import { cfg, report, openBrowser, openNotebook, runCell as runCellIn } from './chromium.mjs';
+import {
+  cfg, report, openBrowser, openNotebook, runCell as runCellIn, reportError, stepForward, lastAndBack, offlinePage,
+  playToEnd
+} from './chromium.mjs';
 
 const T = 120000;
 const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1400, height: 1000 }, extraArgs: ['--allow-file-access-from-files'] });
@@ -46,22 +49,10 @@ try {
   await page.waitForFunction(() => document.querySelectorAll('.mgpu-placement svg').length >= 2, null, { timeout: T });
   await page.evaluate(() => { document.querySelectorAll('.mgpu-placement')[1].id = 'mgpu-trace'; });
   const sel = '#mgpu-trace';
-  const first = await drawn(sel);
   await page.screenshot({ path: path.join(cfg.artifacts, 'trace_0.png'), fullPage: true });
-  const seen = [first];
-  for (let i = 0; i < 6; i++) {
-    await page.click(`${sel} .mgpu-player-step-forward`);
-    await page.waitForFunction(([s, k]) => new RegExp(`step ${k} /`).test(document.querySelector(s).innerText),
-      [sel, i + 1], { timeout: 10000 });
-    seen.push(await drawn(sel));
-  }
+  const seen = await stepForward(page, sel, 6, () => drawn(sel));
   await page.screenshot({ path: path.join(cfg.artifacts, 'trace_6.png'), fullPage: true });
-  await page.click(`${sel} .mgpu-player-last`);
-  await page.waitForTimeout(300);
-  const end = await drawn(sel);
-  await page.click(`${sel} .mgpu-player-step-back`);
-  await page.waitForTimeout(300);
-  const back = await drawn(sel);
+  const { end, back } = await lastAndBack(page, sel, () => drawn(sel));
   report('stepped', { seen, end, back });
   await runCell(3);
   await page.waitForFunction(() => /saved/.test(
@@ -72,24 +63,12 @@ try {
     null, { timeout: T, polling: 200 });
 
   // the standalone page: no kernel, no network
-  const off = await context.newPage();
-  const requests = [];
-  await off.route('**/*', route => {
-    const u = route.request().url();
-    if (u.startsWith('file://')) return route.continue();
-    requests.push(u);
-    return route.abort();
-  });
+  const { page: off, requests } = await offlinePage(context);
   await off.goto('file://' + cfg.html, { timeout: T });
   await off.waitForSelector('.mgpu-placement svg', { timeout: 20000 });
   const s0 = await off.evaluate(() => document.querySelector('.mgpu-player-counter').textContent);
   const tiles0 = await off.evaluate(() => document.querySelector('.mgpu-placement-stage').innerHTML.length);
-  await off.selectOption('.mgpu-player-speed', '8');
-  await off.click('.mgpu-player-play');
-  await off.waitForFunction(() => {
-    const m = /step (\d+) \/ (\d+)/.exec(document.querySelector('.mgpu-player-counter').textContent);
-    return m && m[1] === m[2];
-  }, null, { timeout: 60000, polling: 100 });
+  await playToEnd(off, 60000);
   const s1 = await off.evaluate(() => ({
     counter: document.querySelector('.mgpu-player-counter').textContent,
     play: document.querySelector('.mgpu-player-play, .mgpu-player-pause').textContent,
@@ -116,8 +95,7 @@ try {
   report('big', timing);
   report('done', { consoleErrors });
 } catch (err) {
-  report('error', { message: String(err && err.stack || err) });
-  await page.screenshot({ path: path.join(cfg.artifacts, 'error.png'), fullPage: true }).catch(() => {});
+  await reportError(err, page, 'error.png', consoleErrors);
 } finally {
   await context.close();
 }

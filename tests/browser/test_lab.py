@@ -9,19 +9,15 @@ test-artifacts/browser/; ``MGPU_UPDATE_DOCS_SHOT=1`` also refreshes docs/sidebar
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
-from lab_server import CHROMIUM, REPO
+from lab_server import ARTIFACTS, REPO, run_script
 from processes import wait_gone
 
-ARTIFACTS = REPO / "test-artifacts" / "browser"
+SHOTS = ARTIFACTS / "browser"  # its screenshots
 DOCS_SHOT = REPO / "docs" / "sidebar_dashboard.png"
-SCRIPT = Path(__file__).with_name("lab_session.mjs")
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
@@ -29,32 +25,20 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 @pytest.fixture(scope="module")
 def story(lab):
     """Run the browser script once; return its steps by name."""
-    if ARTIFACTS.exists():
-        shutil.rmtree(ARTIFACTS)
-    ARTIFACTS.mkdir(parents=True)
     # its own copy: the story edits the notebook, and the notebook tests run the pristine one
     story_dir = lab["root"] / "lab_story"
     story_dir.mkdir(exist_ok=True)
     shutil.copyfile(REPO / "notebooks" / "01_quickstart.ipynb", story_dir / "01_quickstart.ipynb")
-    cfg = {
-        "url": lab["url"],
-        "token": lab["token"],
-        "notebook": "lab_story/01_quickstart.ipynb",
-        "artifacts": str(ARTIFACTS),
-        "chromium": CHROMIUM,
-        "profile": str(lab["tmp"] / "chromium-profile"),
-        "docsShot": str(ARTIFACTS / "sidebar_dashboard.png"),
-    }
-    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=360, cwd=REPO)
-    steps = {}
-    for line in run.stdout.splitlines():
-        if line.startswith("{"):
-            rec = json.loads(line)
-            steps[rec["step"]] = rec
-    assert "error" not in steps, f"{steps['error']['message']}\nlab log:\n{lab['log'].read_text()[-3000:]}"
-    assert run.returncode == 0 and "done" in steps, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    steps = run_script(
+        lab,
+        "lab_session.mjs",
+        "browser",
+        360,
+        notebook="lab_story/01_quickstart.ipynb",
+        docsShot=str(SHOTS / "sidebar_dashboard.png"),
+    )
     if os.environ.get("MGPU_UPDATE_DOCS_SHOT"):
-        shutil.copyfile(ARTIFACTS / "sidebar_dashboard.png", DOCS_SHOT)
+        shutil.copyfile(SHOTS / "sidebar_dashboard.png", DOCS_SHOT)
     return steps
 
 
@@ -118,7 +102,7 @@ def test_dark_panel_is_dark(story):
 
 
 def test_screenshots_of_each_state(story):
-    names = sorted(p.name for p in ARTIFACTS.glob("*.png"))
+    names = sorted(p.name for p in SHOTS.glob("*.png"))
     assert names == [
         "01_notebook_open.png",
         "02_cluster_started.png",
@@ -128,5 +112,5 @@ def test_screenshots_of_each_state(story):
         "06_dark_theme.png",
         "sidebar_dashboard.png",
     ]
-    assert (ARTIFACTS / "sidebar_dashboard.png").stat().st_size < 300_000
+    assert (SHOTS / "sidebar_dashboard.png").stat().st_size < 300_000
     assert story["done"]["consoleErrors"] == []

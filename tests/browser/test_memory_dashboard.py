@@ -1,24 +1,15 @@
 """Real-browser test of the memory dashboard: bars move while a cell runs, views stay in sync, pause works.
 
-Uses the shared ``lab`` fixture (tests/lab_server.py) (a real ``jupyter lab`` on a free loopback port) and Debian's
-Chromium through playwright-core. Screenshots go to test-artifacts/browser-memory/.
+memory_dashboard.mjs drives it in the shared ``lab`` (tests/lab_server.py) with Debian's Chromium, saving
+screenshots in test-artifacts/browser-memory/.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
-import nbformat
 import pytest
-from lab_server import CHROMIUM, REPO
-from nbformat.v4 import new_code_cell, new_notebook
-
-ARTIFACTS = REPO / "test-artifacts" / "browser-memory"
-SCRIPT = Path(__file__).with_name("memory_dashboard.mjs")
+from lab_server import run_script, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
@@ -39,27 +30,8 @@ def mib(text: str) -> float:
 
 @pytest.fixture(scope="module")
 def steps(lab):
-    if ARTIFACTS.exists():
-        shutil.rmtree(ARTIFACTS)
-    ARTIFACTS.mkdir(parents=True)
-    nb = new_notebook(
-        cells=[new_code_cell(c) for c in CELLS],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-    )
-    nbformat.write(nb, lab["tmp"] / "root" / "memory_check.ipynb")
-    cfg = {
-        "url": lab["url"],
-        "token": lab["token"],
-        "notebook": "memory_check.ipynb",
-        "artifacts": str(ARTIFACTS),
-        "chromium": CHROMIUM,
-        "profile": str(lab["tmp"] / "chromium-profile-memory"),
-    }
-    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=360, cwd=REPO)
-    out = {json.loads(x)["step"]: json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")}
-    assert "error" not in out, f"{out['error']['message']}\nlab log:\n{lab['log'].read_text()[-3000:]}"
-    assert run.returncode == 0 and "done" in out, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    return out
+    write_notebook(lab["root"] / "memory_check.ipynb", CELLS)
+    return run_script(lab, "memory_dashboard.mjs", "browser-memory", 360, notebook="memory_check.ipynb")
 
 
 def test_init_shows_the_dashboard_and_a_second_view(steps):

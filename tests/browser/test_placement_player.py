@@ -1,23 +1,13 @@
 """Real-browser test of the placement view and the trace player in JupyterLab, and of the standalone page.
 
-Uses the shared ``lab`` fixture (tests/lab_server.py) and Debian's Chromium through playwright-core. Screenshots go
-to test-artifacts/browser-placement/.
+placement_player.mjs drives both in Debian's Chromium, on the shared ``lab`` (tests/lab_server.py); screenshots
+go to test-artifacts/browser-placement/.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
-
-import nbformat
 import pytest
-from lab_server import CHROMIUM, REPO
-from nbformat.v4 import new_code_cell, new_notebook
-
-ARTIFACTS = REPO / "test-artifacts" / "browser-placement"
-SCRIPT = Path(__file__).with_name("placement_player.mjs")
+from lab_server import run_script, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
@@ -62,31 +52,17 @@ def _big_trace_page(path):
 
 @pytest.fixture(scope="module")
 def played(lab):
-    if ARTIFACTS.exists():
-        shutil.rmtree(ARTIFACTS)
-    ARTIFACTS.mkdir(parents=True)
-    root = lab["tmp"] / "root"
-    nb = new_notebook(
-        cells=[new_code_cell(c) for c in CELLS],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    root = lab["root"]
+    write_notebook(root / "placement_check.ipynb", CELLS)
+    return run_script(
+        lab,
+        "placement_player.mjs",
+        "browser-placement",
+        380,
+        notebook="placement_check.ipynb",
+        html=str(root / "ring.html"),
+        big=_big_trace_page(lab["tmp"] / "big.html"),
     )
-    nbformat.write(nb, root / "placement_check.ipynb")
-    big = _big_trace_page(lab["tmp"] / "big.html")
-    cfg = {
-        "url": lab["url"],
-        "token": lab["token"],
-        "notebook": "placement_check.ipynb",
-        "html": str(root / "ring.html"),
-        "big": big,
-        "artifacts": str(ARTIFACTS),
-        "chromium": CHROMIUM,
-        "profile": str(lab["tmp"] / "chromium-profile-placement"),
-    }
-    run = subprocess.run(["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=380, cwd=REPO)
-    steps = {json.loads(x)["step"]: json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")}
-    assert "error" not in steps, f"{steps['error']['message']}\nlab log:\n{lab['log'].read_text()[-3000:]}"
-    assert run.returncode == 0 and "done" in steps, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    return steps
 
 
 def test_placement_view_renders_each_rank_and_hover_text(played):

@@ -1,28 +1,11 @@
 // What the hub's browser scripts share: logging a hub user in on the hub's login page into JupyterLab
-// (hub.ipynb, its kernel idle, the Multi-GPU panel open and live), and reading the sidebar, its device
-// rows and the layout of the panel and status item.
+// (hub.ipynb, its kernel idle, the Multi-GPU panel open and live), and reading the panel's device rows
+// and the layout of the panel and status item (the sidebar's clusters: chromium.mjs).
 import path from 'node:path';
 
-import { cfg, openBrowser, report } from '../browser/chromium.mjs';
+import { cfg, notebookReady, openBrowser, report, sidebar } from '../browser/chromium.mjs';
 
 export const STEP = 150000; // login may include spawning the server on a loaded 2-core machine
-
-export async function sidebar(page) {
-  return page.evaluate(() => ({
-    live: document.querySelector('#jupyter-mgpu-panel .jp-mgpu-live')?.textContent ?? null,
-    status: document.querySelector('.jp-mgpu-status')?.textContent ?? null,
-    clusters: Array.from(document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-cluster')).map(card => ({
-      id: card.dataset.clusterId,
-      status: card.dataset.status,
-      worldSize: Number(card.dataset.worldSize),
-      ranks: Array.from(card.querySelectorAll('.jp-mgpu-rank')).map(r => ({
-        rank: Number(r.dataset.rank),
-        pid: Number(r.dataset.pid),
-        used: Number(r.dataset.usedBytes)
-      }))
-    }))
-  }));
-}
 
 // Where the panel, its cluster cards and the status item sit; whether anything overflows its box.
 export async function layout(page) {
@@ -55,10 +38,7 @@ export async function login(key) {
   await page.fill('#username_input', user.name);
   await page.fill('#password_input', user.password);
   await page.click('#login_submit');
-  await page.waitForFunction(() => {
-    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
-  }, null, { timeout: STEP, polling: 250 });
+  await notebookReady(page, STEP, 250);
   await page.waitForSelector('.jp-mgpu-status', { timeout: STEP });
   await page.click('.jp-mgpu-status');
   await page.waitForSelector('#jupyter-mgpu-panel:not(.lm-mod-hidden)', { timeout: 20000 });

@@ -7,8 +7,8 @@
 // "checkpoint" step (both clusters running) it waits for a line on stdin before stopping anything.
 import path from 'node:path';
 
-import { cfg, report, runCell } from '../browser/chromium.mjs';
-import { layout, login, sidebar, STEP } from './hub_browser.mjs';
+import { cfg, report, runCell, sidebar } from '../browser/chromium.mjs';
+import { layout, login, STEP } from './hub_browser.mjs';
 
 
 async function startCluster(key, s) {

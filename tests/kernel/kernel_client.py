@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from typing import Any
 
 from jupyter_client.manager import KernelManager
 from stop_button import run_and_interrupt
@@ -43,19 +43,10 @@ class Kernel:
         reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
         return reply["content"], "".join(out)
 
-    def run_and_interrupt(
-        self,
-        code: str,
-        after: float,
-        presses: int = 1,
-        gap: float = 0.1,
-        timeout: float = 60,
-        until: Callable[[], bool] | None = None,
-    ) -> tuple[dict, str, float]:
-        """Run ``code``, press stop ``presses`` times from ``after`` seconds on (counted from when
-        ``until()`` first holds, if given); returns the reply content, everything printed, and the
-        seconds from the first press to the reply."""
-        return run_and_interrupt(self.km, self.kc, code, after, presses, gap, timeout, until)
+    def run_and_interrupt(self, code: str, after: float, **press: Any) -> tuple[dict, str, float]:
+        """``stop_button.run_and_interrupt`` on this kernel: run ``code``, press stop ``after`` seconds on
+        (``presses``, ``gap``, ``timeout`` and ``until`` as there)."""
+        return run_and_interrupt(self.km, self.kc, code, after, **press)
 
     def start_cluster(self, n: int = 2, options: str = "--timeout 5") -> list[int]:
         reply, out = self.execute(f"%load_ext jupyter_mgpu\n%mgpu_init {n} {options} --no-dashboard")

@@ -8,19 +8,15 @@ text line that wraps — with screenshots of the main views in ``test-artifacts/
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import nbformat
-from lab_server import ARTIFACTS, CHROMIUM, REPO
+import pytest
+from lab_server import ARTIFACTS, BROWSER, run_script
 from nbrun import by_source
-
-SCRIPT = REPO / "tests" / "browser" / "notebook_run.mjs"
-HOOKS = REPO / "tests" / "browser" / "notebook_hooks"
 
 
 @dataclass
@@ -48,38 +44,19 @@ def run_in_lab(lab: dict[str, Any], name: str, shots: dict[str, str], timeout_s:
     ``tests/browser/notebook_hooks/<stem>.mjs``, when present, observes the page during and after the run.
     """
     stem = Path(name).stem
-    artifacts = ARTIFACTS / "notebooks" / stem
-    if artifacts.exists():
-        shutil.rmtree(artifacts)
-    artifacts.mkdir(parents=True)
-    hooks = HOOKS / f"{stem}.mjs"
-    cfg = {
-        "url": lab["url"],
-        "token": lab["token"],
-        "notebook": f"notebooks/{name}",
-        "artifacts": str(artifacts),
-        "chromium": CHROMIUM,
-        "profile": str(lab["tmp"] / f"chromium-{stem}"),
-        "timeoutMs": timeout_s * 1000,
-        "shots": [{"name": k, "cell": v} for k, v in shots.items()],
-        "hooks": str(hooks) if hooks.exists() else None,
-    }
-    run = subprocess.run(
-        ["node", str(SCRIPT), json.dumps(cfg)], capture_output=True, text=True, timeout=timeout_s + 120, cwd=REPO
+    hooks = BROWSER / "notebook_hooks" / f"{stem}.mjs"
+    steps = run_script(
+        lab,
+        "notebook_run.mjs",
+        f"notebooks/{stem}",
+        timeout_s + 120,
+        notebook=f"notebooks/{name}",
+        timeoutMs=timeout_s * 1000,
+        shots=[{"name": k, "cell": v} for k, v in shots.items()],
+        hooks=str(hooks) if hooks.exists() else None,
     )
-    steps: dict[str, Any] = {}
-    for line in run.stdout.splitlines():
-        if line.startswith("{"):
-            rec = json.loads(line)
-            steps[rec["step"]] = rec
-    (artifacts / "steps.json").write_text(json.dumps(steps, indent=1))
-    assert "error" not in steps, (
-        f"{steps['error']['message']}\nconsole: {steps['error'].get('consoleErrors')}\n"
-        f"lab log:\n{lab['log'].read_text()[-3000:]}"
-    )
-    assert run.returncode == 0 and "done" in steps, f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     nb = nbformat.read(lab["root"] / "notebooks" / name, as_version=4)
-    return LabRun(nb, steps, artifacts)
+    return LabRun(nb, steps, ARTIFACTS / "notebooks" / stem)
 
 
 def assert_page_is_clean(run: LabRun) -> None:
@@ -96,3 +73,15 @@ def assert_page_is_clean(run: LabRun) -> None:
     assert layout["wrapped"] == [], f"text lines that wrap: {layout['wrapped'][:4]}"
     assert layout["wide_code"] == [], f"code wider than its cell: {layout['wide_code'][:6]}"
     assert all(Path(p).stat().st_size > 2000 for p in run.steps["shots"]["shots"])
+
+
+def notebook_module(name: str, shots: dict[str, str], timeout_s: int = 900) -> tuple[list[Any], Callable]:
+    """What every notebook test module shares: its marks and the module-scoped ``run`` fixture, one Run All
+    of ``notebooks/<name>`` (``run_in_lab``) that all its tests read. A module binds them by the names
+    pytest looks for: ``pytestmark, run = notebook_module("01_quickstart.ipynb", SHOTS)``."""
+
+    @pytest.fixture(scope="module")
+    def run(lab: dict[str, Any]) -> LabRun:
+        return run_in_lab(lab, name, shots, timeout_s)
+
+    return [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(timeout_s)], run

@@ -1,8 +1,4 @@
-import pytest
-from labrun import assert_page_is_clean, run_in_lab
-
-pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
-
+from labrun import assert_page_is_clean, notebook_module
 
 SHOTS = {
     "01_first_cell": "%%mgpu\nx = torch.full",
@@ -15,10 +11,7 @@ SHOTS = {
     "08_mg_matmul": "A = mg.randn(3072",
 }
 
-
-@pytest.fixture(scope="module")
-def run(lab):
-    return run_in_lab(lab, "01_quickstart.ipynb", SHOTS)
+pytestmark, run = notebook_module("01_quickstart.ipynb", SHOTS)
 
 
 def test_quickstart_notebook_runs_and_shows_what_it_says(run):

@@ -2,10 +2,7 @@
 
 import re
 
-import pytest
-from labrun import assert_page_is_clean, run_in_lab
-
-pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
+from labrun import assert_page_is_clean, notebook_module
 
 
 def _outputs(nb, prefix):
@@ -35,10 +32,7 @@ SHOTS = {
     "11_bench": "%mgpu_bench",
 }
 
-
-@pytest.fixture(scope="module")
-def run(lab):
-    return run_in_lab(lab, "02_collectives.ipynb", SHOTS)
+pytestmark, run = notebook_module("02_collectives.ipynb", SHOTS)
 
 
 def test_collectives_notebook_runs_and_shows_every_collective(run):

@@ -2,10 +2,7 @@
 
 import re
 
-import pytest
-from labrun import assert_page_is_clean, run_in_lab
-
-pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
+from labrun import assert_page_is_clean, notebook_module
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -16,10 +13,7 @@ SHOTS = {
     "03_second_view": "board = mg.dashboard()",
 }
 
-
-@pytest.fixture(scope="module")
-def run(lab):
-    return run_in_lab(lab, "03_memory.ipynb", SHOTS)
+pytestmark, run = notebook_module("03_memory.ipynb", SHOTS)
 
 
 def test_memory_notebook_runs_and_shows_live_memory(run):

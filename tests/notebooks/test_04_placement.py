@@ -2,10 +2,7 @@
 
 import re
 
-import pytest
-from labrun import assert_page_is_clean, run_in_lab
-
-pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
+from labrun import assert_page_is_clean, notebook_module
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 SHOTS = {
@@ -17,10 +14,7 @@ SHOTS = {
     "06_live_player": "from IPython.display import display",
 }
 
-
-@pytest.fixture(scope="module")
-def run(lab):
-    return run_in_lab(lab, "04_placement.ipynb", SHOTS)
+pytestmark, run = notebook_module("04_placement.ipynb", SHOTS)
 
 
 def test_placement_notebook_runs_shows_views_and_traces(run, lab):

@@ -1,10 +1,6 @@
 import re
 
-import pytest
-from labrun import assert_page_is_clean, run_in_lab
-
-pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
-
+from labrun import assert_page_is_clean, notebook_module
 
 SHOTS = {
     "01_init": "%mgpu_init 4",
@@ -14,10 +10,7 @@ SHOTS = {
     "05_benchmark": "%run ../benchmarks/cosine.py",
 }
 
-
-@pytest.fixture(scope="module")
-def run(lab):
-    return run_in_lab(lab, "05_cosine_similarity.ipynb", SHOTS)
+pytestmark, run = notebook_module("05_cosine_similarity.ipynb", SHOTS)
 
 
 def test_cosine_notebook_solves_the_forum_problem(run):

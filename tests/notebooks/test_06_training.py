@@ -1,10 +1,6 @@
 import re
 
-import pytest
-from labrun import assert_page_is_clean, run_in_lab
-
-pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
-
+from labrun import assert_page_is_clean, notebook_module
 
 SHOTS = {
     "01_live_views": "import jupyter_mgpu as mg",
@@ -13,10 +9,7 @@ SHOTS = {
     "04_logged": "m = mg.metrics()",
 }
 
-
-@pytest.fixture(scope="module")
-def run(lab):
-    return run_in_lab(lab, "06_data_parallel_training.ipynb", SHOTS)
+pytestmark, run = notebook_module("06_data_parallel_training.ipynb", SHOTS)
 
 
 def test_training_notebook_reaches_its_stated_accuracy(run):

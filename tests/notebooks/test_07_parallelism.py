@@ -5,9 +5,7 @@ steps with its buttons, and its saved page plays without a kernel or network."""
 import re
 
 import pytest
-from labrun import assert_page_is_clean, run_in_lab
-
-pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(900)]
+from labrun import assert_page_is_clean, notebook_module
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 SHOTS = {
@@ -18,10 +16,7 @@ SHOTS = {
     "05_plot": "r.plot()",
 }
 
-
-@pytest.fixture(scope="module")
-def run(lab):
-    return run_in_lab(lab, "07_parallelism_strategies.ipynb", SHOTS)
+pytestmark, run = notebook_module("07_parallelism_strategies.ipynb", SHOTS)
 
 
 def test_every_strategy_matches_single(run):

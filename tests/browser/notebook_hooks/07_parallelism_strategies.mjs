@@ -2,6 +2,8 @@
 // replayed player after the run — step it with its buttons and read what it draws — and the page that
 // r.schedule("pp").save_html(...) wrote, opened from file:// with every network request refused and
 // played to the end.
+import { stepForward, lastAndBack, offlinePage, playToEnd } from '../chromium.mjs';
+
 export async function during({ page, report, cellIndex }) {
   const cell = await cellIndex('r = mg.compare(model');
   const seen = [];
@@ -43,30 +45,12 @@ export async function after({ page, context, report, cellIndex, consoleErrors })
   await page.click(`${sel} .mgpu-player-first`);
   await page.waitForFunction(s => /^step 0 \//.test(document.querySelector(s + ' .mgpu-player-counter').textContent),
     sel, { timeout: 10000 });
-  const steps = [await readIn()];
-  for (let i = 1; i <= 6; i++) {
-    await page.click(`${sel} .mgpu-player-step-forward`);
-    await page.waitForFunction(([s, k]) => new RegExp(`^step ${k} /`).test(
-      document.querySelector(s + ' .mgpu-player-counter').textContent), [sel, i], { timeout: 10000 });
-    steps.push(await readIn());
-  }
-  await page.click(`${sel} .mgpu-player-last`);
-  await page.waitForTimeout(300);
-  const last = await readIn();
-  await page.click(`${sel} .mgpu-player-step-back`);
-  await page.waitForTimeout(300);
-  const back = await readIn();
+  const steps = await stepForward(page, sel, 6, readIn);
+  const { end: last, back } = await lastAndBack(page, sel, readIn);
   report('stepped', { steps, last, back });
 
   // the saved page: no kernel, no network
-  const off = await context.newPage();
-  const requests = [];
-  await off.route('**/*', route => {
-    const u = route.request().url();
-    if (u.startsWith('file://')) return route.continue();
-    requests.push(u);
-    return route.abort();
-  });
+  const { page: off, requests } = await offlinePage(context);
   off.on('pageerror', err => consoleErrors.push('standalone: ' + String(err)));
   off.on('console', msg => { if (msg.type() === 'error') consoleErrors.push('standalone: ' + msg.text()); });
   const saved = await cellIndex('import os');  // the cell prints where save_html wrote the page
@@ -75,12 +59,7 @@ export async function after({ page, context, report, cellIndex, consoleErrors })
   await off.goto('file://' + file, { timeout: 60000 });
   await off.waitForSelector('.mgpu-schedule svg', { timeout: 20000 });
   const start = await off.evaluate(() => document.querySelector('.mgpu-player-counter').textContent);
-  await off.selectOption('.mgpu-player-speed', '8');
-  await off.click('.mgpu-player-play');
-  await off.waitForFunction(() => {
-    const m = /step (\d+) \/ (\d+)/.exec(document.querySelector('.mgpu-player-counter').textContent);
-    return m && m[1] === m[2];
-  }, null, { timeout: 120000, polling: 100 });
+  await playToEnd(off, 120000);
   const end = await off.evaluate(() => ({
     counter: document.querySelector('.mgpu-player-counter').textContent,
     play: document.querySelector('.mgpu-player-play, .mgpu-player-pause').textContent,
