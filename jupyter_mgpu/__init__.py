@@ -126,13 +126,13 @@ def load_ipython_extension(ipython: Any) -> None:
 def prewarm() -> None:
     """Start a spare controller and supervisor in the background (torch imported once) so the next
     ``init`` only forks the engines; also starts compiling the CPU budget shim if it is missing."""
-    from jupyter_mgpu.cluster.local import prewarm as _prewarm
+    from jupyter_mgpu.cluster.spare import prewarm as _prewarm
 
     _prewarm()
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from jupyter_mgpu.cluster.local import discard_spare
+    from jupyter_mgpu.cluster.spare import discard_spare
 
     shutdown()
     discard_spare()

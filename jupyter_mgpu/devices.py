@@ -13,6 +13,8 @@ from typing import Any
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.units import format_bytes
 
+MIN_BUDGET = 16 * 1024**2  # below this a rank cannot run its own checks and collectives
+
 DEFAULT_CPU_DEVICES = 2
 
 
@@ -146,8 +148,6 @@ def check_cpu_budget(budget: int, n: int) -> None:
     import warnings
 
     import psutil
-
-    from jupyter_mgpu.engine.budget import MIN_BUDGET
 
     if budget < MIN_BUDGET:
         raise MgpuError(

@@ -3,7 +3,7 @@
 The controller (stock ipyparallel, schedulers in threads, a short heartbeat) and our supervisor (a
 warm fork server that imports torch once and forks every engine) start at the same time in their
 own sessions; every process watches the kernel's pid and ends within a second of it. ``%load_ext``
-(:func:`prewarm`) starts both ahead as a spare, which the next start takes over: it then only forks
+(``cluster/spare.py``) starts both ahead as a spare, which the next start takes over: it then only forks
 the engines. Every process marks its moments of the start (``engine/startup_marks.py``).
 """
 
@@ -19,31 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_mgpu import rundir as rd
+from jupyter_mgpu.cluster.processes import kernel_identity, kill_group, spawn, spawn_controller
+from jupyter_mgpu.cluster.spare import take as take_spare
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.devices import DeviceInfo
 from jupyter_mgpu.engine.startup_marks import mark
 from jupyter_mgpu.engine.startup_marks import read as read_marks
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 
-# heartbeat period: an engine counts as registered at the first beat after it starts its heart, so a
-# shorter period is a quicker start; the misses allowed before the hub drops an engine keep its
-# tolerance at 1 s, as with ipyparallel's own 100 ms x 10
-CONTROLLER_PING_MS = 50
-CONTROLLER_PING_MISSES = 20
-STOP_GRACE = 3.0
-
-
-def _kernel_identity() -> tuple[int, float]:
-    import psutil
-
-    pid = os.getpid()
-    return pid, psutil.Process(pid).create_time()
+STOP_GRACE = 3.0  # seconds a stopped process gets before SIGKILL
 
 
 def state_record(cluster: Any, status: str) -> dict:
     """What a cluster's state file says (read by the server extension and ``%mgpu_status``): who owns it
     (kernel pid and start time), its processes and devices; a cluster still starting has fewer."""
-    kernel_pid, kernel_ctime = _kernel_identity()
+    kernel_pid, kernel_ctime = kernel_identity()
     spec, controller, supervisor = cluster.spec, cluster.controller, cluster.supervisor
     return {
         "cluster_id": cluster.cluster_id,
@@ -104,11 +94,10 @@ class Cluster:
 
         A supervisor pre-warmed by :func:`prewarm` (at ``%load_ext``) is used when there is one.
         """
-        global _spare
         began = time.time()
         rd.clean_stale()
-        kernel_pid, kernel_ctime = _kernel_identity()
-        spare, _spare = _spare, None
+        kernel_pid, kernel_ctime = kernel_identity()
+        spare = take_spare()
         controller = supervisor = None
         if spare is not None and spare.usable():
             path, controller, supervisor = spare.path, spare.controller, spare.supervisor
@@ -141,14 +130,14 @@ class Cluster:
         try:
             with deferred_interrupt():  # both processes start (or the spare's are taken over) and are known, or neither
                 if controller is None:
-                    controller = _spawn_controller(path, kernel_pid, kernel_ctime)
+                    controller = spawn_controller(path, kernel_pid, kernel_ctime)
                 try:
                     rd.write_json(path / "launch.json", config)
                     if supervisor is None:
-                        supervisor = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path)])
+                        supervisor = spawn(path, ["jupyter_mgpu.engine.launcher", str(path)])
                         mark(path, "supervisor.spawned")
                 except BaseException:
-                    _kill_group(controller.pid)
+                    kill_group(controller.pid)
                     raise
                 cluster = cls(spec, cluster_id, path, controller, supervisor)
             cluster._write_state("starting")
@@ -282,144 +271,10 @@ class Cluster:
             try:
                 proc.wait(max(0.01, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 proc.wait(2)
         rd.kill_processes_of(self.path)  # what outlived a killed parent: engines, the controller's helpers
         shutil.rmtree(self.path, ignore_errors=True)
-
-
-@dataclass
-class _Spare:
-    """What ``%load_ext`` starts ahead of ``%mgpu_init``: a controller and a supervisor that imports torch."""
-
-    path: Path
-    controller: subprocess.Popen
-    supervisor: subprocess.Popen
-
-    def usable(self) -> bool:
-        return self.controller.poll() is None and self.supervisor.poll() is None
-
-    def discard(self) -> None:
-        import shutil
-
-        for proc in (self.supervisor, self.controller):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in (self.supervisor, self.controller):
-            try:
-                proc.wait(3)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
-                proc.wait(2)
-        rd.kill_processes_of(self.path)  # the controller's helpers, if it forked any
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
-_spare: _Spare | None = None
-
-
-def _spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subprocess.Popen:
-    proc = _spawn(
-        path,
-        [
-            "jupyter_mgpu.engine.controller",
-            str(kernel_pid),
-            repr(kernel_ctime),
-            "--usethreads",
-            f"--ping={CONTROLLER_PING_MS}",
-            f"--HeartMonitor.max_heartmonitor_misses={CONTROLLER_PING_MISSES}",
-            "--ip=127.0.0.1",
-            f"--profile-dir={path / 'profile'}",
-            "--log-level=WARN",
-        ],
-    )
-    mark(path, "controller.spawned")
-    return proc
-
-
-# ``python -c _BOOTSTRAP <module> <args>`` runs <module> as ``python -m`` would, but the package's own
-# __init__ (the notebook API: ~0.13 s of imports on the start's critical path) runs only when one of
-# its names is first used, which the controller and the supervisor never do; a submodule asked for by
-# name (``from jupyter_mgpu import devices``) is imported alone. No module shares a name with an API
-# name (tests/unit/test_spawn_bootstrap.py checks), so a name means what it means in the notebook.
-_BOOTSTRAP = (
-    "import importlib, importlib.util as u, runpy, sys\n"
-    "s = u.find_spec('jupyter_mgpu'); p = u.module_from_spec(s)\n"
-    "def __getattr__(name):\n"
-    "    if not name.startswith('_') and u.find_spec('jupyter_mgpu.' + name):\n"
-    "        return importlib.import_module('jupyter_mgpu.' + name)\n"
-    "    p.__dict__.pop('__getattr__', None)\n"
-    "    try:\n"
-    "        s.loader.exec_module(p)\n"
-    "    except BaseException:\n"  # an interrupt mid-way: the next use loads it again
-    "        p.__getattr__ = __getattr__; raise\n"
-    "    return getattr(p, name)\n"
-    "p.__getattr__ = __getattr__; sys.modules['jupyter_mgpu'] = p\n"
-    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n"
-)
-
-
-def _spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
-    """Start ``python -m <module_args>`` (see _BOOTSTRAP) in its own session, logging into the cluster directory."""
-    with open(path / "processes.log", "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP, *module_args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            cwd=os.getcwd(),
-            umask=0o077,
-        )
-
-
-def prewarm() -> None:
-    """Start a spare controller and supervisor now (the supervisor imports torch and waits), so the next
-    start skips those costs; also starts compiling the allocator shim in the background if it is missing."""
-    global _spare
-    if _spare is not None and _spare.usable():
-        return
-    discard_spare()
-    from jupyter_mgpu.engine import allocator_budget
-
-    allocator_budget.build_in_background()
-    kernel_pid, kernel_ctime = _kernel_identity()
-    rd.clean_stale()
-    cluster_id = rd.new_cluster_id()
-    path = rd.create(cluster_id)
-    rd.write_json(
-        path / rd.STATE_FILE,
-        {"cluster_id": cluster_id, "status": "spare", "kernel_pid": kernel_pid, "kernel_create_time": kernel_ctime},
-    )
-    with deferred_interrupt():  # both processes start and are known, or neither
-        supervisor = _spawn(path, ["jupyter_mgpu.engine.launcher", str(path), str(kernel_pid), repr(kernel_ctime)])
-        try:
-            controller = _spawn_controller(path, kernel_pid, kernel_ctime)
-        except BaseException:
-            _kill_group(supervisor.pid)
-            raise
-        _spare = _Spare(path, controller, supervisor)
-    # the kernel's own share of a start (ipyparallel's client) imported now, while nobody waits
-    import importlib
-    import threading
-
-    threading.Thread(target=importlib.import_module, args=("ipyparallel",), daemon=True).start()
-
-
-def discard_spare() -> None:
-    """Stop the spare controller and supervisor, if any, and remove their directory."""
-    global _spare
-    spare, _spare = _spare, None
-    if spare is not None:
-        spare.discard()
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def describe_exit(rank: int, record: dict, when: str = "") -> str:

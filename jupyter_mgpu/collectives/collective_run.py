@@ -63,9 +63,11 @@ def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str
         return ("demo", dims, dtype), f"demo shapes {'x'.join(map(str, dims))}"
     try:
         from jupyter_mgpu.tensors.dist_tensor import DistTensor
+
+        is_handle = isinstance(inputs, DistTensor)
     except ImportError:  # pragma: no cover - tensor handles are part of the package
-        DistTensor = ()  # type: ignore[assignment]
-    if DistTensor and isinstance(inputs, DistTensor):
+        is_handle = False
+    if is_handle:
         inputs.check()
         if inputs.session is not s:
             raise MgpuError(
@@ -238,7 +240,7 @@ def collective(
     if results[0].get("problem"):
         raise MgpuError(results[0]["problem"])
     inputs_cpu = [res["before"] for res in results]
-    before = [coll.before_entries(name, x, r, src, n) for r, x in enumerate(inputs_cpu)]
+    before = [sched.before_entries(name, x, r, src, n) for r, x in enumerate(inputs_cpu)]
     after = [res["after"] for res in results]
     return CollectiveResult(
         name,

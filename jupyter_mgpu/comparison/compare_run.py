@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-from typing import Any
+from typing import Any, cast
 
 from jupyter_mgpu.comparison.compare_result import CompareResult
 from jupyter_mgpu.comparison.pipeline_schedule import ScheduleTrace
@@ -101,7 +101,7 @@ def compare(
     """
     s = session or sessmod.current()
     s.check_alive()
-    if getattr(s, "_mgpu_trace", None) is not None:
+    if s.active_trace is not None:
         raise MgpuError("mg.compare records the pipeline's own events; end the `with mg.trace()` block first")
     layers = _layers(model)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -210,7 +210,7 @@ class Comparison:
             for strategy in self.plan.strategies:
                 self._run_one(strategy)
         except BaseException as exc:  # stop button, dead engine: the strategies already measured stay at hand
-            exc.compare_result = self.result
+            cast(Any, exc).compare_result = self.result  # any exception may carry it (BaseException declares none)
             raise
         finally:
             if s.alive and "tensors" in self.data:

@@ -28,7 +28,6 @@ RUNTIME_HEADROOM = 256 * 1024**2
 # until the data segment is ~2 GiB past the live tensors (measured with mg.compare on 4 ranks), so a
 # tight backstop would fail allocations that the budget admits.
 HOST_HEADROOM = 4 * 1024**3
-MIN_BUDGET = 16 * 1024**2  # below this a rank cannot run its own checks and collectives
 _mode: str | None = None
 _fallback_reason: str | None = None
 

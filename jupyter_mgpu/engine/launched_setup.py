@@ -166,9 +166,9 @@ def setup(config: dict[str, Any]) -> dict[str, Any]:
         if cwd not in sys.path:
             sys.path.insert(0, cwd)
     key = link.derive_key(_ipp_key(), config["cluster_id"])
-    hub = config["hub"]
+    relay = config["relay"]
     link_agent.start(
-        str(path), rank, hub["address"], int(hub["port"]), key, {"pid": os.getpid(), "host": config["host"]}
+        str(path), rank, relay["address"], int(relay["port"]), key, {"pid": os.getpid(), "host": config["host"]}
     )
     try:
         st = runtime.setup({**config, "rundir": str(path)}, rank)

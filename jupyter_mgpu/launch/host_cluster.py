@@ -22,55 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_mgpu import rundir as rd
-from jupyter_mgpu.cluster.local import ClusterSpec, _kernel_identity, _kill_group, _spawn, state_record
-from jupyter_mgpu.engine import launched_setup, link, netif
+from jupyter_mgpu.cluster.local import ClusterSpec, state_record
+from jupyter_mgpu.cluster.processes import kernel_identity, kill_group, spawn
+from jupyter_mgpu.engine import launched_setup, link
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.init_options import InitOptions
 from jupyter_mgpu.launch import ipp_cluster, ranks, relay
+from jupyter_mgpu.launch.addresses import choose_address
 from jupyter_mgpu.launch.options import LaunchOptions
 
 REGISTER_TIMEOUT = 60.0  # at least this long for engines to register (batch queues, SSH)
 SETUP_TIMEOUT = 120.0  # at least this long for torch to load and the group to meet everywhere
-
-
-def default_route_interface() -> str | None:
-    """The interface of this host's default route (``/proc/net/route``), if any."""
-    try:
-        with open("/proc/net/route") as f:
-            for line in f.readlines()[1:]:
-                parts = line.split()
-                if len(parts) > 2 and parts[1] == "00000000":
-                    return parts[0]
-    except OSError:
-        pass
-    return None
-
-
-def choose_address(opts: LaunchOptions, host: str, controller: str | None = None) -> tuple[str, str]:
-    """``(interface, address)`` on this host for the controller and the relay."""
-    if opts.interface:
-        address = netif.address_of(opts.interface)
-        if address is None:
-            raise MgpuError(
-                f"there is no interface {opts.interface} with an IPv4 address on {host} (the notebook's "
-                f"host); it has {netif.describe()}"
-            )
-        return opts.interface, address
-    configured = ipp_cluster.configured_controller_ip()
-    if configured and netif.interface_of(configured):  # the user's ipyparallel config names the controller's
-        return netif.interface_of(configured), configured
-    target = opts.host_names[0] if opts.hosts else controller
-    if target:
-        route = netif.route_to(target)
-        if route is None:
-            raise MgpuError(
-                f"{target} cannot be reached from {host}: no address or no route; check the name, or give --interface"
-            )
-        return route
-    if opts.launcher == "local":
-        return "lo", "127.0.0.1"
-    name = default_route_interface()
-    address = netif.address_of(name) if name else None
-    return (name, address) if address else ("lo", "127.0.0.1")
 
 
 @dataclass
@@ -93,7 +55,7 @@ class HostCluster:
     hosts: dict[int, str] = field(default_factory=dict)
     local_ranks: set[int] = field(default_factory=set)  # ranks on this host, in this PID/IPC/mount namespace
     link_key: bytes = b""  # derived from ipyparallel's key (engine/link.py); authenticates links and transfers
-    hub_port: int = 0  # the relay's port on ``address``
+    relay_port: int = 0  # the relay's port on ``address``
     started_at: float = field(default_factory=time.time)
     timeline: list[tuple[str, float]] = field(default_factory=list)  # (phase, seconds since start) for launch.log
     pid_checks = False  # engine pids may live on other hosts: deaths come from the relay's exit records
@@ -108,17 +70,10 @@ class HostCluster:
 
     # -- starting ---------------------------------------------------------------------------
     @classmethod
-    def start(
-        cls,
-        opts: LaunchOptions,
-        *,
-        cpu: bool = False,
-        backend: str | None = None,
-        mem_per_device: int | None = None,
-        timeout: float = 60.0,
-        telemetry_period: float = 0.1,
-    ) -> HostCluster:
-        """Start (or join) the engines, make them ranks, and return the running cluster."""
+    def start(cls, opts: LaunchOptions, init: InitOptions) -> HostCluster:
+        """Start (or join) the engines, make them ranks, and return the running cluster.
+
+        ``init`` holds the checked options of the whole start (``session/options.checked``)."""
         host = socket.gethostname()
         rd.clean_stale()
         cluster_id = rd.new_cluster_id()
@@ -126,7 +81,7 @@ class HostCluster:
         self = cls(opts, cluster_id, path)
         try:
             self._write_state("starting")
-            self._start(host, cpu, backend, mem_per_device, timeout, telemetry_period)
+            self._start(host, init)
         except BaseException:
             self.stop()
             raise
@@ -139,22 +94,16 @@ class HostCluster:
         with open(self.path / "launch.log", "a") as f:
             f.write(f"{self.timeline[-1][1]:8.2f} s  {name}\n")
 
-    def _start(
-        self,
-        host: str,
-        cpu: bool,
-        backend: str | None,
-        mem_per_device: int | None,
-        timeout: float,
-        telemetry_period: float,
-    ) -> None:
+    def _start(self, host: str, init: InitOptions) -> None:
         import ipyparallel as ipp
 
         from jupyter_mgpu.engine import process_group
 
         opts = self.opts
+        timeout = float(init.timeout if init.timeout is not None else process_group.DEFAULT_TIMEOUT)
+        mem_per_device = int(init.mem_per_device) if init.mem_per_device is not None else None
         self.loop = ipp_cluster.LoopThread()
-        if opts.launcher == "connect":
+        if opts.connect is not None:  # parse() sets it exactly for the "connect" launcher
             self.ipp = ipp_cluster.connect_cluster(opts.connect)
             client_file = Path(self.ipp.profile_dir) / "security" / f"ipcontroller-{self.ipp.cluster_id}-client.json"
             location = (rd.read_json(client_file) or {}).get("location")
@@ -163,7 +112,7 @@ class HostCluster:
             self.interface, self.address = choose_address(opts, host)
             ipp_cluster.preflight(opts, host)
             self.ipp = ipp_cluster.make_cluster(
-                opts, self.path / "profile", self.cluster_id, _kernel_identity(), self.address
+                opts, self.path / "profile", self.cluster_id, kernel_identity(), self.address
             )
             self._phase("starting the controller")
             self.loop.run(self.ipp.start_controller, 60)
@@ -180,14 +129,14 @@ class HostCluster:
         self.client = ipp.Client(str(client_file), timeout=max(10, timeout))
         engine_ids = self._wait_for_engines(max(REGISTER_TIMEOUT, timeout), host)
         self.link_key = link.derive_key(bytes(self.client.session.key), self.cluster_id)
-        self._start_hub(self.link_key)
+        self._start_relay(self.link_key)
         self._phase("asking the engines where they run")
         engines = self._identify(engine_ids, timeout)
         ranked = ranks.order(engines, opts.host_names or None)
-        devices = ranks.devices(ranked, cpu, mem_per_device)
-        chosen = process_group.choose_backend(backend, devices[0].kind)
+        devices = ranks.devices(ranked, init.cpu, mem_per_device)
+        chosen = process_group.choose_backend(init.backend, devices[0].kind)
         self.spec = ClusterSpec(
-            devices, chosen, timeout, mem_per_device=mem_per_device, telemetry_period=telemetry_period
+            devices, chosen, timeout, mem_per_device=mem_per_device, telemetry_period=init.telemetry_period
         )
         mine = launched_setup.host_key()
         for r, e in enumerate(ranked):
@@ -217,6 +166,7 @@ class HostCluster:
             if want is not None and want > len(ids):
                 raise MgpuError(f"asked for {want} engines but the cluster in {self.opts.connect} has {len(ids)}")
             return ids[:want] if want else ids
+        assert want is not None  # parse() gives every launcher its engine count
         while len(self.client.ids) < want:
             self._check_controller("while the engines started")
             ended = ipp_cluster.launcher_stopped(self.ipp)
@@ -242,8 +192,8 @@ class HostCluster:
         if failure:
             raise MgpuError(f"{failure} {when}")
 
-    def _start_hub(self, key: bytes) -> None:
-        kernel_pid, kernel_ctime = _kernel_identity()
+    def _start_relay(self, key: bytes) -> None:
+        kernel_pid, kernel_ctime = kernel_identity()
         rd.write_json(
             self.path / relay.CONFIG_FILE,
             {
@@ -254,7 +204,7 @@ class HostCluster:
                 "kernel_create_time": kernel_ctime,
             },
         )
-        self.supervisor = _spawn(self.path, ["jupyter_mgpu.launch.relay", str(self.path)])
+        self.supervisor = spawn(self.path, ["jupyter_mgpu.launch.relay", str(self.path)])
         deadline = time.monotonic() + 15
         while not rd.complete_json(self.path / relay.PORT_FILE):
             if self.supervisor.poll() is not None or time.monotonic() > deadline:
@@ -262,7 +212,9 @@ class HostCluster:
                     f"the relay for remote engines did not start on {self.address} (see {self.path / 'processes.log'})"
                 )
             time.sleep(0.01)
-        self.hub_port = int(rd.read_json(self.path / relay.PORT_FILE)["port"])
+        written = rd.read_json(self.path / relay.PORT_FILE)
+        assert written is not None  # complete_json() just saw it whole
+        self.relay_port = int(written["port"])
 
     def _gather(self, futures: dict[int, Any], timeout: float, what: str, where: dict[int, str]) -> dict[int, Any]:
         """Results of one async call per engine; one clear sentence for the first that failed."""
@@ -329,7 +281,7 @@ class HostCluster:
             "mem_per_device": spec.mem_per_device,
             "telemetry_period": spec.telemetry_period,
             "store": {"host": rank0.info["address"], "port": port, "world_size": len(ranked)},
-            "hub": {"address": self.address, "port": self.hub_port},
+            "relay": {"address": self.address, "port": self.relay_port},
             "cwd": os.getcwd(),
         }
         futures = {}
@@ -432,7 +384,7 @@ class HostCluster:
             try:
                 self.supervisor.wait(3)
             except subprocess.TimeoutExpired:
-                _kill_group(self.supervisor.pid)
+                kill_group(self.supervisor.pid)
                 self.supervisor.wait(2)
         if self.loop is not None:
             self.loop.close()

@@ -237,6 +237,11 @@ def _mpi_per_host(k: int) -> list[str]:
     return ["--npernode", str(k)] if "Open MPI" in version or "OpenRTE" in version else ["-ppn", str(k)]
 
 
+def _start_on_host(cluster: Any, host: str, k: int, i: int, env: dict[str, str]) -> Callable[[], Any]:
+    """What the loop thread runs to start ``k`` engines on ``host`` over SSH (engine set ``host<i>``)."""
+    return lambda: cluster.start_engines(k, engine_set_id=f"host{i}", engines={host: k}, environment=env)
+
+
 def start_engines(cluster: Any, opts: LaunchOptions, loop: LoopThread, timeout: float) -> list[str]:
     """Start the engines with the user's launcher; returns the engine set ids.
 
@@ -249,14 +254,7 @@ def start_engines(cluster: Any, opts: LaunchOptions, loop: LoopThread, timeout: 
         for i, (host, k) in enumerate(opts.hosts):
             env = {"MGPU_HOST_LABEL": host.split("@", 1)[-1], "MGPU_HOST_ORDER": str(i)}
             try:
-                sets.append(
-                    loop.run(
-                        lambda h=host, k=k, env=env, i=i: cluster.start_engines(
-                            k, engine_set_id=f"host{i}", engines={h: k}, environment=env
-                        ),
-                        timeout,
-                    )
-                )
+                sets.append(loop.run(_start_on_host(cluster, host, k, i, env), timeout))
             except (subprocess.CalledProcessError, RuntimeError, OSError) as exc:
                 out = getattr(exc, "output", None) or b""
                 out = out.decode(errors="replace") if isinstance(out, bytes) else str(out)

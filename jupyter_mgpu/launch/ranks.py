@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_mgpu.devices import DeviceInfo
-from jupyter_mgpu.engine.budget import MIN_BUDGET
+from jupyter_mgpu.devices import MIN_BUDGET, DeviceInfo
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.units import format_bytes
 
@@ -46,7 +45,7 @@ def order(engines: list[Engine], host_order: list[str] | None = None) -> list[En
         by_host.setdefault(e.key, []).append(e)
     labels: dict[str, str] = {}
     for key, group in by_host.items():
-        named = [e.info.get("label") for e in group if e.info.get("label")]
+        named = [str(e.info["label"]) for e in group if e.info.get("label")]
         labels[key] = named[0] if named else group[0].info["hostname"]
     taken: dict[str, int] = {}
     for key in sorted(by_host, key=lambda k: _natural(labels[k])):  # two hosts with one name stay apart
@@ -86,7 +85,7 @@ def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None) -> list
     GPU hosts, and CPU budgets that the host's free memory cannot hold.
     """
     counts = per_host_counts(ranked)
-    first = {}
+    first: dict[str, Engine] = {}
     for e in ranked:
         first.setdefault(e.host, e)
     gpu_hosts = [h for h, e in first.items() if e.info.get("gpus")]

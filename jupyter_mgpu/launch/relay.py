@@ -1,8 +1,8 @@
 """The relay on the kernel's host for engines on other hosts (one process per cluster).
 
-Run as ``python -m jupyter_mgpu.launch.relay RUNDIR``. It reads ``hub.json`` (0600: the link key,
+Run as ``python -m jupyter_mgpu.launch.relay RUNDIR``. It reads ``relay.json`` (0600: the link key,
 the address to listen on, the kernel's pid), listens on that address only (a port the OS picks,
-written to ``hub.port``) and accepts one authenticated link per rank (``engine/link.py``). For each
+written to ``relay.port``) and accepts one authenticated link per rank (``engine/link.py``). For each
 linked rank it makes the cluster directory look as it does on one host, so the kernel, its memory
 monitor, trace and metrics readers and the server extension need no second code path:
 
@@ -13,7 +13,7 @@ monitor, trace and metrics readers and the server extension need no second code 
 - a link that ends while the cluster runs becomes ``exits/<rank>.json`` (the engine or its host is
   gone), which every wait in the kernel already watches.
 
-The kernel talks to the relay on ``hub.sock`` (interrupt ranks, which are linked, stop). The relay
+The kernel talks to the relay on ``relay.sock`` (interrupt ranks, which are linked, stop). The relay
 ends its links and exits on SIGTERM, on ``stop`` and when the kernel's process is gone; engines
 whose link ends exit too.
 """
@@ -35,9 +35,9 @@ from jupyter_mgpu import rundir as rd
 from jupyter_mgpu.engine import link as lk
 from jupyter_mgpu.engine import unix_socket
 
-PORT_FILE = "hub.port"
-CONFIG_FILE = "hub.json"
-SOCKET_NAME = "hub.sock"
+PORT_FILE = "relay.port"
+CONFIG_FILE = "relay.json"
+SOCKET_NAME = "relay.sock"
 CONTROL_POLL = 0.05
 PING_EVERY = 1.0  # the relay pings every link this often; each engine pings too
 SILENCE = 10.0  # a link silent this long is lost (a host that vanished without closing its connections)
@@ -116,8 +116,8 @@ class Mirror:
 class RankLink:
     """The link of one rank: its relayed sockets and what it sends."""
 
-    def __init__(self, hub: Hub, rank: int, link: lk.Link, hello: dict[str, Any]) -> None:
-        self.hub, self.rank, self.link = hub, rank, link
+    def __init__(self, relay: Relay, rank: int, link: lk.Link, hello: dict[str, Any]) -> None:
+        self.relay, self.rank, self.link = relay, rank, link
         self.pid, self.host = hello.get("pid"), hello.get("host")
         self.streams = lk.Streams(link)
         self.next_channel = 1
@@ -126,13 +126,13 @@ class RankLink:
 
     def serve(self) -> None:
         for name in ("guard", "direct"):
-            path = self.hub.rundir / f"{name}.{self.rank}.sock"
+            path = self.relay.rundir / f"{name}.{self.rank}.sock"
             sock = _unix_listener(path)
             self.listeners.append((sock, path))
             threading.Thread(
-                target=self._accept, args=(sock, name), name=f"mgpu-hub-{name}{self.rank}", daemon=True
+                target=self._accept, args=(sock, name), name=f"mgpu-relay-{name}{self.rank}", daemon=True
             ).start()
-        threading.Thread(target=self._read, name=f"mgpu-hub-link{self.rank}", daemon=True).start()
+        threading.Thread(target=self._read, name=f"mgpu-relay-link{self.rank}", daemon=True).start()
 
     def _accept(self, sock: socket.socket, name: str) -> None:
         while True:
@@ -149,7 +149,7 @@ class RankLink:
             self.streams.add(channel, conn, name, announce=name.encode())
 
     def _read(self) -> None:
-        mirror = self.hub.mirror
+        mirror = self.relay.mirror
         try:
             while True:
                 channel, kind, payload = self.link.recv()
@@ -167,7 +167,7 @@ class RankLink:
                     self.streams.remote_closed(channel)
         except (EOFError, OSError, lk.AuthError, ValueError):
             pass
-        self.hub.lost(self)
+        self.relay.lost(self)
 
     def close(self) -> None:
         for sock, path in self.listeners:
@@ -177,7 +177,7 @@ class RankLink:
         self.link.close()
 
 
-class Hub:
+class Relay:
     """Accepts the engines' links and serves the kernel's requests."""
 
     def __init__(self, rundir: Path, config: dict[str, Any]) -> None:
@@ -346,16 +346,21 @@ class Hub:
 def main(rundir_arg: str) -> None:
     rundir = Path(rundir_arg)
     config = json.loads((rundir / CONFIG_FILE).read_text())
-    hub = Hub(rundir, config)
+    relay = Relay(rundir, config)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *a: (hub.stop(), os._exit(0)))
+
+    def on_term(*_: Any) -> None:
+        relay.stop()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
     from jupyter_mgpu.engine import watchdog
 
-    watchdog.start(int(config["kernel_pid"]), config.get("kernel_create_time"), on_gone=hub.stop)
-    for target in (hub.accept, hub.watch_control):
+    watchdog.start(int(config["kernel_pid"]), config.get("kernel_create_time"), on_gone=relay.stop)
+    for target in (relay.accept, relay.watch_control):
         threading.Thread(target=target, daemon=True).start()
-    rd.write_json(rundir / PORT_FILE, {"port": hub.listener.getsockname()[1], "pid": os.getpid()})
-    hub.serve_requests()
+    rd.write_json(rundir / PORT_FILE, {"port": relay.listener.getsockname()[1], "pid": os.getpid()})
+    relay.serve_requests()
 
 
 def request(rundir: str | Path, message: dict[str, Any], timeout: float = 5.0) -> dict[str, Any] | None:

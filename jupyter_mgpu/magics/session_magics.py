@@ -11,6 +11,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from jupyter_mgpu.errors import Interrupted, MgpuError
+from jupyter_mgpu.init_options import InitOptions, argparse_arguments, option_names
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.session.output_relay import grouped_by_rank
 from jupyter_mgpu.session.targets import parse_targets
@@ -29,6 +30,30 @@ def _parse(magic: Any, line: str) -> Any:
         raise UsageError(str(exc).strip().splitlines()[-1]) from None
     except SystemExit:  # argparse exits on some malformed input
         raise UsageError(f"cannot read the arguments {line!r}; see %{magic.__name__}?") from None
+
+
+def _init_arguments(func: Any) -> Any:
+    """Add ``%mgpu_init``'s options, as :class:`InitOptions` declares them, to its argument parser."""
+    for flag, kwargs in reversed(argparse_arguments()):
+        func = argument(flag, **kwargs)(func)
+    return func
+
+
+def _init_request(args: Any) -> InitOptions:
+    """The start request the parsed ``%mgpu_init`` arguments make (numbers read from their text)."""
+    given = {name: getattr(args, name) for name in option_names() if getattr(args, name, None) is not None}
+    n = None
+    if args.n is not None:
+        try:
+            n = int(args.n)
+        except ValueError:
+            raise UsageError(f"the number of devices must be a whole number, got {args.n!r}") from None
+    if "timeout" in given:
+        try:
+            given["timeout"] = float(given["timeout"])
+        except ValueError:
+            raise UsageError(f"--timeout takes seconds, got {given['timeout']!r}") from None
+    return InitOptions(n=n, **given)
 
 
 class StatusTable:
@@ -72,61 +97,16 @@ class MgpuMagics(Magics):
     @argument(
         "n", nargs="?", default=None, help="number of devices (default: every visible GPU, or 2 CPU virtual devices)"
     )
-    @argument("--cpu", action="store_true", help="use CPU virtual devices even where GPUs are visible")
-    @argument("--devices", default=None, help="device indices to use, e.g. 0,2")
-    @argument("--backend", default=None, help="torch.distributed backend (gloo on CPU, nccl on GPU)")
-    @argument("--mem-per-device", default=None, help="memory budget per device, e.g. 2GiB")
-    @argument("--timeout", default=None, help="collective timeout in seconds (default 60)")
-    @argument("--restart", action="store_true", help="replace a running cluster")
+    @_init_arguments
     @argument("--no-dashboard", action="store_true", help="do not show the memory dashboard")
-    @argument(
-        "--launcher",
-        default=None,
-        help="start the engines with ipyparallel's launcher: local, ssh, mpi, slurm or pbs (docs/multihost.md)",
-    )
-    @argument("--hosts", default=None, help="engines over SSH, per host: node1:4,node2:4 (ranks in this order)")
-    @argument("--per-host", default=None, help="engines per host (slurm: --ntasks-per-node; mpi: --npernode)")
-    @argument("--interface", default=None, help="network interface the cluster uses on every host, e.g. eth1 or ib0")
-    @argument("--connect", default=None, help="an ipyparallel cluster already running: its cluster-<id>.json file")
-    @argument("--partition", default=None, help="batch queue (slurm partition, pbs queue)")
-    @argument("--time", default=None, help="batch time limit, e.g. 1:00:00")
-    @argument("--account", default=None, help="slurm account")
-    @argument(
-        "--launcher-args",
-        default=None,
-        help="extra arguments for the launcher's program (ssh, mpiexec, sbatch or qsub), quoted",
-    )
     @line_magic
     def mgpu_init(self, line: str = "") -> Any:
         """Start one ipyparallel engine per device, joined in a torch.distributed process group."""
         args = _parse(self.mgpu_init, line)
-        from jupyter_mgpu.launch import OPTION_NAMES
-
-        launch = {k: getattr(args, k) for k in OPTION_NAMES if getattr(args, k) is not None}
-        n = None
-        if args.n is not None:
-            try:
-                n = int(args.n)
-            except ValueError:
-                raise UsageError(f"the number of devices must be a whole number, got {args.n!r}") from None
-        timeout = None
-        if args.timeout is not None:
-            try:
-                timeout = float(args.timeout)
-            except ValueError:
-                raise UsageError(f"--timeout takes seconds, got {args.timeout!r}") from None
+        opts = _init_request(args)
         start = time.perf_counter()
         try:
-            s = sessmod.init(
-                n,
-                cpu=args.cpu,
-                devices=args.devices,
-                backend=args.backend,
-                mem_per_device=args.mem_per_device,
-                timeout=timeout,
-                restart=args.restart,
-                **launch,
-            )
+            s = sessmod.init_with(opts)
         except Interrupted:
             raise
         except KeyboardInterrupt:
@@ -143,6 +123,12 @@ class MgpuMagics(Magics):
         if not args.no_dashboard:
             self._show_dashboard()
         return None
+
+    @property
+    def _user_ns(self) -> dict[str, Any]:
+        """The notebook's namespace (a magic always runs inside a shell)."""
+        assert self.shell is not None
+        return self.shell.user_ns
 
     def _show_dashboard(self) -> None:
         try:
@@ -195,7 +181,7 @@ class MgpuMagics(Magics):
             bind_handles,  # DistTensors the cell names become usable: mgpu.local(A)
         )
 
-        bind_handles(self.shell.user_ns, cell, s)
+        bind_handles(self._user_ns, cell, s)
         if not args.block:
             return s.run_cell(cell, targets=args.targets, block=False, stream=args.stream)
         ranks = parse_targets(args.targets, s.world_size)
@@ -237,9 +223,9 @@ class MgpuMagics(Magics):
                     raise UsageError(f"--{key} takes a rank number, got {value!r}") from None
         inputs = None
         if args.inputs is not None:
-            if args.inputs not in self.shell.user_ns:
+            if args.inputs not in self._user_ns:
                 raise UsageError(f"--inputs names no notebook variable: {args.inputs!r} is not defined")
-            inputs = self.shell.user_ns[args.inputs]
+            inputs = self._user_ns[args.inputs]
         result = collective(args.name, inputs, op=args.op, shape=args.shape, dtype=args.dtype, **roots)
         result.show(animate=not args.no_animate)
 
@@ -262,14 +248,14 @@ class MgpuMagics(Magics):
         from jupyter_mgpu.collectives.collective_bench import bench
 
         args = _parse(self.mgpu_bench, line)
-        numbers = {}
+        numbers: dict[str, Any] = {}
         for key, kind in (("factor", float), ("iters", int), ("warmup", int), ("root", int)):
             try:
                 numbers[key] = kind(getattr(args, key))
             except ValueError:
                 raise UsageError(f"--{key} takes a number, got {getattr(args, key)!r}") from None
         result = bench(args.collectives, args.sizes, op=args.op, dtype=args.dtype, **numbers)
-        self.shell.user_ns["_mgpu_bench"] = result
+        self._user_ns["_mgpu_bench"] = result
         result.show(plot=not args.no_plot)
 
     @magic_arguments()
@@ -286,7 +272,7 @@ class MgpuMagics(Magics):
         from jupyter_mgpu.magics.matmul_magic import run_matmul_magic
 
         args = _parse(self.mgpu_matmul, line)
-        return run_matmul_magic(args, self.shell.user_ns)
+        return run_matmul_magic(args, self._user_ns)
 
     @magic_arguments()
     @argument("--model", default="mlp:1024x8", help="a bundled model such as mlp:4096x8, or a notebook nn.Sequential")
@@ -312,7 +298,7 @@ class MgpuMagics(Magics):
         from jupyter_mgpu.magics.compare_magic import run_compare_magic
 
         args = _parse(self.mgpu_compare, line)
-        return run_compare_magic(args, self.shell.user_ns)
+        return run_compare_magic(args, self._user_ns)
 
 
 def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:

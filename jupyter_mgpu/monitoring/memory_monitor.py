@@ -246,9 +246,9 @@ def monitor(session: Any = None) -> MemoryMonitor:
     """The running memory monitor of ``session`` (default: the current one), started on first use."""
     s = session if session is not None else lifecycle.current()
     s.check_alive()
-    mon = getattr(s, "_memory_monitor", None)
+    mon = s.memory_monitor
     if mon is None:
-        mon = s._memory_monitor = MemoryMonitor(s)
+        mon = s.memory_monitor = MemoryMonitor(s)
         callbacks = getattr(s, "shutdown_callbacks", None)
         if callbacks is not None:
             callbacks.append(mon.stop)

@@ -15,7 +15,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_mgpu.layout.placement import split as _split
-from jupyter_mgpu.ops.collective_run import chunks
+
+
+def chunks(x: Any, n: int) -> list[Any]:
+    """``x`` split along dim 0 into ``n`` equal chunks (the caller checked divisibility)."""
+    return list(x.chunk(n, dim=0)) if x.shape[0] else [x] * n
+
+
+def before_entries(name: str, x: Any, rank: int, src: int, world_size: int) -> Any:
+    """What a rank contributes, as drawn in the "before" column: a tensor, a list of chunks, or None."""
+    if x is None:
+        return None
+    if name == "scatter":
+        return chunks(x, world_size) if rank == src else None
+    if name in ("reduce_scatter", "all_to_all"):
+        return chunks(x, world_size)
+    return x
 
 
 @dataclass

@@ -16,13 +16,13 @@ from typing import Any
 from jupyter_mgpu import devices as devmod
 from jupyter_mgpu.cluster.local import Cluster, describe_exit
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
-from jupyter_mgpu.engine import calls, memory_figures, rank_namespace
-from jupyter_mgpu.engine import telemetry as tele
+from jupyter_mgpu.engine import calls, rank_namespace
 from jupyter_mgpu.engine.shipped_function import ship
 from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
+from jupyter_mgpu.session import rank_status
 from jupyter_mgpu.session.direct_channel import ChannelClosed, DirectChannel
 from jupyter_mgpu.session.output_relay import OutputRelay
-from jupyter_mgpu.session.rank_errors import build_error
+from jupyter_mgpu.session.rank_errors import build_error, transport_error, transport_failure
 from jupyter_mgpu.session.recovery import GroupRecovery
 from jupyter_mgpu.session.targets import parse_targets
 
@@ -58,11 +58,20 @@ class Session:
         self.handles: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.shutdown_callbacks: list[Callable[[], None]] = []  # run first by shutdown(), errors ignored
         self.direct = DirectChannel(cluster.path)  # blocking calls skip the controller (engine/direct_channel.py)
-        self.recovery = GroupRecovery(self)  # no stale collective outlives an interrupt or a failed call
+        # no stale collective outlives an interrupt or a failed call
+        self.recovery = GroupRecovery(
+            self.runtime_dir, self.world_size, self.timeout, self._run_on_all, self._mark_broken
+        )
         # seconds the slowest rank spent inside calls, summed over calls: wall time minus this is dispatch
         self.engine_seconds = 0.0
         # (function, names) already said to be defined both in the notebook and on the ranks
         self.said_both_sides: set[tuple[str, tuple[str, ...]]] = set()
+        # what features keep per session: declared here, set and read only by the module named
+        self.active_trace: Any = None  # tracing/capture.py: the mg.trace() recording now, if any
+        self.rank_blocks: Any = None  # tensors/shared_blocks.py: each rank's blocks, mapped in the kernel
+        self.copy_by_address = True  # tensors/process_copy.py: False once this system refused it
+        self.memory_monitor: Any = None  # monitoring/memory_monitor.py: the one reader of the telemetry
+        self.memory_dashboard: Any = None  # widgets/memory_dashboard.py: the session's dashboard
         for hook in list(session_start_hooks):
             try:
                 hook(self)
@@ -119,6 +128,13 @@ class Session:
     def _view(self, ranks: list[int]) -> Any:
         return self.cluster.client[[self.cluster.rank_to_engine[r] for r in ranks]]
 
+    def _run_on_all(self, fn: Callable, *args: Any) -> Any:
+        """``fn(*args)`` on every rank through ipyparallel, no checks (the recovery's own calls)."""
+        return self._view(list(range(self.world_size))).apply_async(fn, *args)
+
+    def _mark_broken(self, reason: str) -> None:
+        self.broken = reason
+
     def _check_ready(self, ranks: list[int]) -> None:
         self.check_alive()
         self._check_infrastructure()
@@ -159,7 +175,7 @@ class Session:
             raise self.recovery.after_interrupt(ranks) from None
         broken = next((results[r]["transport"] for r in ranks if results[r].get("transport")), None)
         if broken:
-            raise self._transport_message(broken, label)
+            raise transport_error(broken, label)
         return self._results([results[r] for r in ranks], ranks)
 
     def _await_exit_record(self, rank: int, wait: float = 5.0) -> None:
@@ -191,7 +207,7 @@ class Session:
         if not callable(fn):
             raise MgpuError(f"run() needs a function to call on the ranks, got {type(fn).__name__}")
         ranks = parse_targets(targets, self.world_size)
-        label = label or getattr(fn, "__name__", "function")
+        label = label or str(getattr(fn, "__name__", "function"))
         fn = ship(fn)  # notebook functions travel by value, with the notebook functions they call
         if block and not stream and self.alive and self._direct_ok(ranks):
             return self._run_direct((fn, args, kwargs, label), ranks, label, timeout)
@@ -246,7 +262,7 @@ class Session:
         try:
             results = ar.get()
         except Exception as exc:  # an ipyparallel-level failure (engine lost, unpicklable result)
-            raise self._transport_error(exc, label) from None
+            raise transport_failure(exc, label, self.cluster.exits()) from None
         if not isinstance(results, list):
             results = [results]
         return self._results(results, ranks)
@@ -316,33 +332,11 @@ class Session:
             self.cluster.interrupt(waiting)
             # SIGINT does not reach a rank blocked in a collective: the next call rebuilds the group
             # first, so that collective is never matched with a later one
-            self.recovery.dirty = self.recovery.dirty or "the timeout"
+            self.recovery.mark_dirty("the timeout")
             raise MgpuError(
                 f"{label} did not finish within {timeout:g} s on {rank_list(waiting)}; "
                 "those ranks were interrupted and the process group is rebuilt before the next call"
             )
-
-    def _transport_error(self, exc: Exception, label: str) -> MgpuError:
-        dead = self.cluster.exits()
-        if dead:
-            r = min(dead)
-            return EngineDiedError(describe_exit(r, dead[r]), ranks=sorted(dead))
-        text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        return self._transport_message(text, label)
-
-    def _transport_message(self, text: str, label: str) -> MgpuError:
-        """What went wrong moving a call or its result between the notebook and the ranks."""
-        if "ModuleNotFoundError" in text or "No module named" in text:
-            return MgpuError(
-                f"{label}: the ranks cannot import what it needs ({text.split(']')[-1].strip()}); "
-                "define the function in the notebook or make its module importable on the engines"
-            )
-        if "pickl" in text.lower() or "serializ" in text.lower():
-            return MgpuError(
-                f"{label}: a value could not be sent between the notebook and the ranks ({text}); "
-                "return plain data or tensors, and define functions at top level"
-            )
-        return MgpuError(f"{label} failed in ipyparallel: {text}")
 
     def _error(self, failures: dict[int, dict], ranks: list[int], results: dict[int, dict]) -> MgpuError:
         """One error for the failed ranks; first, a clean process group if the ranks may disagree."""
@@ -373,39 +367,11 @@ class Session:
     # -- status -----------------------------------------------------------------------------
     def memory(self) -> list[dict[str, Any]]:
         """The latest telemetry sample of every rank, in rank order (``state`` is ``dead`` for lost ranks)."""
-        samples = tele.read_samples(self.cluster.path)
-        dead = self.cluster.exits()
-        out = []
-        for r in range(self.world_size):
-            s = dict(samples.get(r) or {"rank": r, "time": None})
-            if r in dead:
-                s["state"] = "dead"
-            s.setdefault("state", "starting")
-            out.append(s)
-        return out
+        return rank_status.memory(self.cluster, self.world_size)
 
     def status(self) -> list[dict[str, Any]]:
         """One row per rank: rank, engine id, pid, device, backend, memory, state (no engine round trip)."""
-        rows = []
-        for sample, dev in zip(self.memory(), self.devices):
-            r = sample["rank"]
-            f = memory_figures.figures(sample)  # the limit every view shows (runtime + budget on CPU)
-            used, total = f["used"], f["limit"] or dev.total_memory
-            rows.append(
-                {
-                    "rank": r,
-                    "engine_id": self.cluster.rank_to_engine.get(r),
-                    "pid": self.cluster.engine_pids.get(r),
-                    "device": dev.label,
-                    "name": dev.name,
-                    "backend": self.backend,
-                    "memory_used": used,
-                    "memory_total": total,
-                    "state": sample["state"],
-                    "op": sample.get("op"),
-                }
-            )
-        return rows
+        return rank_status.status(self.cluster, self.memory(), self.devices, self.backend)
 
     # -- lifetime ---------------------------------------------------------------------------
     def shutdown(self) -> None:

@@ -4,68 +4,68 @@
 from __future__ import annotations
 
 import atexit
-from typing import Any
+from typing import Any, Literal, overload
 
 from jupyter_mgpu import launch
-from jupyter_mgpu.cluster.local import Cluster, discard_spare
+from jupyter_mgpu.cluster.local import Cluster
+from jupyter_mgpu.cluster.spare import discard_spare
 from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.init_options import InitOptions, keyword_signature
 from jupyter_mgpu.session.core import Session
-from jupyter_mgpu.session.options import build_spec, check_options, launch_options
+from jupyter_mgpu.session.options import check, launch_request, local_spec
 
 _current: Session | None = None
 
 
+def start(opts: InitOptions) -> Session:
+    """Start a new cluster for ``opts`` and return its session, without making it current."""
+    if opts.launched:  # engines from ipyparallel's launchers, on this host or several
+        request, checked_opts = launch_request(opts)
+        discard_spare()  # %load_ext's spare controller and supervisor serve local starts only
+        return Session(launch.start(request, checked_opts))
+    return Session(Cluster.start(local_spec(opts)))
+
+
 def start_session(n: int | None = None, **options: Any) -> Session:
     """Start a new cluster and return its session, without making it current (see :func:`init`)."""
-    if launch.requested(options):  # engines from ipyparallel's launchers, on this host or several
-        discard_spare()  # %load_ext's spare controller and supervisor serve local starts only
-        return Session(launch.start(n, **launch_options(options)))
-    for key in launch.OPTION_NAMES:
-        if options.pop(key, None) not in (None, "", [], ()):
-            raise MgpuError(f"--{key.replace('_', '-')} goes with --launcher, --hosts or --connect")
-    return Session(Cluster.start(build_spec(n, **options)))
+    return start(InitOptions.from_keywords(n, **options))
 
 
-def init(
-    n: int | None = None,
-    *,
-    cpu: bool = False,
-    devices: list[int] | str | None = None,
-    backend: str | None = None,
-    mem_per_device: str | int | None = None,
-    timeout: float | None = None,
-    restart: bool = False,
-    telemetry_period: float = 0.1,
-    **launch: Any,
-) -> Session:
+def init(n: int | None = None, **options: Any) -> Session:
     """Start a cluster of ``n`` engines, one per device, joined in a process group; make it current.
 
     Mirrors ``%mgpu_init``: ``mg.init(4, cpu=True, backend="gloo", mem_per_device="2GiB", timeout=60)``.
     Arguments are checked before a running cluster is replaced, so a typo never costs the old one.
     ``launcher=`` (local, ssh, mpi, slurm, pbs), ``hosts=``, ``per_host=``, ``interface=``, ``connect=``,
     ``partition=``, ``time=``, ``account=``, ``launcher_args=`` start the engines through ipyparallel's
-    launchers instead, on one host or several (see docs/multihost.md).
+    launchers instead, on one host or several (see docs/multihost.md). Every option, with its meaning,
+    is a field of :class:`jupyter_mgpu.init_options.InitOptions`.
     """
+    return init_with(InitOptions.from_keywords(n, **options))
+
+
+init.__signature__ = keyword_signature("Session")  # type: ignore[attr-defined]  # mg.init? lists every option
+
+
+def init_with(opts: InitOptions) -> Session:
+    """:func:`init` for a request already made (``%mgpu_init`` builds one from its arguments)."""
     global _current
-    options = dict(
-        cpu=cpu,
-        devices=devices,
-        backend=backend,
-        mem_per_device=mem_per_device,
-        timeout=timeout,
-        telemetry_period=telemetry_period,
-        **launch,
-    )
     if _current is not None and _current.alive:
-        if not restart:
+        if not opts.restart:
             raise MgpuError(
                 f"a cluster is already running ({_current.world_size} × {_current.device_kind}); "
                 "use %mgpu_init --restart (mg.init(..., restart=True)) to replace it, or %mgpu_shutdown first"
             )
-        check_options(n, options)  # refuse bad arguments while the old cluster still runs
+        check(opts)  # refuse bad arguments while the old cluster still runs
         _current.shutdown()
-    _current = start_session(n, **options)  # the default budget is a share of the RAM free now
+    _current = start(opts)  # the default budget is a share of the RAM free now
     return _current
+
+
+@overload
+def current(required: Literal[True] = True) -> Session: ...
+@overload
+def current(required: bool) -> Session | None: ...
 
 
 def current(required: bool = True) -> Session | None:

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, RankError, rank_list
+from jupyter_mgpu.cluster.local import describe_exit
+from jupyter_mgpu.errors import (
+    CollectiveTimeoutError,
+    DeviceOutOfMemoryError,
+    EngineDiedError,
+    MgpuError,
+    RankError,
+    rank_list,
+)
 from jupyter_mgpu.units import format_bytes
 
 REBUILT_NOTE = "the process group was rebuilt; tensors kept, in-flight collectives dropped"
@@ -114,3 +122,27 @@ def _build_error(
     if succeeded:
         msg += f" ({rank_list(succeeded)} succeeded)"
     return RankError(msg, failed, failures)
+
+
+def transport_error(text: str, label: str) -> MgpuError:
+    """What went wrong moving a call or its result between the notebook and the ranks."""
+    if "ModuleNotFoundError" in text or "No module named" in text:
+        return MgpuError(
+            f"{label}: the ranks cannot import what it needs ({text.split(']')[-1].strip()}); "
+            "define the function in the notebook or make its module importable on the engines"
+        )
+    if "pickl" in text.lower() or "serializ" in text.lower():
+        return MgpuError(
+            f"{label}: a value could not be sent between the notebook and the ranks ({text}); "
+            "return plain data or tensors, and define functions at top level"
+        )
+    return MgpuError(f"{label} failed in ipyparallel: {text}")
+
+
+def transport_failure(exc: Exception, label: str, exits: dict[int, dict[str, Any]]) -> MgpuError:
+    """The error for an ipyparallel-level failure of a call: a dead rank first (``exits``), else what broke."""
+    if exits:
+        r = min(exits)
+        return EngineDiedError(describe_exit(r, exits[r]), ranks=sorted(exits))
+    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    return transport_error(text, label)

@@ -1,7 +1,8 @@
 """Keep the process group clean: after an interrupt, a failed call or a timeout, no stale collective
 survives to be matched with a later one (which gives wrong numbers, silently).
 
-Three moments, all on the kernel side of :class:`~jupyter_mgpu.session.core.Session`:
+Three moments, all on the kernel side (a session gives :class:`GroupRecovery` only what it needs: its
+rank directory, size and timeout, a way to run a function on every rank, and a way to mark itself broken):
 
 - **while waiting** for a call in which some ranks already failed: a rank still running that has
   entered more collectives than a failed rank did waits for a partner that will never come; it is
@@ -18,14 +19,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from jupyter_mgpu.engine import collective_guard as guard
 from jupyter_mgpu.errors import Interrupted, MgpuError, rank_list
 from jupyter_mgpu.session.rank_errors import REBUILT_NOTE
-
-if TYPE_CHECKING:
-    from jupyter_mgpu.session.core import Session
 
 INTERRUPT_GRACE = 0.5  # ranks in Python code answer SIGINT well within this
 FAILURE_GRACE = 0.3  # after a rank failed, how long the others may still finish on their own
@@ -35,8 +34,19 @@ SETTLE = 3.0  # how long released ranks get to leave their call
 class GroupRecovery:
     """The clean-group guarantee of one session."""
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(
+        self,
+        runtime_dir: str,
+        world_size: int,
+        timeout: float,
+        run_on_all: Callable[..., Any],
+        mark_broken: Callable[[str], None],
+    ) -> None:
+        self.runtime_dir = runtime_dir
+        self.world_size = world_size
+        self.timeout = timeout
+        self.run_on_all = run_on_all  # ``run_on_all(fn, *args)``: an ipyparallel AsyncResult over every rank
+        self.mark_broken = mark_broken  # the session refuses every later call, with this reason
         self.dirty: str | None = None  # why the group must be rebuilt before the next call
         self.released: set[int] = set()  # ranks released during the call being waited on
         self._failure_seen: float | None = None
@@ -44,8 +54,7 @@ class GroupRecovery:
 
     # -- asking the ranks --------------------------------------------------------------------
     def _ask(self, ranks: list[int], command: str) -> dict[int, dict[str, Any] | None]:
-        rundir = self.session.runtime_dir
-        return {r: guard.ask(rundir, r, command) for r in ranks}
+        return {r: guard.ask(self.runtime_dir, r, command) for r in ranks}
 
     def busy(self, ranks: list[int]) -> list[int]:
         """Ranks still inside a call (a rank that cannot be asked counts as busy)."""
@@ -65,6 +74,10 @@ class GroupRecovery:
         self._ask(ranks, "release")
         self.released.update(ranks)
 
+    def mark_dirty(self, reason: str) -> None:
+        """The group must be rebuilt before the next call (the first reason given is kept)."""
+        self.dirty = self.dirty or reason
+
     # -- while waiting for a call -------------------------------------------------------------
     def start_call(self) -> None:
         self.released = set()
@@ -82,7 +95,7 @@ class GroupRecovery:
             self._failure_seen = now
         if now - self._failure_seen < FAILURE_GRACE:
             return
-        counts = [res.get("seq_delta") for res in failed if res.get("seq_delta") is not None]
+        counts: list[int] = [res["seq_delta"] for res in failed if res.get("seq_delta") is not None]
         if not counts:
             return
         fewest = min(counts)
@@ -109,8 +122,7 @@ class GroupRecovery:
     def after_interrupt(self, ranks: list[int]) -> Interrupted:
         """Bring the group back after an interrupt of a call on ``ranks``: release what SIGINT could
         not reach, then rebuild. Returns the exception to raise, which says what happened."""
-        s = self.session
-        everyone = list(range(s.world_size))
+        everyone = list(range(self.world_size))
         self.dirty = "the interrupt"
         busy = self.wait_idle(everyone, INTERRUPT_GRACE)
         if busy:
@@ -131,11 +143,10 @@ class GroupRecovery:
         """Rebuild the group first if an earlier interrupt left that undone; raise if impossible."""
         if self.dirty is None:
             return
-        s = self.session
-        everyone = list(range(s.world_size))
+        everyone = list(range(self.world_size))
         if self.busy(everyone):
             self.release(everyone)
-        if self.wait_idle(everyone, s.timeout):
+        if self.wait_idle(everyone, self.timeout):
             self._give_up("a rank stayed busy")
         reason = self.dirty
         if not self.rebuild():
@@ -143,19 +154,18 @@ class GroupRecovery:
         print(f"mgpu: after {reason}, {REBUILT_NOTE}", file=sys.stderr)
 
     def _give_up(self, why: str) -> None:
-        s = self.session
-        s.broken = f"its process group could not be rebuilt after {self.dirty} ({why})"
-        raise MgpuError(f"this session's {s.broken}; run %mgpu_init --restart")
+        broken = f"its process group could not be rebuilt after {self.dirty} ({why})"
+        self.mark_broken(broken)
+        raise MgpuError(f"this session's {broken}; run %mgpu_init --restart")
 
     # -- rebuilding ---------------------------------------------------------------------------
     def rebuild(self) -> bool:
         """Every rank leaves its process group and joins a fresh one (all ranks must be idle)."""
         from jupyter_mgpu.engine import runtime
 
-        s = self.session
         self.generation += 1
-        ar = s._view(list(range(s.world_size))).apply_async(runtime.rebuild_process_group, self.generation)
-        ar.wait(s.timeout + 5)
+        ar = self.run_on_all(runtime.rebuild_process_group, self.generation)
+        ar.wait(self.timeout + 5)
         if not ar.ready():
             return False
         try:

@@ -212,6 +212,7 @@ def session_of(*tensors: Any, session: Any = None) -> Any:
     if len(sessions) > 1:
         raise MgpuError("these tensors belong to different sessions; create them in one session")
     s = tensors[0].session if tensors else (session or sessmod.current())
+    assert s is not None  # a tensor has its session; current() raises when no session is running
     if session is not None and s is not session:
         raise MgpuError("this tensor belongs to another session than the one given")
     s.check_alive()

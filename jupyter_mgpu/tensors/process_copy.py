@@ -64,12 +64,12 @@ def _functions() -> tuple[Any, Any]:
 
 def usable(session: Any) -> bool:
     """Whether this session's transfers may copy across processes (false once the system refused)."""
-    return session.device_kind == "cpu" and getattr(session, "_remote_copy", True) is not False
+    return session.device_kind == "cpu" and session.copy_by_address
 
 
 def disable(session: Any) -> None:
     """Send this session's transfers through shared memory from now on."""
-    session._remote_copy = False
+    session.copy_by_address = False
 
 
 def _outer(view: Any) -> tuple[int, int, int]:

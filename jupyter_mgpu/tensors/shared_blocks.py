@@ -211,8 +211,8 @@ class RankBlocks:
 
 def rank_blocks(session: Any) -> RankBlocks:
     """The session's :class:`RankBlocks`, unmapped when the session shuts down."""
-    rb = getattr(session, "_rank_blocks", None)
+    rb = session.rank_blocks
     if rb is None:
-        rb = session._rank_blocks = RankBlocks()
+        rb = session.rank_blocks = RankBlocks()
         session.shutdown_callbacks.append(rb.close)
     return rb

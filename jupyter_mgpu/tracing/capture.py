@@ -48,11 +48,11 @@ class Trace:
     # -- the block ------------------------------------------------------------------------
     def __enter__(self) -> Trace:
         self.session.check_alive()
-        if getattr(self.session, "_mgpu_trace", None) is not None:
+        if self.session.active_trace is not None:
             raise MgpuError("a trace is already recording in this session; end that `with mg.trace()` block first")
         if self.events or self._t0:
             raise MgpuError("this trace was already recorded; start a new one with `with mg.trace() as t:`")
-        self.session._mgpu_trace = self
+        self.session.active_trace = self
         self.session.run(etrace.start, self.trace_id, self.live, label="trace start")
         self._t0 = time.time()
         self.running = True
@@ -60,7 +60,7 @@ class Trace:
 
     def __exit__(self, *exc: Any) -> None:
         self.running = False
-        self.session._mgpu_trace = None
+        self.session.active_trace = None
         self._stop.set()
         if self._follower is not None:
             self._follower.join(timeout=2)

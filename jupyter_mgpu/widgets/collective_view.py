@@ -15,7 +15,6 @@ import html
 import math
 from typing import Any
 
-from jupyter_mgpu.ops import collective_run as coll
 from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.widgets.collective_colors import OriginFill, attach, cell_title, track
 from jupyter_mgpu.widgets.colors import rank_color
@@ -226,7 +225,7 @@ def render_grid(
     c = _Canvas()
     c.text(12, 22, title, size=16, weight="bold")
     c.text(12, 40, subtitle, size=12, fill="#555")
-    x = left
+    x: float = left
     for k, name in enumerate(columns):
         c.text(x + col_w[k] / 2, top - 6, name, size=13, anchor="middle", weight="bold")
         x += col_w[k] + COL_GAP
@@ -344,7 +343,7 @@ def before_after_svg(
     took = f", {seconds * 1e3:.2f} ms (slowest rank)" if seconds is not None else ""
     subtitle = f"{n} ranks{', ' + backend if backend else ''}{took} — real results captured on the ranks"
     final = tracked_schedule(name, op, src, inputs)[-1].holdings
-    before = [coll.before_entries(name, track(x, r), r, src or 0, n) for r, x in enumerate(inputs)]
+    before = [sched.before_entries(name, track(x, r), r, src or 0, n) for r, x in enumerate(inputs)]
     cells = [[before[r], attach(after[r], final[r])] for r in range(n)]
     bl, al = entry_labels(name, n)
     nb, na = nothing_text(name, src or 0)

@@ -135,8 +135,9 @@ class MemoryDashboard(anywidget.AnyWidget):
     _esm = STATIC / "memory.js"
     _css = STATIC / "memory.css"
 
-    devices = traitlets.List().tag(sync=True)  # one dict per rank (see device_row)
-    timeline = traitlets.List().tag(sync=True)  # per rank: [[seconds before now, used bytes], ...]
+    devices: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)  # one dict per rank (see device_row)
+    # per rank: [[seconds before now, used bytes], ...]
+    timeline: traitlets.List[list[list[float]]] = traitlets.List().tag(sync=True)
     axis = traitlets.Dict().tag(sync=True)  # the timelines' shared axes (see timeline_axis)
     window = traitlets.Float(WINDOW_SECONDS).tag(sync=True)
     paused = traitlets.Bool(False).tag(sync=True)
@@ -323,9 +324,9 @@ def dashboard(session: Any = None, refresh_rate: float | None = None) -> MemoryD
             "start one with %mgpu_init N or mg.init(N) first"
         )
     s.check_alive()
-    board = getattr(s, "_memory_dashboard", None)
+    board = s.memory_dashboard
     if board is None or not board.running:
-        board = s._memory_dashboard = MemoryDashboard(s, refresh_rate or DEFAULT_RATE)
+        board = s.memory_dashboard = MemoryDashboard(s, refresh_rate or DEFAULT_RATE)
     elif refresh_rate is not None:
         board.refresh_rate = refresh_rate
     return board

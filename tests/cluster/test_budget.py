@@ -118,7 +118,11 @@ def test_predicted_extra_memory_is_measured_exactly_for_every_strategy(session_o
 
 
 def test_budget_bad_input():
-    from jupyter_mgpu.session.options import build_spec as _build_spec
+    from jupyter_mgpu.init_options import InitOptions
+    from jupyter_mgpu.session.options import local_spec
+
+    def _build_spec(n, **options):
+        return local_spec(InitOptions(n, **options))
 
     with pytest.raises(
         MgpuError,

@@ -12,6 +12,7 @@ import jupyter_mgpu as mg
 from jupyter_mgpu.collectives.collective_run import holdings_equal
 from jupyter_mgpu.errors import EngineDiedError, MgpuError, RankError
 from jupyter_mgpu.ops import collective_run as coll
+from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.ops import demo_inputs
 
 pytestmark = pytest.mark.cluster
@@ -68,7 +69,7 @@ def test_every_collective_matches_the_reference(session_of, name, op, n):
         assert holdings_equal(r.after[rank], want[rank]), (name, op, rank, r.after[rank], want[rank])
     # the before column shows what each rank contributes; the animation ends on the real result
     for rank in range(n):
-        assert holdings_equal(r.before[rank], coll.before_entries(name, r.inputs[rank], rank, src, n))
+        assert holdings_equal(r.before[rank], sched.before_entries(name, r.inputs[rank], rank, src, n))
     assert r.schedule_matches()
     assert r.seconds > 0
 

@@ -35,7 +35,7 @@ def mode(request):
 
     yield use
     for session in touched:
-        session.__dict__.pop("_remote_copy", None)
+        session.copy_by_address = True
 
 
 def _blocks():
@@ -144,4 +144,4 @@ def test_a_system_that_forbids_copies_by_address_falls_back_to_shared_blocks(s2,
         assert s2.run(lambda: len(shared_blocks._pending)) == [0, 0]
         A.free()
     finally:
-        s2.__dict__.pop("_remote_copy", None)
+        s2.copy_by_address = True

@@ -14,7 +14,7 @@ import psutil
 import pytest
 from processes import cluster_pids, wait_gone
 
-import jupyter_mgpu.cluster.local as cl
+import jupyter_mgpu.cluster.spare as cl
 import jupyter_mgpu.session.lifecycle as sm
 from jupyter_mgpu import rundir as rd
 from jupyter_mgpu.errors import EngineDiedError

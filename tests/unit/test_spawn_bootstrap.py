@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import jupyter_mgpu
-from jupyter_mgpu.cluster.local import _BOOTSTRAP
+from jupyter_mgpu.cluster.processes import BOOTSTRAP as _BOOTSTRAP
 
 
 def test_no_api_name_shares_its_name_with_a_submodule():

@@ -1,0 +1,88 @@
+"""The processes of a local cluster: the kernel's identity, and how the controller and the
+supervisor are started (``python -c BOOTSTRAP``, each in its own session) and killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from jupyter_mgpu.engine.startup_marks import mark
+
+# heartbeat period: an engine counts as registered at the first beat after it starts its heart, so a
+# shorter period is a quicker start; the misses allowed before the controller drops an engine keep its
+# tolerance at 1 s, as with ipyparallel's own 100 ms x 10
+CONTROLLER_PING_MS = 50
+CONTROLLER_PING_MISSES = 20
+
+
+def kernel_identity() -> tuple[int, float]:
+    import psutil
+
+    pid = os.getpid()
+    return pid, psutil.Process(pid).create_time()
+
+
+def spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subprocess.Popen:
+    proc = spawn(
+        path,
+        [
+            "jupyter_mgpu.engine.controller",
+            str(kernel_pid),
+            repr(kernel_ctime),
+            "--usethreads",
+            f"--ping={CONTROLLER_PING_MS}",
+            f"--HeartMonitor.max_heartmonitor_misses={CONTROLLER_PING_MISSES}",
+            "--ip=127.0.0.1",
+            f"--profile-dir={path / 'profile'}",
+            "--log-level=WARN",
+        ],
+    )
+    mark(path, "controller.spawned")
+    return proc
+
+
+# ``python -c BOOTSTRAP <module> <args>`` runs <module> as ``python -m`` would, but the package's own
+# __init__ (the notebook API: ~0.13 s of imports on the start's critical path) runs only when one of
+# its names is first used, which the controller and the supervisor never do; a submodule asked for by
+# name (``from jupyter_mgpu import devices``) is imported alone. No module shares a name with an API
+# name (tests/unit/test_spawn_bootstrap.py checks), so a name means what it means in the notebook.
+BOOTSTRAP = (
+    "import importlib, importlib.util as u, runpy, sys\n"
+    "s = u.find_spec('jupyter_mgpu'); p = u.module_from_spec(s)\n"
+    "def __getattr__(name):\n"
+    "    if not name.startswith('_') and u.find_spec('jupyter_mgpu.' + name):\n"
+    "        return importlib.import_module('jupyter_mgpu.' + name)\n"
+    "    p.__dict__.pop('__getattr__', None)\n"
+    "    try:\n"
+    "        s.loader.exec_module(p)\n"
+    "    except BaseException:\n"  # an interrupt mid-way: the next use loads it again
+    "        p.__getattr__ = __getattr__; raise\n"
+    "    return getattr(p, name)\n"
+    "p.__getattr__ = __getattr__; sys.modules['jupyter_mgpu'] = p\n"
+    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n"
+)
+
+
+def spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
+    """Start ``python -m <module_args>`` (see BOOTSTRAP) in its own session, logging into the cluster directory."""
+    with open(path / "processes.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-c", BOOTSTRAP, *module_args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            cwd=os.getcwd(),
+            umask=0o077,
+        )
+
+
+def kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
