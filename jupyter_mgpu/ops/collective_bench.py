@@ -213,10 +213,13 @@ def _one(
         elif name == "all_to_all":
             dist.all_to_all_single(out, buf)
         elif name == "gather":
+            assert out is not None  # gather, scatter and send_recv have an output buffer (above)
             dist.gather(buf, list(out.chunk(n)) if rank == root else None, dst=root)
         elif name == "scatter":
+            assert out is not None
             dist.scatter(out, list(buf.chunk(n)) if rank == root else None, src=root)
         elif name == "send_recv":
+            assert out is not None
             if n > 1:
                 for req in dist.batch_isend_irecv(
                     [dist.P2POp(dist.isend, buf, (rank + 1) % n), dist.P2POp(dist.irecv, out, (rank - 1) % n)]

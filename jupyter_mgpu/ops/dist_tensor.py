@@ -55,6 +55,7 @@ def create(
     elif kind == "arange":
         seeding.arange_fill(out, shape, me.ranges)
     elif kind == "full":
+        assert fill_value is not None  # the controller's full() always sends its value
         out.fill_(fill_value)
     else:
         out.fill_(0 if kind == "zeros" else 1)
@@ -271,30 +272,33 @@ def exchange(
     mv = pl.moves(shape, src_pl, dst_pl, p)
     s_me, d_me = _me(shape, src_pl), _me(shape, dst_pl)
     out = torch.empty(d_me.shape, dtype=local.dtype, device=local.device)
-    if mv[r][r] is not None:
-        out[_sub(mv[r][r], d_me.ranges)].copy_(local[_sub(mv[r][r], s_me.ranges)])
+    if (kept := mv[r][r]) is not None:
+        out[_sub(kept, d_me.ranges)].copy_(local[_sub(kept, s_me.ranges)])
         if tracing:
-            etrace.record(
-                step0, "hold", [etrace.block(names[1], mv[r][r])], pl.box_numel(mv[r][r]) * local.element_size()
-            )
+            assert names is not None  # tracing is on only with names
+            etrace.record(step0, "hold", [etrace.block(names[1], kept)], pl.box_numel(kept) * local.element_size())
     received = 0
     for d in range(1, p):
         to, frm = (r + d) % p, (r - d) % p
         work = None
-        if mv[r][to] is not None:
-            piece = local[_sub(mv[r][to], s_me.ranges)].contiguous()
+        if (sent := mv[r][to]) is not None:
+            piece = local[_sub(sent, s_me.ranges)].contiguous()
             if tracing:
-                etrace.record(step0 + d, "send", [etrace.block(names[0], mv[r][to])], _nbytes(piece), to)
+                assert names is not None
+                etrace.record(step0 + d, "send", [etrace.block(names[0], sent)], _nbytes(piece), to)
             work = dist.isend(piece, to)
-        if mv[frm][r] is not None:
-            target = out[_sub(mv[frm][r], d_me.ranges)]
+        if (got := mv[frm][r]) is not None:
+            target = out[_sub(got, d_me.ranges)]
             buf = target if target.is_contiguous() else torch.empty(target.shape, dtype=out.dtype, device=out.device)
-            dist.irecv(buf, frm).wait()
+            receiving = dist.irecv(buf, frm)
+            assert receiving is not None  # None only for a rank outside the group
+            receiving.wait()
             if buf is not target:
                 target.copy_(buf)
             received += buf.numel() * buf.element_size()
             if tracing:
-                etrace.record(step0 + d, "recv", [etrace.block(names[1], mv[frm][r])], _nbytes(buf), frm)
+                assert names is not None
+                etrace.record(step0 + d, "recv", [etrace.block(names[1], got)], _nbytes(buf), frm)
             del buf, target
         if work is not None:
             work.wait()
@@ -333,7 +337,7 @@ def shard_bytes(hid: str) -> int:
     return t.numel() * t.element_size()
 
 
-def memory_status() -> dict[str, int]:
+def memory_status() -> dict[str, Any]:
     """Free memory of this rank's device in bytes, as an allocation would see it."""
     st = rank_state.get()
     if st.device_kind == "cuda":

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
 import tornado.web
 import tornado.websocket
@@ -130,7 +130,8 @@ class StreamHandler(_ManagerMixin, WebSocketMixin, tornado.websocket.WebSocketHa
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         """A refused handshake answers in JSON like the REST handlers, not with the server's HTML error page."""
-        APIHandler.write_error(self, status_code, **kwargs)
+        # APIHandler's JSON writer uses only what every JupyterHandler has (status, reason, request)
+        APIHandler.write_error(cast(APIHandler, self), status_code, **kwargs)
 
     def open(self, *args: Any, **kwargs: Any) -> None:
         super().open(*args, **kwargs)
