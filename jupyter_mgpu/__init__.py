@@ -24,8 +24,9 @@ from jupyter_mgpu.errors import (
 from jupyter_mgpu.layout.placement import Block2D, Replicate, Shard
 from jupyter_mgpu.monitoring.memory_monitor import memory, memory_history, reset_peak
 from jupyter_mgpu.monitoring.metrics_log import clear_metrics, metrics
-from jupyter_mgpu.session.core import PendingResult, Session
+from jupyter_mgpu.session.core import Session
 from jupyter_mgpu.session.lifecycle import current, init, shutdown
+from jupyter_mgpu.session.pending import PendingResult
 from jupyter_mgpu.tensors.dist_tensor import DistTensor
 from jupyter_mgpu.tensors.factories import arange, empty_cache, ones, rand, randn, scatter, zeros
 from jupyter_mgpu.tensors.io import from_numpy, from_pandas, load, save

@@ -49,13 +49,13 @@ def init_process_group(
     timeout: float,
     generation: int = 0,
     store: dict | None = None,
-) -> None:
+) -> Any:
     """Join the cluster's process group (engine side). Traffic stays on loopback.
 
     ``generation`` > 0 rebuilds the group after a failed collective, through a fresh store file.
     With ``store`` (a cluster across hosts) the ranks meet in rank 0's TCP store instead
     (``engine/tcp_rendezvous.py``), each generation under its own prefix, on the interface set in
-    ``GLOO_SOCKET_IFNAME`` by the engine's setup.
+    ``GLOO_SOCKET_IFNAME`` by the engine's setup. Returns the store the ranks met in.
     """
     import torch.distributed as dist
 
@@ -80,3 +80,4 @@ def init_process_group(
         timeout=timedelta(seconds=timeout),
         **kwargs,
     )
+    return meeting  # the store the ranks met in (the caller may share more through it)

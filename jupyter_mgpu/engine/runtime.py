@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jupyter_mgpu.engine import process_group
+from jupyter_mgpu.engine import process_group, torchrun_env, user_process_group
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine.state import EngineState
 
@@ -18,12 +18,9 @@ def setup(config: dict, rank: int) -> EngineState:
     dev = config["devices"][rank]
     world = len(config["devices"])
     local_rank = int(config.get("local_rank", rank))
+    os.environ.update(torchrun_env.variables(config, rank))  # code written for torchrun reads these
     os.environ.update(
         {
-            "RANK": str(rank),
-            "LOCAL_RANK": str(local_rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(config.get("local_world_size", world)),
             "MGPU_RANK": str(rank),
             "MGPU_CLUSTER_ID": config["cluster_id"],
             "MGPU_RUNTIME_DIR": config["rundir"],
@@ -69,7 +66,13 @@ def setup(config: dict, rank: int) -> EngineState:
     from jupyter_mgpu.engine.startup_marks import mark
 
     mark(config["rundir"], f"pg.start.{rank}")
-    process_group.init_process_group(config["rundir"], rank, world, config["backend"], st.timeout, store=st.store)
+    meeting = process_group.init_process_group(
+        config["rundir"], rank, world, config["backend"], st.timeout, store=st.store
+    )
+    if st.store is None:  # one host: a real store for MASTER_ADDR / MASTER_PORT (across hosts: the group's)
+        master = torchrun_env.serve_master(meeting, rank, world, st.timeout)
+        os.environ.update(torchrun_env.variables(config, rank, master))
+    user_process_group.install()  # dist.init_process_group() in user code joins this group
     return st
 
 
@@ -101,11 +104,10 @@ def populate(user_ns: dict) -> None:
 
 def rebuild_process_group(generation: int) -> None:
     """Leave the (broken) process group and join a fresh one; every rank must call this together."""
-    import torch.distributed as dist
 
     st = rank_state.get()
     try:
-        dist.destroy_process_group()
+        user_process_group.destroy_session_group()
     except Exception:
         pass
     process_group.init_process_group(

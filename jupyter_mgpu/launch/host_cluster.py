@@ -285,12 +285,15 @@ class HostCluster:
             "cwd": os.getcwd(),
         }
         futures = {}
+        hosts = list(dict.fromkeys(e.host for e in ranked))  # in rank order: torchrun's GROUP_RANK
         for r, e in enumerate(ranked):
             config = {
                 **base,
                 "rank": r,
                 "local_rank": e.local_rank,
                 "local_world_size": counts[e.host],
+                "group_rank": hosts.index(e.host),
+                "group_world_size": len(hosts),
                 "host": e.host,
                 "threads": threads[r],
                 "interface": e.info["interface"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import time
 from typing import Any
@@ -191,6 +192,29 @@ class MgpuMagics(Magics):
             if value is not None:
                 print(f"Out[rank {rank}]: {value}")
         return None
+
+    @magic_arguments()
+    @argument("--targets", "-t", default=None, help="ranks to run on, e.g. 0,2 or 1:3 (default: all)")
+    @argument("--timeout", default=None, help="seconds before the ranks still running are interrupted")
+    @argument("-m", dest="module", action="store_true", help="run a module as python -m does")
+    @argument("target", help="the script (or, with -m, the module) to run on every rank")
+    @argument("args", nargs=argparse.REMAINDER, help="the script's own arguments (sys.argv[1:])")
+    @line_magic
+    def mgpu_run(self, line: str = "") -> None:
+        """Run a script on the ranks as ``torchrun`` runs it on its workers, unchanged:
+        ``%mgpu_run train.py --epochs 2``, ``%mgpu_run -m package.module``. Every rank has torchrun's
+        environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...); ``dist.init_process_group()``
+        in the script joins the session's group, and ``destroy_process_group()`` keeps it."""
+        args = _parse(self.mgpu_run, line)
+        timeout = None
+        if args.timeout is not None:
+            try:
+                timeout = float(args.timeout)
+            except ValueError:
+                raise UsageError(f"--timeout takes seconds, got {args.timeout!r}") from None
+        s = sessmod.current()
+        with grouped_by_rank():
+            s.run_script(args.target, args.args, targets=args.targets, module=args.module, timeout=timeout)
 
     @magic_arguments()
     @argument(

@@ -10,7 +10,7 @@ import itertools
 import sys
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jupyter_mgpu import devices as devmod
@@ -19,9 +19,10 @@ from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.engine import calls, rank_namespace
 from jupyter_mgpu.engine.shipped_function import ship
 from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
-from jupyter_mgpu.session import rank_status
+from jupyter_mgpu.session import rank_status, scripts
 from jupyter_mgpu.session.direct_channel import ChannelClosed, DirectChannel
 from jupyter_mgpu.session.output_relay import OutputRelay
+from jupyter_mgpu.session.pending import PendingResult
 from jupyter_mgpu.session.rank_errors import build_error, transport_error, transport_failure
 from jupyter_mgpu.session.recovery import GroupRecovery
 from jupyter_mgpu.session.targets import parse_targets
@@ -29,22 +30,6 @@ from jupyter_mgpu.session.targets import parse_targets
 _ids = itertools.count(1)
 # called with every new Session (e.g. the memory monitor starts its reader); errors are ignored
 session_start_hooks: list[Callable[[Session], None]] = []
-
-
-class PendingResult:
-    """The result of a non-blocking run: ``.ready()``, ``.get(timeout=None)`` (one value per rank)."""
-
-    def __init__(self, session: Session, ar: Any, ranks: list[int], label: str, relay: OutputRelay | None):
-        self.session, self.ar, self.ranks, self.label, self.relay = session, ar, ranks, label, relay
-
-    def ready(self) -> bool:
-        return self.ar.ready()
-
-    def get(self, timeout: float | None = None) -> list[Any]:
-        return self.session._collect(self.ar, self.ranks, self.label, timeout, self.relay)
-
-    def __repr__(self) -> str:
-        return f"<PendingResult {self.label} on {rank_list(self.ranks)}: {'ready' if self.ready() else 'running'}>"
 
 
 class Session:
@@ -216,6 +201,19 @@ class Session:
         if not block:
             return PendingResult(self, ar, ranks, label, relay)
         return self._collect(ar, ranks, label, timeout, relay)
+
+    def run_script(
+        self,
+        path: str,
+        args: Sequence[Any] = (),
+        targets: Any = None,
+        *,
+        module: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Run a script on the ranks as ``torchrun script.py args`` runs it on each worker (what
+        ``%mgpu_run`` does); ``module=True`` runs ``python -m path``. Output streams rank-prefixed."""
+        scripts.run_script(self, path, args, targets, module=module, timeout=timeout)
 
     def run_cell(
         self, code: str, targets: Any = None, block: bool = True, stream: bool = True, timeout: float | None = None

@@ -47,7 +47,10 @@ def test_ranks_on_two_hosts_ordered_by_host_then_device(started, kernel, ssh_lab
     assert {p.uids().real for p in _engines(b) + _engines(c)} == {4242}  # the SSH user of those hosts
     out = kernel.ok(
         "%%mgpu\nimport socket, os\nx = torch.full((2,), float(rank + 1))\ndist.all_reduce(x)\n"
-        "print('AT', socket.gethostname(), x.tolist(), device, os.environ['LOCAL_RANK'])"
+        "print('AT', socket.gethostname(), x.tolist(), device, os.environ['LOCAL_RANK'])\n"
+        "e = os.environ\n"  # torchrun's view: host index and count, ranks on this host, its store
+        "print('TORCHRUN', e['LOCAL_WORLD_SIZE'], e['GROUP_RANK'], e['GROUP_WORLD_SIZE'], e['ROLE_WORLD_SIZE'])\n"
+        "print('MASTER', e['MASTER_ADDR'], e['MASTER_PORT'])"
     )
     lines = sorted(ln for ln in out.splitlines() if " AT " in ln)
     assert lines == [
@@ -55,6 +58,13 @@ def test_ranks_on_two_hosts_ordered_by_host_then_device(started, kernel, ssh_lab
         "[rank 1] AT hostb [6.0, 6.0] cpu 1",
         "[rank 2] AT hostc [6.0, 6.0] cpu 0",
     ], out
+    assert sorted(ln for ln in out.splitlines() if " TORCHRUN " in ln) == [
+        "[rank 0] TORCHRUN 2 0 2 3",
+        "[rank 1] TORCHRUN 2 0 2 3",
+        "[rank 2] TORCHRUN 1 1 2 3",
+    ], out
+    masters = {ln.split(" MASTER ", 1)[1] for ln in out.splitlines() if " MASTER " in ln}
+    assert len(masters) == 1 and not masters.pop().startswith("127."), out  # rank 0's store, on the cluster interface
     assert kernel.value("[r['device'] for r in mg.current().status()]") == ["hostb:cpu:0", "hostb:cpu:1", "hostc:cpu:0"]
     status = kernel.ok("%mgpu_status")
     assert "hostc:cpu:0" in status and "idle" in status

@@ -1,0 +1,53 @@
+"""torchrun's environment on every rank, so that code written for ``torchrun`` runs here unchanged.
+
+torchrun gives each worker ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+``GROUP_RANK`` (its host's index), ``GROUP_WORLD_SIZE`` (the number of hosts), ``ROLE_RANK``,
+``ROLE_WORLD_SIZE`` (one role here: every rank), ``MASTER_ADDR`` and ``MASTER_PORT`` (its rendezvous
+store). :func:`variables` is that plan for one rank, pure; :func:`serve_master` gives a one-host
+session, whose group meets through a private file, a real TCP store on rank 0 for ``MASTER_PORT``
+(across hosts the group's own TCP store is the master).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MASTER_PORT_KEY = "mgpu/master_port"
+
+
+def variables(config: dict[str, Any], rank: int, master: tuple[str, int] | None = None) -> dict[str, str]:
+    """torchrun's variables for ``rank`` of the cluster ``config`` describes (``master``: its store)."""
+    world = len(config["devices"])
+    out = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(int(config.get("local_rank", rank))),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(int(config.get("local_world_size", world))),
+        "GROUP_RANK": str(int(config.get("group_rank", 0))),
+        "GROUP_WORLD_SIZE": str(int(config.get("group_world_size", 1))),
+        "ROLE_NAME": "default",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world),
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": str(config["cluster_id"]),
+    }
+    store = config.get("store")
+    if master is None and store is not None:  # across hosts: the TCP store the group met in
+        master = (str(store["host"]), int(store["port"]))
+    if master is not None:
+        out["MASTER_ADDR"], out["MASTER_PORT"] = master[0], str(master[1])
+    return out
+
+
+def serve_master(meeting: Any, rank: int, world_size: int, timeout: float) -> tuple[str, int]:
+    """One host: rank 0 serves a TCP store on loopback and tells the others its port through the
+    group's file store (``meeting``); every rank returns ``(MASTER_ADDR, MASTER_PORT)``."""
+    from jupyter_mgpu.engine import tcp_rendezvous
+
+    if rank == 0:
+        port = tcp_rendezvous.open_master("127.0.0.1", world_size, timeout)
+        meeting.set(MASTER_PORT_KEY, str(port))
+    else:
+        port = int(meeting.get(MASTER_PORT_KEY))
+    return "127.0.0.1", port

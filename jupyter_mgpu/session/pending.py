@@ -1,0 +1,27 @@
+"""A call started with ``block=False``: its ranks keep working while the notebook goes on."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from jupyter_mgpu.errors import rank_list
+from jupyter_mgpu.session.output_relay import OutputRelay
+
+if TYPE_CHECKING:
+    from jupyter_mgpu.session.core import Session
+
+
+class PendingResult:
+    """The result of a non-blocking run: ``.ready()``, ``.get(timeout=None)`` (one value per rank)."""
+
+    def __init__(self, session: Session, ar: Any, ranks: list[int], label: str, relay: OutputRelay | None):
+        self.session, self.ar, self.ranks, self.label, self.relay = session, ar, ranks, label, relay
+
+    def ready(self) -> bool:
+        return self.ar.ready()
+
+    def get(self, timeout: float | None = None) -> list[Any]:
+        return self.session._collect(self.ar, self.ranks, self.label, timeout, self.relay)
+
+    def __repr__(self) -> str:
+        return f"<PendingResult {self.label} on {rank_list(self.ranks)}: {'ready' if self.ready() else 'running'}>"
