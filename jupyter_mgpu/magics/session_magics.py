@@ -40,6 +40,14 @@ def _init_arguments(func: Any) -> Any:
     return func
 
 
+def _seconds(text: str) -> float:
+    """A ``--timeout`` value, or one sentence saying it is not a number of seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"--timeout takes seconds, got {text!r}") from None
+
+
 def _init_request(args: Any) -> InitOptions:
     """The start request the parsed ``%mgpu_init`` arguments make (numbers read from their text)."""
     given = {name: getattr(args, name) for name in option_names() if getattr(args, name, None) is not None}
@@ -50,10 +58,7 @@ def _init_request(args: Any) -> InitOptions:
         except ValueError:
             raise UsageError(f"the number of devices must be a whole number, got {args.n!r}") from None
     if "timeout" in given:
-        try:
-            given["timeout"] = float(given["timeout"])
-        except ValueError:
-            raise UsageError(f"--timeout takes seconds, got {given['timeout']!r}") from None
+        given["timeout"] = _seconds(given["timeout"])
     return InitOptions(n=n, **given)
 
 
@@ -206,12 +211,7 @@ class MgpuMagics(Magics):
         environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...); ``dist.init_process_group()``
         in the script joins the session's group, and ``destroy_process_group()`` keeps it."""
         args = _parse(self.mgpu_run, line)
-        timeout = None
-        if args.timeout is not None:
-            try:
-                timeout = float(args.timeout)
-            except ValueError:
-                raise UsageError(f"--timeout takes seconds, got {args.timeout!r}") from None
+        timeout = _seconds(args.timeout) if args.timeout is not None else None
         s = sessmod.current()
         with grouped_by_rank():
             s.run_script(args.target, args.args, targets=args.targets, module=args.module, timeout=timeout)
