@@ -199,6 +199,44 @@ class MgpuMagics(Magics):
         return None
 
     @magic_arguments()
+    @argument("--targets", "-t", default=None, help="ranks to push to, e.g. 0,2 or 1:3 (default: all)")
+    @argument("names", nargs="+", help="notebook names whose values go to the ranks")
+    @line_magic
+    def mgpu_push(self, line: str = "") -> None:
+        """Send notebook values to the ranks by name: ``%mgpu_push lr model_config``."""
+        from jupyter_mgpu.engine import namespace_transfer
+
+        args = _parse(self.mgpu_push, line)
+        missing = [name for name in args.names if name not in self._user_ns]
+        if missing:
+            raise UsageError(f"%mgpu_push: the notebook has no name {missing[0]!r}")
+        values = {name: self._user_ns[name] for name in args.names}
+        s = sessmod.current()
+        replaced = s.run(namespace_transfer.put, values, targets=args.targets, label="%mgpu_push")
+        both = sorted({name for names in replaced for name in names})
+        if both:
+            print(f"mgpu: {', '.join(both)} replaced the ranks' own value{'s' if len(both) > 1 else ''}")
+
+    @magic_arguments()
+    @argument("--rank", "-r", default=None, help="the rank to read from (default: every rank, as a list)")
+    @argument("name", help="the name to read on the ranks")
+    @line_magic
+    def mgpu_pull(self, line: str = "") -> None:
+        """Bring a rank's value into the notebook by name: ``%mgpu_pull loss --rank 0`` (without
+        ``--rank``, the list of every rank's value)."""
+        from jupyter_mgpu.engine import namespace_transfer
+
+        args = _parse(self.mgpu_pull, line)
+        if not args.name.isidentifier():
+            raise UsageError(f"%mgpu_pull takes a name, got {args.name!r}")
+        s = sessmod.current()
+        ranks = parse_targets(args.rank, s.world_size)
+        if args.rank is not None and len(ranks) != 1:
+            raise UsageError(f"--rank takes one rank, got {args.rank!r}; leave it out for every rank's value")
+        values = s.run(namespace_transfer.get, args.name, targets=ranks, label="%mgpu_pull")
+        self._user_ns[args.name] = values[0] if args.rank is not None else values
+
+    @magic_arguments()
     @argument("--targets", "-t", default=None, help="ranks to run on, e.g. 0,2 or 1:3 (default: all)")
     @argument("--timeout", default=None, help="seconds before the ranks still running are interrupted")
     @argument("-m", dest="module", action="store_true", help="run a module as python -m does")

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 from ipshell import shell
+from IPython.core.error import UsageError
 
 from jupyter_mgpu.errors import MgpuError, RankError
 
@@ -225,3 +226,25 @@ def test_mgpu_run_magic(s2, tmp_path, ip, capfd):
     out = capfd.readouterr().out
     assert "hello from 1 ['only']" in out and "hello from 0" not in out
     assert os.path.exists(script)
+
+
+def test_push_and_pull_by_name(s2, ip, capfd):
+    ip.user_ns["lr"] = 3e-4
+    ip.user_ns["cfg"] = {"layers": 2}
+    ip.run_line_magic("mgpu_push", "lr cfg")
+    assert s2.run_cell("(lr, cfg['layers'])", stream=False) == ["(0.0003, 2)", "(0.0003, 2)"]
+    s2.run_cell("lr = lr * (rank + 1)", stream=False)
+    ip.run_line_magic("mgpu_pull", "lr --rank 1")
+    assert ip.user_ns["lr"] == pytest.approx(6e-4)
+    ip.run_line_magic("mgpu_pull", "lr")
+    assert ip.user_ns["lr"] == pytest.approx([3e-4, 6e-4])
+    capfd.readouterr()
+    ip.user_ns["lr"] = 1.0
+    ip.run_line_magic("mgpu_push", "lr")
+    assert "lr replaced the ranks' own value" in capfd.readouterr().out
+    with pytest.raises(UsageError, match=r"^%mgpu_push: the notebook has no name 'nope'$"):
+        ip.run_line_magic("mgpu_push", "nope")
+    with pytest.raises(RankError, match=r"name 'nope' is not defined on rank 0"):
+        ip.run_line_magic("mgpu_pull", "nope --rank 0")
+    with pytest.raises(UsageError, match=r"^--rank takes one rank, got '0,1'"):
+        ip.run_line_magic("mgpu_pull", "lr --rank 0,1")
