@@ -152,7 +152,7 @@ class Session:
         try:
             results = self.direct.call(ranks, bufs, check)
         except ChannelClosed as closed:
-            self._await_exit_record(closed.rank)
+            self._await_exit_record([closed.rank])
             check(ranks, {})
             raise MgpuError(f"{label}: lost contact with rank {closed.rank} (its direct channel closed)") from None
         except KeyboardInterrupt:
@@ -163,10 +163,10 @@ class Session:
             raise transport_error(broken, label)
         return self._results([results[r] for r in ranks], ranks)
 
-    def _await_exit_record(self, rank: int, wait: float = 5.0) -> None:
-        """The supervisor writes how an engine ended a moment after its socket closes."""
+    def _await_exit_record(self, ranks: list[int], wait: float = 5.0) -> None:
+        """How an engine ended is written (supervisor, or relay) a moment after its socket closes."""
         end = time.monotonic() + wait
-        while rank not in self.cluster.exits() and time.monotonic() < end:
+        while not set(ranks) & set(self.cluster.exits()) and time.monotonic() < end:
             time.sleep(0.02)
 
     def run(
@@ -260,6 +260,8 @@ class Session:
         try:
             results = ar.get()
         except Exception as exc:  # an ipyparallel-level failure (engine lost, unpicklable result)
+            if "died" in str(exc):  # ipyparallel can see an engine go before its exit record is written
+                self._await_exit_record(ranks)
             raise transport_failure(exc, label, self.cluster.exits()) from None
         if not isinstance(results, list):
             results = [results]
