@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from jupyter_mgpu.engine import budget, rank_namespace
+from jupyter_mgpu.engine import budget, cell_value, namespace_transfer, rank_namespace
 from jupyter_mgpu.engine import state as rank_state
 
 CELL_FILENAME = "<mgpu-cell-{n}>"
@@ -106,10 +106,14 @@ def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> d
         return scope.report(result)
 
 
-def run_cell(code: str, user_ns: dict | None = None) -> dict[str, Any]:
+def run_cell(
+    code: str, user_ns: dict | None = None, lent: dict[str, bytes] | None = None, rich: bool = False
+) -> dict[str, Any]:
     """Run ``%%mgpu`` cell source in this engine's user namespace, IPython syntax allowed.
 
-    The value of a final expression is returned as its repr (like ``Out[]``), ``None`` otherwise.
+    The value of a final expression is returned as its repr (like ``Out[]``), or with ``rich`` as
+    :func:`cell_value.describe` says it; ``None`` when there is none. ``lent``: the notebook's values
+    (pickled) of names the cell reads and this rank lacks, in the namespace while the cell runs.
     """
     global _cell_counter
     _cell_counter += 1
@@ -127,10 +131,17 @@ def run_cell(code: str, user_ns: dict | None = None) -> dict[str, Any]:
     lines = source.splitlines(keepends=True)
     linecache.cache[filename] = (len(source), None, lines, filename)
     with _CallScope("%%mgpu cell") as scope:
-        return scope.report(_exec_cell(source, filename, user_ns))
+        put: dict[str, Any] = {}
+        try:
+            namespace_transfer.lend(user_ns, lent or {}, put)
+            return scope.report(_exec_cell(source, filename, user_ns, rich))
+        except NameError as exc:  # a notebook value that could not be loaded here
+            return scope.report(failure(exc, None))
+        finally:
+            namespace_transfer.take_back(user_ns, put)
 
 
-def _exec_cell(source: str, filename: str, user_ns: dict) -> dict[str, Any]:
+def _exec_cell(source: str, filename: str, user_ns: dict, rich: bool = False) -> dict[str, Any]:
     try:
         tree = ast.parse(source, filename=filename)
         last = None
@@ -143,7 +154,7 @@ def _exec_cell(source: str, filename: str, user_ns: dict) -> dict[str, Any]:
         if last is not None:
             result = eval(compile(last, filename, "eval"), user_ns)
             if result is not None:
-                value = repr(result)
+                value = cell_value.describe(result) if rich else repr(result)
                 user_ns["_"] = result
         return {"ok": True, "value": value}
     except BaseException as exc:

@@ -35,13 +35,19 @@ def take_notes() -> list[tuple[str, tuple[str, ...]]]:
     return notes
 
 
-def both_sides_line(function: str, names: list[str]) -> str:
-    """The one line that says which value of a name defined in the notebook and on the ranks is used."""
+def both_sides_line(function: str, names: list[str], cell: bool = False) -> str:
+    """The one line that says which value of a name defined in the notebook and on the ranks is used
+    (by a notebook function, or with ``cell`` by a ``%%mgpu`` cell)."""
     listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
     which = "values are" if len(names) > 1 else "value is"
+    reader, fix = (
+        (function, "%mgpu_push sends the notebook's")
+        if cell
+        else (f"{function}()", "pass a notebook value as an argument")
+    )
     return (
-        f"mgpu: {function}() reads {listed}, defined both in the notebook and on the ranks: the ranks' "
-        f"{which} used (a name the ranks lack comes from the notebook; pass a notebook value as an argument)"
+        f"mgpu: {reader} reads {listed}, defined both in the notebook and on the ranks: the ranks' "
+        f"{which} used (a name the ranks lack comes from the notebook; {fix})"
     )
 
 

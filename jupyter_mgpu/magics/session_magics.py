@@ -3,34 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import time
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from jupyter_mgpu.errors import Interrupted, MgpuError
 from jupyter_mgpu.init_options import InitOptions, argparse_arguments, option_names
+from jupyter_mgpu.magics.arguments import parse_line
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.session.output_relay import grouped_by_rank
 from jupyter_mgpu.session.targets import parse_targets
 from jupyter_mgpu.units import format_bytes
-
-
-def _parse(magic: Any, line: str) -> Any:
-    """parse_argstring with a one-sentence UsageError for anything it cannot read."""
-    try:
-        shlex.split(line)
-    except ValueError as exc:
-        raise UsageError(f"cannot read the arguments {line!r}: {exc}") from None
-    try:
-        return parse_argstring(magic, line)
-    except UsageError as exc:
-        raise UsageError(str(exc).strip().splitlines()[-1]) from None
-    except SystemExit:  # argparse exits on some malformed input
-        raise UsageError(f"cannot read the arguments {line!r}; see %{magic.__name__}?") from None
 
 
 def _init_arguments(func: Any) -> Any:
@@ -108,7 +94,7 @@ class MgpuMagics(Magics):
     @line_magic
     def mgpu_init(self, line: str = "") -> Any:
         """Start one ipyparallel engine per device, joined in a torch.distributed process group."""
-        args = _parse(self.mgpu_init, line)
+        args = parse_line(self.mgpu_init, line)
         opts = _init_request(args)
         start = time.perf_counter()
         try:
@@ -173,32 +159,6 @@ class MgpuMagics(Magics):
         print("mgpu: engines stopped")
 
     @magic_arguments()
-    @argument("--targets", "-t", default=None, help="ranks to run on, e.g. 0,2 or 1:3 (default: all)")
-    @argument("--block", dest="block", action="store_true", default=True, help="wait for the result (default)")
-    @argument("--noblock", dest="block", action="store_false", help="return at once with a PendingResult")
-    @argument("--stream", dest="stream", action="store_true", default=True, help="stream output live (default)")
-    @argument("--no-stream", dest="stream", action="store_false", help="print output when the cell ends")
-    @cell_magic
-    def mgpu(self, line: str, cell: str) -> Any:
-        """Run the cell on every rank (``rank``, ``world_size``, ``device``, ``torch``, ``dist`` defined)."""
-        args = _parse(self.mgpu, line)
-        s = sessmod.current()
-        from jupyter_mgpu.tensors.dist_tensor import (
-            bind_handles,  # DistTensors the cell names become usable: mgpu.local(A)
-        )
-
-        bind_handles(self._user_ns, cell, s)
-        if not args.block:
-            return s.run_cell(cell, targets=args.targets, block=False, stream=args.stream)
-        ranks = parse_targets(args.targets, s.world_size)
-        with grouped_by_rank():  # live lines as they come; at the end, the cell's output grouped by rank
-            values = s.run_cell(cell, targets=ranks, block=True, stream=True)
-        for rank, value in zip(ranks, values):
-            if value is not None:
-                print(f"Out[rank {rank}]: {value}")
-        return None
-
-    @magic_arguments()
     @argument("--targets", "-t", default=None, help="ranks to push to, e.g. 0,2 or 1:3 (default: all)")
     @argument("names", nargs="+", help="notebook names whose values go to the ranks")
     @line_magic
@@ -206,7 +166,7 @@ class MgpuMagics(Magics):
         """Send notebook values to the ranks by name: ``%mgpu_push lr model_config``."""
         from jupyter_mgpu.engine import namespace_transfer
 
-        args = _parse(self.mgpu_push, line)
+        args = parse_line(self.mgpu_push, line)
         missing = [name for name in args.names if name not in self._user_ns]
         if missing:
             raise UsageError(f"%mgpu_push: the notebook has no name {missing[0]!r}")
@@ -226,7 +186,7 @@ class MgpuMagics(Magics):
         ``--rank``, the list of every rank's value)."""
         from jupyter_mgpu.engine import namespace_transfer
 
-        args = _parse(self.mgpu_pull, line)
+        args = parse_line(self.mgpu_pull, line)
         if not args.name.isidentifier():
             raise UsageError(f"%mgpu_pull takes a name, got {args.name!r}")
         s = sessmod.current()
@@ -248,7 +208,7 @@ class MgpuMagics(Magics):
         ``%mgpu_run train.py --epochs 2``, ``%mgpu_run -m package.module``. Every rank has torchrun's
         environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...); ``dist.init_process_group()``
         in the script joins the session's group, and ``destroy_process_group()`` keeps it."""
-        args = _parse(self.mgpu_run, line)
+        args = parse_line(self.mgpu_run, line)
         timeout = _seconds(args.timeout) if args.timeout is not None else None
         s = sessmod.current()
         with grouped_by_rank():
@@ -274,7 +234,7 @@ class MgpuMagics(Magics):
         """Run a collective on every rank and show each rank's data before and after, plus its schedule."""
         from jupyter_mgpu.collectives.collective_run import collective
 
-        args = _parse(self.mgpu_collective, line)
+        args = parse_line(self.mgpu_collective, line)
         roots = {}
         for key in ("src", "dst"):
             value = getattr(args, key)
@@ -309,7 +269,7 @@ class MgpuMagics(Magics):
         """
         from jupyter_mgpu.collectives.collective_bench import bench
 
-        args = _parse(self.mgpu_bench, line)
+        args = parse_line(self.mgpu_bench, line)
         numbers: dict[str, Any] = {}
         for key, kind in (("factor", float), ("iters", int), ("warmup", int), ("root", int)):
             try:
@@ -333,7 +293,7 @@ class MgpuMagics(Magics):
         """Create random A and B on the ranks, multiply them sharded, show the plan and the measured cost."""
         from jupyter_mgpu.magics.matmul_magic import run_matmul_magic
 
-        args = _parse(self.mgpu_matmul, line)
+        args = parse_line(self.mgpu_matmul, line)
         return run_matmul_magic(args, self._user_ns)
 
     @magic_arguments()
@@ -359,7 +319,7 @@ class MgpuMagics(Magics):
         """
         from jupyter_mgpu.magics.compare_magic import run_compare_magic
 
-        args = _parse(self.mgpu_compare, line)
+        args = parse_line(self.mgpu_compare, line)
         return run_compare_magic(args, self._user_ns)
 
 
@@ -380,5 +340,10 @@ def _show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb
 
 
 def register(ipython: Any) -> None:
+    from jupyter_mgpu.magics.cell_magics import CellMagics
+
     ipython.register_magics(MgpuMagics)
+    ipython.register_magics(CellMagics)
+    if not hasattr(ipython, "kernel"):  # a terminal shell: ipyparallel reads .kernel when a rank opens a widget
+        ipython.kernel = None
     ipython.set_custom_exc((MgpuError, Interrupted), _show_mgpu_error)

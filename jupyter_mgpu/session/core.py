@@ -7,7 +7,6 @@ rank in rank order. Every wait watches for dead engines and forwards a kernel in
 from __future__ import annotations
 
 import itertools
-import sys
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -16,13 +15,13 @@ from typing import Any
 from jupyter_mgpu import devices as devmod
 from jupyter_mgpu.cluster.local import Cluster, describe_exit
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
-from jupyter_mgpu.engine import calls, rank_namespace
+from jupyter_mgpu.engine import calls
 from jupyter_mgpu.engine.shipped_function import ship
 from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
-from jupyter_mgpu.session import rank_status, scripts
+from jupyter_mgpu.session import cell_names, rank_status, scripts
 from jupyter_mgpu.session.direct_channel import ChannelClosed, DirectChannel
 from jupyter_mgpu.session.output_relay import OutputRelay
-from jupyter_mgpu.session.pending import PendingResult
+from jupyter_mgpu.session.pending import PendingResult, finished_results, pending_ranks
 from jupyter_mgpu.session.rank_errors import build_error, transport_error, transport_failure
 from jupyter_mgpu.session.recovery import GroupRecovery
 from jupyter_mgpu.session.targets import parse_targets
@@ -216,12 +215,23 @@ class Session:
         scripts.run_script(self, path, args, targets, module=module, timeout=timeout)
 
     def run_cell(
-        self, code: str, targets: Any = None, block: bool = True, stream: bool = True, timeout: float | None = None
+        self,
+        code: str,
+        targets: Any = None,
+        block: bool = True,
+        stream: bool = True,
+        timeout: float | None = None,
+        *,
+        lent: dict[str, bytes] | None = None,
+        rich: bool = False,
+        show: list[int] | None = None,
     ) -> Any:
-        """Run notebook cell source on the ranks (what ``%%mgpu`` does); values of a last expression."""
+        """Run notebook cell source on the ranks (what ``%%mgpu`` does); the reprs of its last value (with
+        ``rich``, what ``engine/cell_value.py`` describes). ``lent``: notebook values (``cell_names``);
+        ``show``: the ranks whose output shows (the others' a click away)."""
         ranks = parse_targets(targets, self.world_size)
-        ar = self._submit(calls.run_cell, (code,), ranks)
-        relay = OutputRelay(ar, ranks, prefix=True) if stream else None
+        ar = self._submit(calls.run_cell, (code, None, lent, rich), ranks)
+        relay = OutputRelay(ar, ranks, prefix=True, show=show) if stream else None
         if not block:
             return PendingResult(self, ar, ranks, "%%mgpu cell", relay)
         return self._collect(ar, ranks, "%%mgpu cell", timeout, relay)
@@ -243,7 +253,7 @@ class Session:
                     deadline,
                     timeout,
                     relay,
-                    done=self._finished_results(ar, ranks),
+                    done=finished_results(ar, ranks),
                 )
         except KeyboardInterrupt:
             pending = self._pending_ranks(ar, ranks)
@@ -270,39 +280,19 @@ class Session:
     def _results(self, results: list[dict], ranks: list[int]) -> list[Any]:
         """The values of ``calls.call`` reports in rank order, or one error for every failed rank."""
         self.engine_seconds += max((res.get("seconds", 0.0) for res in results), default=0.0)
-        self._say_both_sides(results)
-        failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
-        if failures:
-            raise self._error(failures, ranks, dict(zip(ranks, results)))
-        return [res["value"] for res in results]
-
-    def _say_both_sides(self, results: list[dict]) -> None:
-        """Once per function and names: which value of a name both the notebook and the ranks define is used."""
         found: dict[str, set[str]] = {}
         for res in results:
             for function, names in res.get("shadowed") or ():
                 found.setdefault(function, set()).update(names)
         for function, names in found.items():
-            key = (function, tuple(sorted(names)))
-            if key not in self.said_both_sides:
-                self.said_both_sides.add(key)
-                print(rank_namespace.both_sides_line(function, sorted(names)), file=sys.stderr)
-
-    def _finished_results(self, ar: Any, ranks: list[int]) -> dict[int, Any]:
-        """The reports of the ranks whose part of ``ar`` has already come back (one future per rank)."""
-        children = getattr(ar, "_children", None) or []
-        done = {}
-        for rank, future in zip(ranks, children):
-            if future.done() and not future.cancelled() and future.exception() is None:
-                done[rank] = future.result()
-        return done
+            cell_names.say_both_sides(self.said_both_sides, function, names)
+        failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
+        if failures:
+            raise self._error(failures, ranks, dict(zip(ranks, results)))
+        return [res["value"] for res in results]
 
     def _pending_ranks(self, ar: Any, ranks: list[int]) -> list[int]:
-        pending = []
-        for rank, msg_id in zip(ranks, ar.msg_ids):
-            if msg_id in self.cluster.client.outstanding:
-                pending.append(rank)
-        return pending or list(ranks)
+        return pending_ranks(self.cluster.client, ar, ranks)
 
     def _check_waiting(
         self,

@@ -25,3 +25,19 @@ class PendingResult:
 
     def __repr__(self) -> str:
         return f"<PendingResult {self.label} on {rank_list(self.ranks)}: {'ready' if self.ready() else 'running'}>"
+
+
+def finished_results(ar: Any, ranks: list[int]) -> dict[int, Any]:
+    """The reports of the ranks whose part of ``ar`` has already come back (one future per rank)."""
+    children = getattr(ar, "_children", None) or []
+    done = {}
+    for rank, future in zip(ranks, children):
+        if future.done() and not future.cancelled() and future.exception() is None:
+            done[rank] = future.result()
+    return done
+
+
+def pending_ranks(client: Any, ar: Any, ranks: list[int]) -> list[int]:
+    """The ranks whose part of ``ar`` is still outstanding (all of them when none is known to be)."""
+    pending = [rank for rank, msg_id in zip(ranks, ar.msg_ids) if msg_id in client.outstanding]
+    return pending or list(ranks)

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from IPython.core.error import UsageError
 
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.magics.session_magics import MgpuMagics, _parse
+from jupyter_mgpu.magics.arguments import parse_line as _parse
+from jupyter_mgpu.magics.cell_magics import CellMagics
+from jupyter_mgpu.magics.session_magics import MgpuMagics
 from jupyter_mgpu.session.targets import parse_targets
 from jupyter_mgpu.units import parse_size
 
@@ -61,7 +63,7 @@ def test_init_arguments_parse_or_fail_with_one_sentence(line):
 @given(lines)
 def test_cell_magic_arguments_parse_or_fail_with_one_sentence(line):
     try:
-        _parse(MgpuMagics.mgpu, line)
+        _parse(CellMagics.mgpu, line)
     except UsageError as exc:
         assert str(exc) and "\n" not in str(exc).strip()
 

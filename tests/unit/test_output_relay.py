@@ -50,3 +50,49 @@ def test_no_regrouping_when_already_in_order_or_not_asked(capsys, monkeypatch):
             relay.poll()
         relay.flush()
     assert cleared == []  # in order already; and a relay outside %%mgpu never clears a cell
+
+
+def test_a_progress_bar_redraws_live_per_rank_and_ends_as_one_line(capsys, monkeypatch):
+    shown = []
+
+    class Handle:
+        def update(self, bundle, raw=False):
+            shown.append(bundle["text/plain"])
+
+    def display(bundle, raw=False, display_id=False, **kw):
+        shown.append(bundle["text/plain"])
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    md = [{"stderr": ""}, {"stderr": ""}]
+    relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1], live=True)
+    md[0]["stderr"] = "\r 10%|#"
+    md[1]["stderr"] = "\r 50%|#####"
+    relay.poll()
+    assert shown[-1] == "[rank 0]  10%|#\n[rank 1]  50%|#####"  # one live line per rank
+    md[0]["stderr"] = "\r 60%|######"  # ipyparallel keeps only the last redraw of a line
+    relay.poll()
+    assert shown[-1] == "[rank 0]  60%|######\n[rank 1]  50%|#####"
+    md[0]["stderr"] = "100%|##########|\nafter\n"
+    md[1]["stderr"] = "\r 50%|#####\r100%|##########|\n"
+    relay.poll()
+    assert shown[-1] == ""  # nothing left being drawn
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["[rank 0] 100%|##########|", "[rank 0] after", "[rank 1] 100%|##########|"]
+    md[0]["stderr"] += "more\n"
+    relay.poll()
+    assert capsys.readouterr().err == "[rank 0] more\n"  # the count of relayed lines survives the rewrite
+
+
+def test_show_folds_the_other_ranks_output_into_one_block(capsys, monkeypatch):
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda bundle, raw=False, **kw: shown.append(bundle))
+    md = [{"stdout": ""} for _ in range(4)]
+    relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1, 2, 3], show=[0], live=False)
+    for rank in range(4):
+        md[rank]["stdout"] = f"line of {rank}\nsecond of {rank}\n"
+    relay.flush()
+    assert capsys.readouterr().out.splitlines() == ["[rank 0] line of 0", "[rank 0] second of 0"]
+    (folded,) = shown
+    assert folded["text/plain"] == "(ranks 1–3: 6 lines not shown (--show))"
+    assert "<details" in folded["text/html"] and "[rank 3] second of 3" in folded["text/html"]
