@@ -52,7 +52,11 @@ def free_names(source: str) -> set[str]:
             bound.add(node.arg)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
-    return {n for n in (read - bound) | updated if not n.startswith("_") and n not in _RANK_NAMES and not hasattr(builtins, n)}
+    return {
+        n
+        for n in (read - bound) | updated
+        if not n.startswith("_") and n not in _RANK_NAMES and not hasattr(builtins, n)
+    }
 
 
 def _pickled(name: str, value: Any) -> bytes | None:

@@ -60,3 +60,17 @@ def test_auto_mode_prefixes_code_cells_and_leaves_magics_and_local_cells():
     with auto.in_kernel():
         assert auto(["x = 1\n"]) == ["x = 1\n"]
     assert auto(["\n"]) == ["\n"]
+
+
+def test_completion_asks_the_ranks_in_mgpu_bodies_and_in_auto_mode_cells(monkeypatch):
+    from jupyter_mgpu.magics import auto_mode
+    from jupyter_mgpu.magics.rank_completion import mgpu_body
+
+    assert mgpu_body("%%mgpu --show 0\nmod", None) == (16, "%%mgpu --show 0")
+    assert mgpu_body("%%mgpu\nmod", 3) is None  # on the magic's own line
+    assert mgpu_body("mod", None) is None and mgpu_body("%%mgpu_x\nmod", None) is None
+    auto = auto_mode.AutoMode()
+    auto.on = True
+    monkeypatch.setattr(auto_mode, "AUTO", auto)
+    assert mgpu_body("mod", None) == (0, "%%mgpu")  # every code cell runs on the ranks
+    assert mgpu_body("%%local\nmod", None) is None
