@@ -117,9 +117,11 @@ def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jupyter_mgpu``: register the ``%mgpu_*`` magics."""
     import os
 
+    from jupyter_mgpu.magics.rank_completion import install as install_rank_completion
     from jupyter_mgpu.magics.session_magics import register
 
     register(ipython)
+    install_rank_completion(ipython)  # Tab and Shift-Tab in %%mgpu cells answered by rank 0
     if not os.environ.get("JUPYTER_MGPU_NO_PREWARM") and current(required=False) is None:
         prewarm()
 

@@ -27,6 +27,29 @@ def _all_reduce_check() -> list[float]:
     return [x[0].item(), float(st.world_size * (st.world_size + 1) / 2)]
 
 
+def _local_rank_check() -> dict[str, Any]:
+    """What this rank was told (torchrun's variables) and what it uses (its device, CUDA's current one)."""
+    import os
+
+    import torch
+
+    from jupyter_mgpu.engine import state as rank_state
+
+    st = rank_state.get()
+    out: dict[str, Any] = {
+        "rank": st.rank,
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]),
+        "state_local_rank": st.local_rank,
+        "device": str(st.device),
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    if st.device_kind == "cuda":
+        out["current_device"] = torch.cuda.current_device()
+        out["device_count"] = torch.cuda.device_count()
+    return out
+
+
 def _memory_check() -> dict[str, Any]:
     import torch
 
@@ -112,6 +135,26 @@ def run(cpu: bool = False, n: int | None = None) -> bool:
             assert all(g == want for g, want in got), f"all_reduce gave {got}"
             return f"sum = {got[0][0]:g} on every rank"
 
+        def local_rank() -> str:
+            got = s.run(_local_rank_check)
+            hosts = [d.host for d in s.devices]
+            where = [hosts[: r + 1].count(hosts[r]) - 1 for r in range(len(hosts))]  # position on its host
+            for r, g in enumerate(got):
+                assert g["local_rank"] == g["state_local_rank"] == where[r], (
+                    f"rank {r}: LOCAL_RANK {g}, position {where[r]}"
+                )
+                assert g["local_world_size"] == hosts.count(hosts[r]), f"rank {r}: LOCAL_WORLD_SIZE {g}"
+            told = f"LOCAL_RANK = local position on every rank ({', '.join(str(g['local_rank']) for g in got)})"
+            if s.devices[0].kind != "cuda":
+                return f"{told}; cuda:LOCAL_RANK skipped (CPU virtual devices)"
+            for r, g in enumerate(got):
+                assert g["device"] == f"cuda:{g['local_rank']}", f"rank {r} uses {g['device']}, not cuda:LOCAL_RANK {g}"
+                assert g["current_device"] == g["local_rank"], f"rank {r}: current device {g['current_device']} {g}"
+                assert g["device_count"] == g["local_world_size"], f"rank {r} sees {g['device_count']} GPUs {g}"
+                same = {x["visible"] for x, h in zip(got, hosts) if h == hosts[r]}
+                assert len(same) == 1, f"ranks on one host see different GPUs: {sorted(map(str, same))}"
+            return f"{told}; device = cuda:LOCAL_RANK = current device; CUDA_VISIBLE_DEVICES={got[0]['visible']}"
+
         def memory() -> str:
             got = s.run(_memory_check)
             assert all(g["grew_by"] >= 60 * 2**20 for g in got), f"64 MiB allocation not seen: {got}"
@@ -137,6 +180,7 @@ def run(cpu: bool = False, n: int | None = None) -> bool:
         for name, fn in [
             ("controller leaves CUDA alone", cuda_untouched),
             ("all_reduce", all_reduce),
+            ("device = cuda:LOCAL_RANK", local_rank),
             ("per-device memory stats", memory),
             ("sharded matmul vs torch.mm", matmul),
             ("shutdown, no orphans", shutdown),

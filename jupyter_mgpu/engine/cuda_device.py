@@ -1,38 +1,52 @@
-"""The thin GPU-only path of an engine: bind the device, cap its memory, read allocator stats.
+"""The thin GPU-only path of an engine: bind its device, cap that device's memory, read allocator stats.
 
-Only ever called inside an engine after ``CUDA_VISIBLE_DEVICES`` names its one GPU; no machine
-without a GPU reaches this code, so it stays small.
+Only ever called inside an engine after ``CUDA_VISIBLE_DEVICES`` names its host's ranks' GPUs (as
+torchrun does, ``engine/gpu_plan.py``); the rank uses ``cuda:LOCAL_RANK``. No machine without a GPU
+reaches this code, so it stays small.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+_index: int | None = None  # the device bind() made current
 
-def bind(mem_per_device: int | None) -> Any:
-    """Make the engine's single visible GPU current; cap its allocator at ``mem_per_device`` bytes."""
+
+def bind(index: int, mem_per_device: int | None) -> Any:
+    """Make visible GPU ``index`` (the rank's local rank) current; cap its allocator at ``mem_per_device`` bytes."""
+    global _index
     import torch
 
-    torch.cuda.set_device(0)
+    torch.cuda.set_device(index)
     if mem_per_device:
-        total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, mem_per_device / total), 0)
-    return torch.device("cuda", 0)
+        total = torch.cuda.get_device_properties(index).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, mem_per_device / total), index)
+    _index = index
+    return torch.device("cuda", index)
+
+
+def own_device() -> int:
+    """The rank's GPU index. The one bind() chose, not ``torch.cuda.current_device()`` alone: that is
+    per thread, and a thread of ours (the telemetry sampler) starts on CUDA's default device 0."""
+    import torch
+
+    return _index if _index is not None else torch.cuda.current_device()
 
 
 def memory() -> dict[str, Any]:
-    """Allocator and device memory of the current GPU, in bytes."""
+    """Allocator and device memory of the rank's own GPU, in bytes."""
     import torch
 
-    free, total = torch.cuda.mem_get_info()
+    device = own_device()
+    free, total = torch.cuda.mem_get_info(device)
     return {
-        "allocated_bytes": torch.cuda.memory_allocated(),
-        "reserved_bytes": torch.cuda.memory_reserved(),
-        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "allocated_bytes": torch.cuda.memory_allocated(device),
+        "reserved_bytes": torch.cuda.memory_reserved(device),
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
         "free_bytes": free,
         "total_bytes": total,
-        "name": torch.cuda.get_device_name(0),
-        **_nvml_usage(),
+        "name": torch.cuda.get_device_name(device),
+        **_nvml_usage(device),
     }
 
 
@@ -40,8 +54,8 @@ _nvml_handle: Any = None
 _nvml_unavailable = False
 
 
-def _nvml_usage() -> dict[str, int]:
-    """This process's memory on its GPU as NVML sees it (CUDA context included); {} without nvidia-ml-py."""
+def _nvml_usage(device: int) -> dict[str, int]:
+    """This process's memory on GPU ``device`` as NVML sees it (CUDA context included); {} without nvidia-ml-py."""
     global _nvml_handle, _nvml_unavailable
     if _nvml_unavailable:
         return {}
@@ -62,7 +76,7 @@ def _nvml_usage() -> dict[str, int]:
             except Exception:
                 _nvml_unavailable = True
                 raise
-            uuid = str(torch.cuda.get_device_properties(0).uuid)  # maps CUDA index 0 to its NVML device
+            uuid = str(torch.cuda.get_device_properties(device).uuid)  # maps the CUDA index to its NVML device
             _nvml_handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
         pid = os.getpid()
         for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(_nvml_handle):

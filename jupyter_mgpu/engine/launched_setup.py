@@ -7,10 +7,11 @@ through ipyparallel's authenticated channel:
    mount and IPC namespaces), the host's devices and memory, its interfaces, local-rank hints from
    MPI or Slurm. The kernel orders the ranks by host, then by local rank.
 2. rank 0 only: :func:`open_store` — the rendezvous store on its address of the chosen interface.
-3. :func:`setup` — pin this engine to its one device (``CUDA_VISIBLE_DEVICES`` before CUDA starts,
-   from its local rank), apply the memory budget, link up with the kernel's host (``link_agent``),
-   join the process group, start telemetry and the direct channel. The link key is derived here from
-   ipyparallel's own HMAC key, so no secret travels in the call.
+3. :func:`setup` — give this engine its device as torchrun would (``CUDA_VISIBLE_DEVICES`` set before
+   CUDA starts to the GPUs of its host's ranks, and ``cuda:LOCAL_RANK``: ``engine/gpu_plan.py``),
+   apply the memory budget, link up with the kernel's host (``link_agent``), join the process group,
+   start telemetry and the direct channel. The link key is derived here from ipyparallel's own HMAC
+   key, so no secret travels in the call.
 
 Each engine's files live in its own private directory on its host (mode 0700), removed when it ends.
 """

@@ -8,16 +8,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jupyter_mgpu.engine import process_group, torchrun_env, user_process_group
+from jupyter_mgpu.engine import gpu_plan, process_group, torchrun_env, user_process_group
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine.state import EngineState
 
 
 def setup(config: dict, rank: int) -> EngineState:
-    """Configure this process as rank ``rank``: environment, threads, memory budget, process group."""
+    """Configure this process as rank ``rank``: environment, threads, device, memory budget, process group.
+
+    On GPUs, as under torchrun, the engine sees its host's ranks' GPUs and uses ``cuda:LOCAL_RANK``
+    (``engine/gpu_plan.py``)."""
     dev = config["devices"][rank]
     world = len(config["devices"])
-    local_rank = int(config.get("local_rank", rank))
+    gpus = gpu_plan.plan(config, rank, os.environ.get("CUDA_VISIBLE_DEVICES"))  # torchrun's: the host's GPUs
     os.environ.update(torchrun_env.variables(config, rank))  # code written for torchrun reads these
     os.environ.update(
         {
@@ -27,10 +30,8 @@ def setup(config: dict, rank: int) -> EngineState:
             "OMP_NUM_THREADS": str(config["threads"]),
         }
     )
-    if dev["kind"] == "cuda":
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        tokens = [t.strip() for t in visible.split(",")] if visible else None
-        os.environ["CUDA_VISIBLE_DEVICES"] = tokens[dev["index"]] if tokens else str(dev["index"])
+    if gpus.visible_devices is not None:  # before CUDA starts: every rank of the host sees its ranks' GPUs
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus.visible_devices
     import torch
 
     torch.set_num_threads(config["threads"])
@@ -46,13 +47,13 @@ def setup(config: dict, rank: int) -> EngineState:
         timeout=float(config["timeout"]),
         threads=config["threads"],
         host=config.get("host"),
-        local_rank=local_rank,
+        local_rank=gpus.local_rank,
         store=config.get("store"),
     )
-    if dev["kind"] == "cuda":
+    if gpus.device_index is not None:
         from jupyter_mgpu.engine import cuda_device
 
-        st.device = cuda_device.bind(config.get("mem_per_device"))
+        st.device = cuda_device.bind(gpus.device_index, config.get("mem_per_device"))  # cuda:LOCAL_RANK
     else:
         from jupyter_mgpu.engine import budget
 
@@ -95,11 +96,13 @@ def namespace() -> dict[str, Any]:
 
 
 def populate(user_ns: dict) -> None:
-    """Put :func:`namespace` into an engine's user namespace (run at engine start)."""
+    """Put :func:`namespace` into an engine's user namespace (run at engine start, after the shell is made)."""
     user_ns.update(namespace())
-    from jupyter_mgpu.engine import direct_channel
+    torchrun_env.drop_interactive_prompts()  # a worker, as under torchrun: Lightning's ddp runs unchanged
+    from jupyter_mgpu.engine import completion_server, direct_channel
 
     direct_channel.start(user_ns)
+    completion_server.start(user_ns)  # Tab and Shift-Tab in %%mgpu cells, from a thread
 
 
 def rebuild_process_group(generation: int) -> None:

@@ -67,7 +67,9 @@ def reset_peak() -> None:
     if rank_state.STATE is not None and rank_state.STATE.device_kind == "cuda":
         import torch
 
-        torch.cuda.reset_peak_memory_stats()
+        from jupyter_mgpu.engine import cuda_device
+
+        torch.cuda.reset_peak_memory_stats(cuda_device.own_device())  # the sampler thread's own is cuda:0
     from jupyter_mgpu.engine import allocator_budget
 
     allocator_budget.reset_peak()

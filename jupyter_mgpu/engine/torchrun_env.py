@@ -3,13 +3,16 @@
 torchrun gives each worker ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
 ``GROUP_RANK`` (its host's index), ``GROUP_WORLD_SIZE`` (the number of hosts), ``ROLE_RANK``,
 ``ROLE_WORLD_SIZE`` (one role here: every rank), ``MASTER_ADDR`` and ``MASTER_PORT`` (its rendezvous
-store). :func:`variables` is that plan for one rank, pure; :func:`serve_master` gives a one-host
+store). On CPU virtual devices it also sets ``ACCELERATE_USE_CPU``, as ``accelerate launch --cpu``
+does for its workers. :func:`variables` is that plan for one rank, pure; :func:`serve_master` gives a one-host
 session, whose group meets through a private file, a real TCP store on rank 0 for ``MASTER_PORT``
-(across hosts the group's own TCP store is the master).
+(across hosts the group's own TCP store is the master). :func:`drop_interactive_prompts` makes the
+engine look like the non-interactive worker torchrun starts, not like a Python prompt.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 MASTER_PORT_KEY = "mgpu/master_port"
@@ -32,6 +35,10 @@ def variables(config: dict[str, Any], rank: int, master: tuple[str, int] | None 
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": str(config["cluster_id"]),
     }
+    if config["devices"][rank]["kind"] == "cpu":
+        # without it accelerate's Accelerator() finds no CUDA and trains alone on each rank (its torchrun
+        # detection is for GPUs); with it, Accelerator() joins the group on the CPU, as under `accelerate launch --cpu`
+        out["ACCELERATE_USE_CPU"] = "true"
     store = config.get("store")
     if master is None and store is not None:  # across hosts: the TCP store the group met in
         master = (str(store["host"]), int(store["port"]))
@@ -51,3 +58,17 @@ def serve_master(meeting: Any, rank: int, world_size: int, timeout: float) -> tu
     else:
         port = int(meeting.get(MASTER_PORT_KEY))
     return "127.0.0.1", port
+
+
+def drop_interactive_prompts() -> None:
+    """Remove the ``sys.ps1``/``ps2``/``ps3`` prompts IPython's shell set in this engine.
+
+    A torchrun worker runs ``python script.py``: it has no ``sys.ps1``. Libraries read that as "a person
+    is typing at this process" and refuse to act as workers: Lightning's ``Trainer(strategy="ddp")``
+    raises "not compatible with an interactive environment" (``lightning.fabric.utilities.imports.
+    _IS_INTERACTIVE``). Nobody types at an engine (the notebook's kernel keeps its prompts), so the
+    engine drops them once, after the shell is made and before any user code imports such a library.
+    """
+    for name in ("ps1", "ps2", "ps3"):
+        if hasattr(sys, name):
+            delattr(sys, name)

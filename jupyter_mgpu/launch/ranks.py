@@ -3,10 +3,12 @@
 Each engine reported its host (``engine/launched_setup.identify``). Hosts are ordered as ``--hosts``
 lists them (else by name, naturally: ``node2`` before ``node10``); on each host the engines take
 local ranks 0, 1, … (in the order MPI or Slurm numbered them where they did, else by engine id) and
-local rank ``i`` drives the host's device ``i``. Pinning happens on the engine itself from its local
-rank (``CUDA_VISIBLE_DEVICES`` set before CUDA starts), because ipyparallel gives one environment
-per engine *set*, and one set per device would multiply SSH sessions, batch jobs and MPI launches
-by the devices per host (and cannot work for ``mpiexec`` or ``--connect`` at all).
+local rank ``i`` drives the host's device ``i``. As under torchrun, every engine on a host sees the
+GPUs of that host's ranks and uses ``cuda:LOCAL_RANK``: each engine sets its own ``CUDA_VISIBLE_DEVICES``
+before CUDA starts, from the devices and hosts of the ranks (``engine/gpu_plan.py``), because
+ipyparallel gives one environment per engine *set*, and one set per device would multiply SSH
+sessions, batch jobs and MPI launches by the devices per host (and cannot work for ``mpiexec`` or
+``--connect`` at all).
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def per_host_counts(ranked: list[Engine]) -> dict[str, int]:
 
 
 def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None) -> list[DeviceInfo]:
-    """One device per rank: the host's GPU ``local_rank``, or a CPU virtual device with its budget.
+    """One device per rank: the host's GPU ``local_rank`` (an index into what the engine's launcher left
+    visible), or a CPU virtual device with its budget; each device names its host.
 
     Refuses, naming the host, more engines on a host than it has GPUs, a host without GPUs among
     GPU hosts, and CPU budgets that the host's free memory cannot hold.

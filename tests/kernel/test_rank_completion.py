@@ -1,0 +1,110 @@
+"""Tab and Shift-Tab in ``%%mgpu`` cells of a real ipykernel come from rank 0's namespace, within the
+budget, also while rank 0 runs a cell; elsewhere the kernel answers as before
+(``magics/rank_completion.py``, ``engine/completion_server.py``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from kernel_client import Kernel
+from processes import wait_gone
+
+pytestmark = pytest.mark.kernel
+
+RANK_NAMES = "%%mgpu\nonly_on_ranks_xyz = 1\nmodel = torch.nn.Linear(3, 4)"
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = Kernel()
+    pids: list[int] = []
+    try:
+        pids = k.start_cluster(2)
+        reply, out = k.execute(RANK_NAMES)
+        assert reply["status"] == "ok", out
+        reply, out = k.execute("print('RANK0PID', __import__('jupyter_mgpu').current().cluster.engine_pids[0])")
+        k.rank0_pid = int(out.split("RANK0PID")[1].split()[0])
+        yield k
+        k.km.shutdown_kernel(now=False)
+    finally:
+        k.close()
+    assert wait_gone(pids, 10) == []
+
+
+def complete(k: Kernel, code: str, cursor_pos: int | None = None) -> tuple[dict, float]:
+    start = time.monotonic()
+    reply = k.kc.complete(code, len(code) if cursor_pos is None else cursor_pos, reply=True, timeout=10)
+    return reply["content"], time.monotonic() - start
+
+
+def test_tab_in_an_mgpu_cell_completes_names_only_the_ranks_have(kernel):
+    content, took = complete(kernel, "%%mgpu\nonly_on_r")
+    assert content["status"] == "ok"
+    assert "only_on_ranks_xyz" in content["matches"]
+    assert (content["cursor_start"], content["cursor_end"]) == (7, 16)
+    kinds = content["metadata"]["_jupyter_types_experimental"]
+    assert {"start": 7, "end": 16, "text": "only_on_ranks_xyz"}.items() <= kinds[0].items()
+    assert took < 1.0
+    reply, out = kernel.execute("print('only_on_ranks_xyz' in globals())")
+    assert out.strip() == "False"  # the notebook itself never had it
+
+
+def test_tab_after_a_dot_completes_attributes_of_the_ranks_model(kernel):
+    code = "%%mgpu --targets 0\ny = model.we"
+    content, _ = complete(kernel, code)
+    assert "weight" in content["matches"]
+    assert code[content["cursor_start"] : content["cursor_end"]] == "we"
+
+
+def test_shift_tab_shows_the_ranks_object(kernel):
+    code = "%%mgpu\nmodel"
+    reply = kernel.kc.inspect(code, len(code), detail_level=0, reply=True, timeout=10)["content"]
+    assert reply["status"] == "ok" and reply["found"] is True
+    assert "Linear" in reply["data"]["text/plain"]
+    reply = kernel.kc.inspect("%%mgpu\nnot_defined_anywhere", 12, reply=True, timeout=10)["content"]
+    assert reply["found"] is False
+
+
+def test_other_cells_and_the_magic_line_are_answered_by_the_kernel(kernel):
+    plain, _ = complete(kernel, "only_on_r")
+    assert plain["matches"] == []
+    line, _ = complete(kernel, "%%mgpu\nonly_on_r", 4)  # the cursor on the %%mgpu line: the kernel's magics
+    assert "%%mgpu" in line["matches"] and "only_on_ranks_xyz" not in line["matches"]
+    first, _ = complete(kernel, "%%mgpu_x\nonly_on_r")  # another magic's cell
+    assert "only_on_ranks_xyz" not in first["matches"]
+    reply = kernel.kc.inspect("model", 5, reply=True, timeout=10)["content"]
+    assert reply["found"] is False  # the notebook has no model
+
+
+@pytest.mark.parametrize("busy", ["time.sleep(3)", "t = time.time() + 3\nwhile time.time() < t:\n    pass"])
+def test_a_busy_rank_0_still_answers_within_the_budget(kernel, busy):
+    kernel.execute(f"%%mgpu --noblock --targets 0\nimport time\n{busy}")
+    time.sleep(0.5)  # rank 0 is in the cell now
+    took = []
+    for _ in range(5):
+        content, t = complete(kernel, "%%mgpu\nonly_on_r")
+        took.append(t)
+        assert "only_on_ranks_xyz" in content["matches"]  # answered by rank 0's thread, not the fallback
+    print(f"busy rank 0 ({busy.splitlines()[-1].strip()}): completions in {[round(t * 1e3) for t in took]} ms")
+    assert max(took) < 1.0
+    reply, out = kernel.execute("%%mgpu\nprint('after', rank)")  # the cell queued behind the busy one
+    assert reply["status"] == "ok" and "[rank 0] after 0" in out, out
+
+
+def test_a_stopped_rank_0_falls_back_to_the_kernel_within_the_budget(kernel):
+    kernel.execute("x_in_the_notebook = 2")
+    os.kill(kernel.rank0_pid, signal.SIGSTOP)
+    try:
+        content, took = complete(kernel, "%%mgpu\nx_in_the_not")
+    finally:
+        os.kill(kernel.rank0_pid, signal.SIGCONT)
+    print(f"stopped rank 0: the kernel's own answer after {took * 1e3:.0f} ms")
+    assert "x_in_the_notebook" in content["matches"]  # the notebook's own namespace answered
+    assert took < 1.0
+    content, _ = complete(kernel, "%%mgpu\nonly_on_r")  # and rank 0 answers again once it runs
+    assert "only_on_ranks_xyz" in content["matches"]
+    reply, out = kernel.execute("%%mgpu\nprint('still', only_on_ranks_xyz)")
+    assert reply["status"] == "ok" and "[rank 0] still 1" in out, out
