@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import socket
-import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -134,11 +133,7 @@ class Listener(threading.Thread):
         super().__init__(name="mgpu-collective-guard", daemon=True)
         self.state = state
         self.path = socket_path(rundir, state.rank)
-        self.path.unlink(missing_ok=True)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        unix_socket.bind(self.sock, self.path)  # any length: a hub user's home can be deep
-        os.chmod(self.path, 0o600)
-        self.sock.listen(8)
+        self.sock = unix_socket.listen_private(self.path, 8)
 
     def run(self) -> None:
         while True:
@@ -153,8 +148,7 @@ class Listener(threading.Thread):
                     pass
 
     def _serve(self, conn: socket.socket) -> None:
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-        if uid != os.getuid():
+        if not unix_socket.same_user(conn):
             return
         conn.settimeout(REQUEST_TIMEOUT)
         command = conn.recv(64).decode().strip()

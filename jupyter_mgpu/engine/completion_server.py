@@ -20,9 +20,7 @@ mirror: there the kernel falls back to its own completion.
 from __future__ import annotations
 
 import json
-import os
 import socket
-import struct
 import threading
 from pathlib import Path
 from typing import Any
@@ -112,11 +110,7 @@ class Server(threading.Thread):
         super().__init__(name="mgpu-completion", daemon=True)
         self.answerer = Answerer(shell, rank)
         self.path = socket_path(rundir, rank)
-        self.path.unlink(missing_ok=True)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        unix_socket.bind(self.sock, self.path)  # any length: a hub user's home can be deep
-        os.chmod(self.path, 0o600)
-        self.sock.listen(4)
+        self.sock = unix_socket.listen_private(self.path, 4)
 
     def run(self) -> None:
         while True:
@@ -124,8 +118,7 @@ class Server(threading.Thread):
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-            if uid != os.getuid():  # the dir is private already; this is the second lock
+            if not unix_socket.same_user(conn):
                 conn.close()
                 continue
             threading.Thread(target=self._serve, args=(conn,), name="mgpu-completion-conn", daemon=True).start()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import pickle
 import signal
 import socket
@@ -67,11 +66,7 @@ class Server:
 
         self.user_ns = user_ns
         self.path = socket_path(rundir, rank)
-        self.path.unlink(missing_ok=True)
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        unix_socket.bind(self.listener, self.path)  # any length: a hub user's home can be deep
-        os.chmod(self.path, 0o600)
-        self.listener.listen(4)
+        self.listener = unix_socket.listen_private(self.path, 4)
         self.listener.setblocking(False)
         self.loop = asyncio.get_event_loop()
         self.loop.add_reader(self.listener.fileno(), self._accept)
@@ -81,8 +76,7 @@ class Server:
             conn, _ = self.listener.accept()
         except BlockingIOError:
             return
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-        if uid != os.getuid():  # the dir is private already; this is the second lock
+        if not unix_socket.same_user(conn):  # the dir is private already; this is the second lock
             conn.close()
             return
         conn.settimeout(PARTIAL_FRAME_TIMEOUT)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,3 +43,20 @@ def connect(sock: socket.socket, path: str | Path) -> None:
     """``sock.connect(path)`` for a path of any length."""
     with reachable(path) as address:
         sock.connect(address)
+
+
+def listen_private(path: str | Path, backlog: int) -> socket.socket:
+    """A stream socket listening at ``path`` (replacing a stale one), readable by this user only."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bind(sock, path)  # any length: a hub user's home can be deep
+    os.chmod(path, 0o600)
+    sock.listen(backlog)
+    return sock
+
+
+def same_user(conn: socket.socket) -> bool:
+    """Whether the peer of ``conn`` runs as this user (the second lock, after the private directory)."""
+    uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+    return bool(uid == os.getuid())

@@ -24,7 +24,6 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -41,19 +40,6 @@ SOCKET_NAME = "relay.sock"
 CONTROL_POLL = 0.05
 PING_EVERY = 1.0  # the relay pings every link this often; each engine pings too
 SILENCE = 10.0  # a link silent this long is lost (a host that vanished without closing its connections)
-
-
-def _peer_uid(conn: socket.socket) -> int:
-    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-
-
-def _unix_listener(path: Path) -> socket.socket:
-    path.unlink(missing_ok=True)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    unix_socket.bind(sock, path)
-    os.chmod(path, 0o600)
-    sock.listen(16)
-    return sock
 
 
 class Mirror:
@@ -127,7 +113,7 @@ class RankLink:
     def serve(self) -> None:
         for name in ("guard", "direct"):
             path = self.relay.rundir / f"{name}.{self.rank}.sock"
-            sock = _unix_listener(path)
+            sock = unix_socket.listen_private(path, 16)
             self.listeners.append((sock, path))
             threading.Thread(
                 target=self._accept, args=(sock, name), name=f"mgpu-relay-{name}{self.rank}", daemon=True
@@ -140,7 +126,7 @@ class RankLink:
                 conn, _ = sock.accept()
             except OSError:
                 return
-            if _peer_uid(conn) != os.getuid():
+            if not unix_socket.same_user(conn):
                 conn.close()
                 continue
             with self.lock:
@@ -192,7 +178,7 @@ class Relay:
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.bind((config["address"], 0))
         self.listener.listen(64)
-        self.requests = _unix_listener(rundir / SOCKET_NAME)
+        self.requests = unix_socket.listen_private(rundir / SOCKET_NAME, 16)
 
     # -- engines ---------------------------------------------------------------------------
     def _check(self, hello: dict[str, Any]) -> str | None:
@@ -288,7 +274,7 @@ class Relay:
                 return
             with conn:
                 try:
-                    if _peer_uid(conn) != os.getuid():
+                    if not unix_socket.same_user(conn):
                         continue
                     conn.settimeout(5)
                     request = json.loads(conn.makefile("rb").readline())
