@@ -8,7 +8,7 @@
 // (after they finished, before the screenshots); both report their observations with ctx.report(step, data).
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { cfg, report, openBrowser, openNotebook, reportError } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, reportError, notebookLayout, shotCell as shotOf } from './chromium.mjs';
 
 const T = cfg.timeoutMs ?? 600000;
 const { page, context, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 900 } });
@@ -22,67 +22,13 @@ async function cellIndex(prefix) {
   return hits[0];
 }
 
-// Screenshot of cell `index` (input and outputs), growing the viewport's height when the cell is taller.
+// Screenshot of cell `index` (input and outputs) to artifacts/<name>.png; returns its path.
 async function shotCell(index, name) {
-  const vp = page.viewportSize();
-  const height = await page.evaluate(k => {
-    document.querySelectorAll('[data-mgpu-shot]').forEach(n => n.removeAttribute('data-mgpu-shot'));
-    const node = window.jupyterapp.shell.currentWidget.content.widgets[k].node;
-    node.setAttribute('data-mgpu-shot', '1');
-    return node.getBoundingClientRect().height;
-  }, index);
-  if (height + 160 > vp.height) await page.setViewportSize({ width: vp.width, height: Math.min(6000, Math.ceil(height + 200)) });
-  await page.evaluate(() => document.querySelector('[data-mgpu-shot]').scrollIntoView({ block: 'center' }));
-  await page.waitForTimeout(400);
   const file = path.join(cfg.artifacts, `${name}.png`);
-  await page.locator('[data-mgpu-shot]').screenshot({ path: file });
-  await page.setViewportSize(vp);
+  await shotOf(page, index, file);
   return file;
 }
-
-// Every output element that reaches past its cell's output area (so part of it is cut off or needs
-// sideways scrolling), every line of text output that the cell's width makes wrap, and every code cell
-// whose source is wider than its editor.
-const layout = () => page.evaluate(() => {
-  const out = { overflow: [], wrapped: [], wide_code: [] };
-  const probe = document.createElement('span');
-  window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, i) => {
-    if (cell.model.type !== 'code') return;
-    const source = cell.model.sharedModel.getSource().split('\n')[0];
-    const editor = cell.node.querySelector('.cm-scroller');  // code the reader must scroll sideways to see
-    if (editor && editor.scrollWidth > editor.clientWidth + 2) {
-      out.wide_code.push({ cell: i, source, past: editor.scrollWidth - editor.clientWidth });
-    }
-    for (const area of cell.node.querySelectorAll('.jp-OutputArea-output')) {
-      const box = area.getBoundingClientRect();
-      if (box.width === 0) continue;
-      const past = new Set();  // report the outermost element that reaches past the edge, not its children
-      for (const el of area.querySelectorAll('*')) {
-        const r = el.getBoundingClientRect();
-        if (r.width === 0 || r.height === 0 || getComputedStyle(el).visibility === 'hidden') continue;
-        if (r.right > box.right + 2 || r.left < box.left - 2) {
-          past.add(el);
-          if (past.has(el.parentElement)) continue;
-          const what = el.tagName.toLowerCase() + (el.getAttribute('class') ? '.' + String(el.getAttribute('class')).split(' ')[0] : '');
-          out.overflow.push({ cell: i, source, element: what, past: Math.round(Math.max(r.right - box.right, box.left - r.left)),
-            width: Math.round(box.width) });
-        }
-      }
-      // tables and printed results; error messages (stderr) are sentences and may wrap
-      for (const pre of area.querySelectorAll('.jp-RenderedText:not([data-mime-type="application/vnd.jupyter.stderr"]) pre')) {
-        probe.textContent = 'M'.repeat(100);
-        probe.style.cssText = 'position:absolute; visibility:hidden; white-space:pre';
-        pre.appendChild(probe);
-        const charW = probe.getBoundingClientRect().width / 100;
-        pre.removeChild(probe);
-        const fit = Math.floor(pre.clientWidth / charW);
-        const long = pre.textContent.split('\n').filter(l => l.length > fit);
-        if (long.length) out.wrapped.push({ cell: i, source, fit, lines: long.slice(0, 5) });
-      }
-    }
-  });
-  return out;
-});
+const layout = () => notebookLayout(page);
 
 const ctx = { page, context, cfg, report, cellIndex, shotCell, consoleErrors };
 const hooks = cfg.hooks ? await import(pathToFileURL(cfg.hooks).href) : {};

@@ -1,0 +1,146 @@
+"""Real-browser test of ``%%mgpu`` cells that feel like notebook cells (issue 24).
+
+cell_experience.mjs runs a small notebook in the shared ``lab`` (tests/lab_server.py) with Debian's
+Chromium: each rank's DataFrame and plotly figure render as JupyterLab renders them, under rank labels;
+an all-reduced tensor, the same on both ranks, is one line; a text tqdm bar redraws live per rank while
+the cell runs and ends as one line per rank; tqdm.notebook's widget bars render per rank (their comms
+relayed by ipyparallel); ``--show 0`` folds rank 1's output behind a click. Screenshots of each state go
+to test-artifacts/browser-cells/.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from lab_server import ARTIFACTS, run_script, write_notebook
+from processes import wait_gone
+
+SHOTS = ARTIFACTS / "browser-cells"
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+
+CELLS = {
+    "init": "%load_ext jupyter_mgpu\n%mgpu_init 2 --no-dashboard",
+    "pids": "from jupyter_mgpu.session import lifecycle\n"
+    "_c = lifecycle.current().cluster\n"
+    "print('pids', *[_c.controller.pid, _c.supervisor.pid, *_c.engine_pids.values()])",
+    "frame": "%%mgpu\nimport pandas as pd\npd.DataFrame({'rank': [rank], 'sq': [rank * rank]})",
+    "plotly": "%%mgpu\nimport plotly.graph_objects as go\ngo.Figure(go.Bar(y=[1, rank + 2]))",
+    "reduce": "%%mgpu\nx = torch.ones(2)\ndist.all_reduce(x)\nx",
+    "tqdm": "%%mgpu\nfrom tqdm import tqdm\nimport time\nfor _ in tqdm(range(30), ascii=True):\n    time.sleep(0.1)",
+    "widget": "%%mgpu\nfrom tqdm.notebook import tqdm\nfor _ in tqdm(range(5)):\n    pass",
+    "show": "%%mgpu --show 0\nprint('hello from', rank)",
+    "shutdown": "%mgpu_shutdown",
+}
+
+
+@pytest.fixture(scope="module")
+def steps(lab):
+    write_notebook(lab["root"] / "cell_experience.ipynb", list(CELLS.values()))
+    index = {name: i for i, name in enumerate(CELLS)}
+    return run_script(lab, "cell_experience.mjs", "browser-cells", 360, notebook="cell_experience.ipynb", cells=index)
+
+
+def _rich(items: list[dict]) -> list[dict]:
+    """The outputs that are not empty (a live area that ended shows nothing)."""
+    return [o for o in items if o["text"].strip() or o["plot"] or o["table"]]
+
+
+def test_session_started(steps):
+    s = steps["started"]
+    assert len(s["pids"]) == 4 and all(p > 0 for p in s["pids"]), s["pidText"]
+
+
+def test_each_ranks_dataframe_renders_as_a_table_under_its_rank_label(steps):
+    items = _rich(steps["frame"]["items"])
+    assert [o["label"] for o in items] == ["rank 0", None, "rank 1", None], items
+    for rank, table in ((0, items[1]["table"]), (1, items[3]["table"])):
+        assert table == [["", "rank", "sq"], ["0", str(rank), str(rank * rank)]], table
+        assert items[1]["mime"] == "text/html"
+    assert "Out[" not in steps["frame"]["text"]
+
+
+def test_each_ranks_plotly_figure_renders_as_a_plot(steps):
+    items = _rich(steps["plotly"]["items"])
+    labels = [o["label"] for o in items if o["label"]]
+    plots = [o["plot"] for o in items if o["plot"]]
+    assert labels == ["rank 0", "rank 1"], items
+    assert [p["y"] for p in plots] == [[1, 2], [1, 3]], items
+    assert all(p["type"] == "bar" and p["bars"] == 2 and p["width"] > 200 for p in plots), plots
+    # each plot comes right after its rank's label
+    assert [o["label"] or ("plot" if o["plot"] else o["mime"]) for o in items] == ["rank 0", "plot", "rank 1", "plot"]
+
+
+def test_the_same_tensor_on_both_ranks_is_one_line(steps):
+    text = steps["reduce"]["text"].strip()
+    assert text == "Out[ranks 0–1]: tensor([2., 2.])", text
+
+
+def test_text_progress_bar_redraws_live_per_rank_then_ends_as_one_line_per_rank(steps):
+    s = steps["tqdm"]
+    frames = [f["text"] for f in s["frames"]]
+    assert len(frames) >= 3, s
+    assert all(f.splitlines()[0].startswith("[rank 0]") and f.splitlines()[1].startswith("[rank 1]") for f in frames)
+    for rank in (0, 1):  # the frames: each rank's percentage grows
+        percents = [int(m) for f in frames for m in re.findall(rf"\[rank {rank}\]\s+(\d+)%", f)]
+        assert len(percents) == len(frames) and len(set(percents)) >= 3 and percents == sorted(percents), frames
+    end = [line for line in s["end"]["text"].splitlines() if line.strip()]
+    assert len(end) == 2 and end[0].startswith("[rank 0] 100%") and end[1].startswith("[rank 1] 100%"), end
+    assert all("30/30" in line for line in end), end
+    assert s["liveAtEnd"] in (None, ""), s["liveAtEnd"]
+
+
+def test_tqdm_notebook_renders_a_widget_bar_per_rank(steps):
+    s = steps["widget"]
+    bars = [o for o in s["items"] if o["progress"]]
+    labels = [o["label"] for o in s["items"] if o["label"]]
+    assert len(bars) == 2, s
+    assert labels == ["rank 0", "rank 1"], s
+    # the bars' updates reached the page over the relayed comms: full, green, 5/5
+    assert all(b["progress"]["width"] == "100%" and b["progress"]["success"] for b in bars), bars
+    assert all("5/5" in b["progress"]["text"] for b in bars), bars
+    assert [o["label"] or ("bar" if o["progress"] else o["mime"]) for o in s["items"]] == [
+        "rank 0",
+        "bar",
+        "rank 1",
+        "bar",
+    ]
+    for bad in ("Error displaying widget", "model not found"):
+        assert bad not in s["text"], s["text"]
+
+
+def test_show_0_folds_rank_1s_output_behind_a_click(steps):
+    s = steps["show"]
+    visible_lines = [line for line in s["folded"]["text"].splitlines() if line.strip()]
+    assert "[rank 0] hello from 0" in visible_lines, visible_lines
+    assert "[rank 1] hello from 1" not in visible_lines, visible_lines
+    assert s["details"] == {"summary": "rank 1: 1 line not shown (--show)", "open": False, "bodyVisible": False}
+    assert s["opened"]["open"] is True and s["opened"]["bodyVisible"] is True
+    assert s["opened"]["body"].strip() == "[rank 1] hello from 1"
+
+
+def test_no_output_is_wider_than_its_cell(steps):
+    layout = steps["layout"]
+    assert layout["overflow"] == [], layout["overflow"]
+    assert layout["wrapped"] == [], layout["wrapped"]
+
+
+def test_shut_down_engines_gone_no_console_errors(steps):
+    assert "engines stopped" in steps["done"]["shutdown"], steps["done"]["shutdown"]
+    assert wait_gone(steps["started"]["pids"], timeout=15) == []
+    assert steps["done"]["consoleErrors"] == []
+
+
+def test_screenshots_of_each_state(steps):
+    names = sorted(p.name for p in SHOTS.glob("*.png"))
+    assert names == [
+        "01_dataframes.png",
+        "02_plotly.png",
+        "03_all_reduce.png",
+        "04_progress_live.png",
+        "05_progress_done.png",
+        "06_notebook_progress.png",
+        "07_show_0_folded.png",
+        "08_show_0_opened.png",
+    ]
