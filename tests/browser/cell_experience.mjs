@@ -1,7 +1,7 @@
 // %%mgpu cells in a real JupyterLab (Debian's Chromium, playwright-core): each rank's last value renders
 // as the notebook renders it (DataFrame, plotly figure) under a rank label, equal values show once, a
 // text progress bar redraws live per rank while the cell runs, tqdm.notebook's widgets render per rank,
-// and --show 0 folds rank 1's output. Called by tests/browser/test_cell_experience.py with
+// and --show 0 folds rank 1's output. Called by tests/browser/test_cell_experience_in_lab.py with
 // {url, token, notebook, artifacts, chromium, profile, cells: {name: index}}; prints one JSON line per step
 // (what each cell shows) and a final {"step": "done"} with the console errors and the layout.
 import fs from 'node:fs';

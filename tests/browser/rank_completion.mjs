@@ -1,6 +1,6 @@
 // Tab in a %%mgpu cell in a real JupyterLab (Debian's Chromium, playwright-core): the completer lists
 // names only rank 0 has; the same Tab in a plain cell does not. Called by
-// tests/browser/test_rank_completion.py with {url, token, notebook, artifacts, chromium, profile}; the
+// tests/browser/test_rank_completion_in_lab.py with {url, token, notebook, artifacts, chromium, profile}; the
 // notebook's cells are: %load_ext + %mgpu_init 2, a %%mgpu cell defining the names, an empty cell to type
 // into, %mgpu_shutdown. Prints one JSON line per step and a final {"step": "done"}.
 import path from 'node:path';
