@@ -19,14 +19,12 @@ def test_training_notebook_reaches_its_stated_accuracy(run):
     assert "[rank 0] step 0: global loss 2.3" in hand
     hand_acc = float(re.search(r"hand-written data parallel: test accuracy ([0-9.]+)", hand).group(1))
     assert hand_acc >= 0.92
-    # weights broadcast from rank 0 and identical updates: the same checksum on every rank
-    sums = re.findall(r"Out\[rank \d\]: (\(.*\))", text["%%mgpu\nround(W.sum()"])
-    assert len(sums) == 4 and len(set(sums)) == 1
+    # weights broadcast from rank 0 and identical updates: the same checksum on every rank, shown once
+    assert re.search(r"^Out\[ranks 0–3\]: \(.*\)$", text["%%mgpu\nround(W.sum()"], re.M)
     ddp = text["%%mgpu\nfrom torch.nn.parallel"]
     ddp_acc = float(re.search(r"DDP: test accuracy ([0-9.]+) after 96 steps", ddp).group(1))
     assert ddp_acc >= 0.94
-    params = re.findall(r"Out\[rank \d\]: (\S+)", text["%%mgpu\nsum(p.sum()"])
-    assert len(params) == 4 and len(set(params)) == 1
+    assert re.search(r"^Out\[ranks 0–3\]: \S+$", text["%%mgpu\nsum(p.sum()"], re.M)  # equal on all ranks
     logged = text["m = mg.metrics()"]
     assert "384 records from ranks [0, 1, 2, 3]" in logged  # 96 DDP steps x 4 ranks
     assert "reached" in text["%%mgpu --targets 0"] and "NOT" not in text["%%mgpu --targets 0"]
