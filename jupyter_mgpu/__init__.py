@@ -21,6 +21,8 @@ from jupyter_mgpu.errors import (
     MgpuError,
     RankError,
 )
+from jupyter_mgpu.layout.mesh import Mesh as DeviceMesh
+from jupyter_mgpu.layout.mesh import Partial
 from jupyter_mgpu.layout.placement import Block2D, Replicate, Shard
 from jupyter_mgpu.monitoring.memory_monitor import memory, memory_history, reset_peak
 from jupyter_mgpu.monitoring.metrics_log import clear_metrics, metrics
@@ -28,6 +30,7 @@ from jupyter_mgpu.session.core import Session
 from jupyter_mgpu.session.lifecycle import current, init, shutdown
 from jupyter_mgpu.session.pending import PendingResult
 from jupyter_mgpu.tensors.dist_tensor import DistTensor
+from jupyter_mgpu.tensors.dtensor_handle import DTensorHandle, from_dtensor
 from jupyter_mgpu.tensors.factories import arange, empty_cache, ones, rand, randn, scatter, zeros
 from jupyter_mgpu.tensors.io import from_numpy, from_pandas, load, save
 from jupyter_mgpu.tensors.shard_map import map  # noqa: F401  (mg.map; left out of __all__ so a star import keeps the builtin)
@@ -40,13 +43,16 @@ __all__ = [
     "CollectiveResult",
     "CollectiveTimeoutError",
     "CompareResult",
+    "DTensorHandle",
     "DeviceInfo",
+    "DeviceMesh",
     "DeviceOutOfMemoryError",
     "DistTensor",
     "EngineDiedError",
     "MatmulReport",
     "MemoryDashboard",
     "MgpuError",
+    "Partial",
     "PendingResult",
     "RankError",
     "Replicate",
@@ -62,6 +68,7 @@ __all__ = [
     "current",
     "dashboard",
     "empty_cache",
+    "from_dtensor",
     "from_numpy",
     "from_pandas",
     "init",
@@ -121,9 +128,19 @@ def load_ipython_extension(ipython: Any) -> None:
     from jupyter_mgpu.magics.session_magics import register
 
     register(ipython)
+    _register_pictures(ipython)
     install_rank_completion(ipython)  # Tab and Shift-Tab in %%mgpu cells answered by rank 0
     if not os.environ.get("JUPYTER_MGPU_NO_PREWARM") and current(required=False) is None:
         prewarm()
+
+
+def _register_pictures(ipython: Any) -> None:
+    """A DTensor layout that comes back from the ranks (``mgpu.show(dt)`` in a cell) is drawn here as
+    ``mg.show`` draws it; on the ranks it is text."""
+    from jupyter_mgpu.layout.dtensor_layout import DTensorLayout
+    from jupyter_mgpu.widgets.placement import layout_html
+
+    ipython.display_formatter.formatters["text/html"].for_type(DTensorLayout, lambda v: layout_html(v, v.label))
 
 
 def prewarm() -> None:

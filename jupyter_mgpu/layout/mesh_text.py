@@ -78,15 +78,34 @@ def render(shape: Iterable[int], mesh: Mesh, placements: Sequence[Any], ascii: b
     pls = normalize_placements(shp, mesh, placements)
     table = mesh_shard_table(shp, mesh, pls)
     names = f" {list(mesh.dim_names)}" if mesh.dim_names else ""
-    lines = [f"tensor {shp} on mesh {tuple(mesh.shape)}{names}: {placements_label(pls)}"]
+    ops = sorted({op for s in table for op in s.partial_ops})
+    return render_pieces(
+        shp,
+        [(s.rank, s.ranges) for s in table],
+        f"tensor {shp} on mesh {tuple(mesh.shape)}{names}: {placements_label(pls)}",
+        " ".join(f"P({op})" for op in ops),
+        ascii,
+    )
+
+
+def render_pieces(
+    shape: Sequence[int],
+    pieces: Sequence[tuple[int, Sequence[tuple[int, int]]]],
+    title: str,
+    partial: str = "",
+    ascii: bool = False,
+) -> str:
+    """The text picture of any split: ``pieces`` = ``(rank, global box)``; ``partial`` marks every block."""
+    shp = tuple(shape)
+    lines = [title]
     if any(s == 0 for s in shp):
         lines.append("the tensor is empty: no blocks to draw")
         return "\n".join(lines) + "\n"
-    ops = sorted({op for s in table for op in s.partial_ops})
-    partial = " ".join(f"P({op})" for op in ops)
-    panels = tiles.layout(shp, [(s.rank, s.ranges) for s in table])
+    boxes = [(r, tuple((int(x[0]), int(x[1])) for x in box)) for r, box in pieces]
+    empty = [r for r, box in boxes if any(b <= a for a, b in box)]
+    panels = tiles.layout(shp, boxes)
     if len(shp) > 2:
-        split = [d for d in range(2, len(shp)) if any(s.ranges[d] != (0, shp[d]) for s in table if not s.empty)]
+        split = [d for d in range(2, len(shp)) if any(box[d] != (0, shp[d]) for r, box in boxes if r not in empty)]
         lines.append(
             f"a {len(shp)}-D tensor: dims 0 and 1 drawn"
             + (f", one grid per range of dim {', '.join(map(str, split))}" if split else "; the other dims are whole")
@@ -96,7 +115,6 @@ def render(shape: Iterable[int], mesh: Mesh, placements: Sequence[Any], ascii: b
             lines.append(", ".join(f"dim {d} = {_span(r)}" for d, r in panel["fixed"]))
         row_labels, col_labels, cells = _panel_cells(len(shp), panel, partial)
         lines.extend(grid(row_labels, col_labels, cells, ascii))
-    empty = [s.rank for s in table if s.empty]
     if empty:
         lines.append(f"empty pieces (torch.chunk's short tail): rank {', '.join(map(str, empty))}")
     if partial:

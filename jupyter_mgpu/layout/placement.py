@@ -227,14 +227,24 @@ def moves(
     """
     shape = tuple(shape)
     st, dt = shard_table(shape, src, world_size), shard_table(shape, dst, world_size)
+    replicated = isinstance(normalize(src, len(shape), world_size), Replicate)
+    return moves_between([s.ranges for s in st], [d.ranges for d in dt], replicated)
+
+
+def moves_between(
+    src: list[tuple[Range, ...]], dst: list[tuple[Range, ...]], src_replicated: bool = False
+) -> list[list[tuple[Range, ...] | None]]:
+    """:func:`moves` between any two tables of boxes, one per rank in rank order (e.g. our split and
+    DTensor's): ``[s][d]`` is the overlap of ``src[s]`` and ``dst[d]``; a replicated source only copies
+    locally."""
     out: list[list[tuple[Range, ...] | None]] = []
-    for s in range(world_size):
-        row = []
-        for d in range(world_size):
-            if isinstance(normalize(src, len(shape), world_size), Replicate):
-                row.append(dt[d].ranges if s == d and dt[d].numel > 0 else None)
+    for s in range(len(src)):
+        row: list[tuple[Range, ...] | None] = []
+        for d in range(len(dst)):
+            if src_replicated:
+                row.append(dst[d] if s == d and box_numel(dst[d]) > 0 else None)
                 continue
-            box = intersect(st[s].ranges, dt[d].ranges)
+            box = intersect(src[s], dst[d])
             row.append(box if box is not None and box_numel(box) > 0 else None)
         out.append(row)
     return out

@@ -256,10 +256,27 @@ def exchange(
     names: tuple[str, str] | None = None,
     step0: int = 0,
 ) -> tuple[Any, int]:
-    """This rank's piece of the global tensor in ``dst_pl``, built from its piece in ``src_pl``.
+    """This rank's piece of the global tensor in ``dst_pl``, built from its piece in ``src_pl``
+    (:func:`exchange_boxes` between the two shard tables)."""
+    p = rank_state.get().world_size
+    src = [s.ranges for s in pl.shard_table(shape, src_pl, p)]
+    dst = [s.ranges for s in pl.shard_table(shape, dst_pl, p)]
+    replicated = isinstance(pl.normalize(src_pl, len(shape), p), pl.Replicate)
+    return exchange_boxes(local, src, dst, replicated, names, step0)
+
+
+def exchange_boxes(
+    local: Any,
+    src: list[tuple[pl.Range, ...]],
+    dst: list[tuple[pl.Range, ...]],
+    src_replicated: bool = False,
+    names: tuple[str, str] | None = None,
+    step0: int = 0,
+) -> tuple[Any, int]:
+    """This rank's piece ``dst[rank]`` of a global tensor, built from the pieces ``src[r]`` the ranks hold.
 
     Step ``d`` (1..P-1) sends to rank ``r+d`` and receives from ``r-d``: every pair exchanges
-    exactly the overlap of its boxes, read from the pure shard tables on both sides (no size
+    exactly the overlap of its boxes, read from the pure tables on both sides (no size
     messages). Returns ``(tensor, bytes received)``. With ``names`` (source and result tensor names)
     and tracing on, each piece kept, sent and received is recorded (steps ``step0 + d``).
     """
@@ -269,11 +286,11 @@ def exchange(
     st = rank_state.get()
     tracing = names is not None and etrace.active()
     r, p = st.rank, st.world_size
-    mv = pl.moves(shape, src_pl, dst_pl, p)
-    s_me, d_me = _me(shape, src_pl), _me(shape, dst_pl)
-    out = torch.empty(d_me.shape, dtype=local.dtype, device=local.device)
+    mv = pl.moves_between(src, dst, src_replicated)
+    s_box, d_box = src[r], dst[r]
+    out = torch.empty(tuple(b - a for a, b in d_box), dtype=local.dtype, device=local.device)
     if (kept := mv[r][r]) is not None:
-        out[_sub(kept, d_me.ranges)].copy_(local[_sub(kept, s_me.ranges)])
+        out[_sub(kept, d_box)].copy_(local[_sub(kept, s_box)])
         if tracing:
             assert names is not None  # tracing is on only with names
             etrace.record(step0, "hold", [etrace.block(names[1], kept)], pl.box_numel(kept) * local.element_size())
@@ -282,13 +299,13 @@ def exchange(
         to, frm = (r + d) % p, (r - d) % p
         work = None
         if (sent := mv[r][to]) is not None:
-            piece = local[_sub(sent, s_me.ranges)].contiguous()
+            piece = local[_sub(sent, s_box)].contiguous()
             if tracing:
                 assert names is not None
                 etrace.record(step0 + d, "send", [etrace.block(names[0], sent)], _nbytes(piece), to)
             work = dist.isend(piece, to)
         if (got := mv[frm][r]) is not None:
-            target = out[_sub(got, d_me.ranges)]
+            target = out[_sub(got, d_box)]
             buf = target if target.is_contiguous() else torch.empty(target.shape, dtype=out.dtype, device=out.device)
             receiving = dist.irecv(buf, frm)
             assert receiving is not None  # None only for a rank outside the group

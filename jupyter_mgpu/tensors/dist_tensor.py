@@ -191,6 +191,15 @@ class DistTensor:
     def __matmul__(self, other: DistTensor) -> DistTensor:
         return OPERATORS["matmul"](self, other)
 
+    def to_dtensor(self, name: str, mesh: Any = None, placements: Any = None) -> Any:
+        """Bind ``name`` on every rank to a torch DTensor of this tensor; returns its ``mg.from_dtensor`` handle.
+
+        ``mesh``: ``None`` (a 1-D mesh of every rank; 2-D for Block2D), an ``mg.DeviceMesh``, a shape or
+        torch's DeviceMesh; ``placements``: one per mesh dim (default: this tensor's split). Where our split
+        and DTensor's agree, the DTensor's local tensors are these shards (no copy).
+        """
+        return OPERATORS["to_dtensor"](self, name, mesh, placements)
+
     def local(self, rank: int = 0) -> Any:
         """A CPU copy of rank ``rank``'s shard (for inspection of small tensors)."""
         self.check()

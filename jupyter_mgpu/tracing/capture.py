@@ -257,11 +257,44 @@ def trace(session: Any = None, live: bool = True) -> Trace:
     return Trace(s, live)
 
 
-def show(tensor: Any, dims: Any = None) -> Any:
-    """The interactive placement view of a DistTensor (``dims``: the two dims to draw)."""
+def show(tensor: Any, dims: Any = None, text: bool = False) -> Any:
+    """The placement view of a DistTensor, a DTensor handle (``mg.from_dtensor``) or a DTensor layout
+    (``mgpu.show(dt)`` in a cell): blocks coloured by the ranks that hold them, replicas as one block
+    held by several ranks, Partial pieces hatched; ``dims``: the two dims to draw. ``text=True`` gives
+    the plain-text picture that torch's ``visualize_sharding`` prints (no rich or tabulate needed)."""
+    from jupyter_mgpu.layout.dtensor_layout import DTensorLayout
     from jupyter_mgpu.tensors.dist_tensor import DistTensor
-    from jupyter_mgpu.widgets.placement import placement_view
+    from jupyter_mgpu.tensors.dtensor_handle import DTensorHandle
+    from jupyter_mgpu.widgets.placement import layout_view, placement_view
 
-    if not isinstance(tensor, DistTensor):
-        raise MgpuError(f"mg.show needs a DistTensor, got {type(tensor).__name__}")
-    return placement_view(tensor, dims)
+    if isinstance(tensor, DTensorHandle):
+        layout, world, summary = tensor.layout, tensor.world_size, repr(tensor)
+    elif isinstance(tensor, DTensorLayout):
+        layout, world, summary = tensor, max(tensor.mesh.ranks) + 1, tensor.label
+    elif isinstance(tensor, DistTensor):
+        if text:
+            tensor.check()
+            return TextPicture(repr(tensor) + "\n" + text_of_table(tensor))
+        return placement_view(tensor, dims)
+    else:
+        raise MgpuError(
+            f"mg.show needs a DistTensor or a DTensor handle (mg.from_dtensor('name')), got {type(tensor).__name__}"
+        )
+    if text:
+        return TextPicture(summary + "\n" + layout.text())
+    return layout_view(layout, world, summary, dims)
+
+
+class TextPicture(str):
+    """A plain-text picture that shows as itself (no quotes) as a cell's value or in a terminal."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def text_of_table(tensor: Any) -> str:
+    """The text picture of a DistTensor's own split (``numpy.array_split`` pieces, drawn as torch would)."""
+    from jupyter_mgpu.layout import mesh_text
+
+    rows = [(s.rank, s.ranges) for s in tensor.table]
+    return mesh_text.render_pieces(tensor.shape, rows, f"tensor {tensor.shape}: {tensor.placement.label}")

@@ -119,6 +119,26 @@ def placement_view(tensor: Any, dims: Any = None) -> PlacementWidget:
     return w
 
 
+def layout_view(layout: Any, world_size: int, summary: str, dims: Any = None) -> PlacementWidget:
+    """The interactive view of a DTensor layout on any mesh (``layout.dtensor_layout.DTensorLayout``)."""
+    try:
+        data = pdata.mesh_view_data(layout, world_size, dims)
+    except ValueError as exc:
+        raise MgpuError(str(exc)) from None
+    w = PlacementWidget(data=data, mode="view", title=f"placement {layout.label}", badge=f"{world_size} ranks")
+    w.text_summary = summary + "\n" + layout.text()
+    return w
+
+
+def layout_html(layout: Any, summary: str) -> str:
+    """The static picture of a DTensor layout above its text summary (notebook reprs, exports)."""
+    try:
+        data = pdata.mesh_view_data(layout, max(layout.mesh.ranks) + 1, None if len(layout.shape) < 3 else (0, 1))
+    except ValueError as exc:
+        return f"<pre>{html.escape(summary)}</pre><div>({html.escape(str(exc))})</div>"
+    return f"<div class='mgpu-placement-static'>{frame_svg(data, 0)}<pre>{html.escape(summary)}</pre></div>"
+
+
 def tensor_html(tensor: Any) -> str:
     """The rich repr of a DistTensor: the placement diagram and the text summary."""
     try:

@@ -9,6 +9,7 @@ by applying them (nothing is re-sent while playing).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,12 +60,51 @@ def view_data(
     dims: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """The data of a tensor's placement view: one frame where every rank holds its shard."""
+    table = pl.shard_table(tuple(shape), placement, world_size)
+    pieces = [(s.rank, s.ranges, "") for s in table]
+    return pieces_view_data(
+        shape, pieces, world_size, itemsize, title, f"{placement.label} over {world_size} ranks", dims
+    )
+
+
+def mesh_view_data(layout: Any, world_size: int, dims: Sequence[int] | None = None) -> dict[str, Any]:
+    """The view of a DTensor layout (``layout.dtensor_layout.DTensorLayout``) on any mesh: replicas are
+    the same block held by several ranks, Partial pieces are marked, tips give the mesh coordinates."""
+    pieces = []
+    for s in layout.table:
+        where = f" at mesh {s.coordinate}"
+        if s.partial:
+            where += ", a full-size operand of " + " and ".join(f"P({op})" for op in s.partial_ops)
+        pieces.append((s.rank, s.ranges, where))
+    title = f"{layout.name + ' ' if layout.name else ''}{layout.shape} {layout.dtype}"
+    data = pieces_view_data(
+        layout.shape, pieces, world_size, layout.itemsize, title, f"{layout.label}, {world_size} ranks", dims
+    )
+    ops = sorted({op for s in layout.table for op in s.partial_ops})
+    if ops:
+        data["partial"] = " ".join(f"P({op})" for op in ops)
+        data["frames"][0]["caption"] += f" — {data['partial']}: the value is the reduction of the ranks' pieces"
+    return data
+
+
+def pieces_view_data(
+    shape: Sequence[int],
+    pieces: Sequence[tuple[int, Sequence[Sequence[int]], str]],
+    world_size: int,
+    itemsize: int,
+    title: str,
+    caption: str,
+    dims: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """One frame where every rank holds its piece: ``pieces`` = ``(rank, global box, tip note)`` in rank order."""
     shape = tuple(shape)
     if not 1 <= world_size <= 16:
         raise ValueError(f"the placement view draws 1 to 16 ranks, this session has {world_size}")
     d = lay.check_dims(len(shape), dims)
-    table = pl.shard_table(shape, placement, world_size)
-    panels = lay.layout(shape, [(s.rank, s.ranges) for s in table], d)
+    boxes = {rank: tuple((int(r[0]), int(r[1])) for r in box) for rank, box, _ in pieces}
+    notes = {rank: note for rank, _, note in pieces}
+    numel = {rank: math.prod(b - a for a, b in box) for rank, box in boxes.items()}
+    panels = lay.layout(shape, [(r, boxes[r]) for r, _, _ in pieces], d)
     size = (shape[d[0]] if len(d) == 2 else 1, shape[d[-1]] if d else 1)
     names = (f"dim {d[0]}" if len(d) == 2 else "", f"dim {d[-1]}" if d else "")
     out_panels, blocks, adds, tips = [], [], [], []
@@ -74,22 +114,22 @@ def view_data(
         ptips = []
         for t in p["tiles"]:
             lines = [
-                f"rank {r}: "
-                + " × ".join(f"{a}:{b}" for a, b in table[r].ranges)
-                + f", local shape {tuple(table[r].shape)}, {format_bytes(table[r].numel * itemsize)}"
+                f"rank {r}{notes[r]}: "
+                + " × ".join(f"{a}:{b}" for a, b in boxes[r])
+                + f", local shape {tuple(b - a for a, b in boxes[r])}, {format_bytes(numel[r] * itemsize)}"
                 for r in t["owners"]
             ]
             ptips.append("\n".join(lines) or "held by no rank")
         tips.append(ptips)
-        for s in table:
-            if s.numel == 0 or not all(
-                box[0] <= a and b <= box[1] for i, (a, b) in p["fixed"] for box in [s.ranges[i]] if b > a
-            ):
+        for rank, box, _ in pieces:
+            if numel[rank] == 0 or not all(box[i][0] <= a and b <= box[i][1] for i, (a, b) in p["fixed"] if b > a):
                 continue
-            rows, cols = _project(s.ranges, d)
-            blocks.append([pi, rows[0], rows[1], cols[0], cols[1], _tiles_of(p, rows, cols)])
-            adds.append([s.rank, len(blocks) - 1])
-    mem = [s.numel * itemsize for s in table]
+            rows, cols = _project(box, d)
+            blk = [pi, rows[0], rows[1], cols[0], cols[1], _tiles_of(p, rows, cols)]
+            if blk not in blocks:  # a replica is the same block held by one more rank, not another block
+                blocks.append(blk)
+            adds.append([rank, blocks.index(blk)])
+    mem = [numel.get(r, 0) * itemsize for r in range(world_size)]
     frame = {
         "add": adds,
         "rm": [],
@@ -97,7 +137,7 @@ def view_data(
         "compute": [],
         "mem": mem,
         "mem_text": [format_bytes(m) for m in mem],
-        "caption": f"{title}: {placement.label} over {world_size} ranks",
+        "caption": f"{title}: {caption}",
     }
     return {
         "world_size": world_size,

@@ -11,6 +11,11 @@ from typing import Any
 from jupyter_mgpu.units import format_bytes
 from jupyter_mgpu.widgets.placement_data import visible_at
 
+HATCH = (
+    '<defs><pattern id="mgpu-hatch" patternUnits="userSpaceOnUse" width="6" height="6">'
+    '<path d="M0,6 L6,0" stroke="#fff" stroke-width="1.2" opacity="0.7"/></pattern></defs>'
+)
+
 
 def _geometry(data: dict[str, Any]) -> tuple[list[tuple[float, float, float, float, int, int]], float, float]:
     x, out = 10.0, []
@@ -45,6 +50,7 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
         for t in blk[5]:
             owners[blk[0]][t] |= 1 << r
     e = html.escape
+    partial = data.get("partial", "")
     parts = [f'<text x="10" y="16" font-size="13" font-weight="bold">{e(frame.get("caption", ""))}</text>']
     for pi, p in enumerate(data["panels"]):
         gx, gy, gw, gh, gr, gc = geo[pi]
@@ -73,13 +79,19 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
                     parts.append(
                         f'<rect x="{x + k * sw:.1f}" y="{y:.1f}" width="{sw:.1f}" height="{h:.1f}" fill="{colors[r]}"/>'
                     )
+                if partial:  # every rank holds a full-size operand; the value is their reduction (hatched)
+                    parts.append(
+                        f'<rect class="mgpu-partial" x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
+                        'fill="url(#mgpu-hatch)"/>'
+                    )
                 parts.append(
                     f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="none" stroke="#fff"/>'
                 )
                 if w > 22 and h > 12 and len(ranks) <= 4:
+                    mark = f" {e(partial)}" if partial and w > 60 else ""
                     parts.append(
                         f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4:.1f}" font-size="10" '
-                        f'text-anchor="middle" fill="#fff">{",".join(map(str, ranks))}</text>'
+                        f'text-anchor="middle" fill="#fff">{",".join(map(str, ranks))}{mark}</text>'
                     )
             parts.append("</g>")
         parts.append(f'<rect x="{gx:.1f}" y="{gy:.1f}" width="{gw:.1f}" height="{gh:.1f}" fill="none" stroke="#333"/>')
@@ -98,5 +110,5 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="mgpu-placement-svg" width="{width:.0f}" '
         f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" style="max-width:100%;height:auto" '
-        'font-family="sans-serif">' + "".join(parts) + "</svg>"
+        'font-family="sans-serif">' + HATCH + "".join(parts) + "</svg>"
     )

@@ -54,9 +54,12 @@ export function drawFrame(data, held, frame, geo) {
         const sw = w / ranks.length;
         ranks.forEach((r, i) => parts.push(
           `<rect x="${x + i * sw}" y="${y}" width="${sw}" height="${h}" fill="${data.colors[r]}" stroke="none"/>`));
+        // a Partial piece: every rank holds a full-size operand; the value is their reduction (hatched)
+        if (data.partial) parts.push(`<rect class="mgpu-partial" x="${x}" y="${y}" width="${w}" height="${h}" fill="url(#mgpu-hatch)"/>`);
         parts.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="none" stroke="#fff" stroke-width="1"/>`);
         if (w > 22 && h > 12 && ranks.length <= 4) parts.push(
-          `<text x="${x + w / 2}" y="${y + h / 2 + 4}" font-size="10" text-anchor="middle" fill="#fff">${ranks.join(",")}</text>`);
+          `<text x="${x + w / 2}" y="${y + h / 2 + 4}" font-size="10" text-anchor="middle" fill="#fff">${ranks.join(",")}` +
+          `${data.partial && w > 60 ? " " + esc(data.partial) : ""}</text>`);
       }
       parts.push(`</g>`);
     });
@@ -104,7 +107,8 @@ export function drawFrame(data, held, frame, geo) {
     `style="max-width:100%; height:auto" ` +
     `viewBox="0 0 ${geo.width} ${geo.height}" font-family="sans-serif"><defs><marker id="mgpu-head" ` +
     `viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto">` +
-    `<path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker></defs>${parts.join("")}</svg>`;
+    `<path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker><pattern id="mgpu-hatch" patternUnits="userSpaceOnUse" ` +
+    `width="6" height="6"><path d="M0,6 L6,0" stroke="#fff" stroke-width="1.2" opacity="0.7"/></pattern></defs>${parts.join("")}</svg>`;
 }
 
 function render({ model, el }) {
