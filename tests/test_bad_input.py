@@ -58,6 +58,7 @@ def no_session():
         lambda: mg.collective("all_reduce"),
         lambda: mg.bench(["all_reduce"]),
         lambda: mg.trace().__enter__(),
+        lambda: mg.from_dtensor("x"),
         lambda: mg.load(_an_npy_file()),
         lambda: mg.current(),
     ],
@@ -73,6 +74,7 @@ def no_session():
         "collective",
         "bench",
         "trace",
+        "from_dtensor",
         "load",
         "current",
     ],
@@ -100,6 +102,16 @@ CASES = [
         "huge tensor",
         lambda s: mg.randn(10**6, 10**6),
         r"^ranks 0, 1 ran out of device memory \(budget .* each\) while allocating 1\.8 TiB",
+    ),
+    (
+        "from_dtensor of an unknown name",
+        lambda s: mg.from_dtensor("no_such_dtensor"),
+        r"^NameError on ranks 0, 1: name 'no_such_dtensor' is not defined on the ranks: bind a DTensor",
+    ),
+    (
+        "to_dtensor with a mesh of other ranks",
+        lambda s: mg.randn(4, 4).to_dtensor("x", mesh=(3,)),
+        r"^the mesh \(3\) must hold every rank of this session once \(2 ranks\)$",
     ),
     ("scatter of a string", lambda s: mg.scatter("nope"), r"^scatter needs a torch tensor or an array, got str$"),
     (

@@ -15,7 +15,7 @@ from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.layout.dtensor_layout import DTensorLayout, describe_pieces
 from jupyter_mgpu.layout.mesh import Mesh, Partial, block2d_mesh, mesh_shard_table, normalize_placements
-from jupyter_mgpu.ops import dtensor_bridge
+from jupyter_mgpu.ops import dtensor_handle as rank_dtensor
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors import dist_tensor, shared_blocks, sockets
 from jupyter_mgpu.units import format_bytes
@@ -109,18 +109,18 @@ class DTensorHandle:
         nbytes = numel * torch.empty((), dtype=self.dtype).element_size()
         if sockets.streamed_ranks(s):  # ranks on other hosts cannot write this host's file: pieces by value
             result = out if out is not None else torch.empty(self.shape, dtype=self.dtype)
-            pieces = s.run(dtensor_bridge.piece, self.name, label="gather")
+            pieces = s.run(rank_dtensor.piece, self.name, label="gather")
             for row, got in zip(self.layout.table, pieces):
                 if got is not None:
                     result[row.index].copy_(got)
             return result
         if out is None:  # the ranks write into fresh shared pages that become the result
             with shared_blocks.one_off(nbytes) as buf:
-                s.run(dtensor_bridge.gather_to_file, self.name, buf.path, label="gather")
+                s.run(rank_dtensor.gather_to_file, self.name, buf.path, label="gather")
                 flat = buf.tensor(numel, self.dtype)
             return flat.view(self.shape)
         with shared_blocks.staging(nbytes) as buf:
-            s.run(dtensor_bridge.gather_to_file, self.name, buf.path, label="gather")
+            s.run(rank_dtensor.gather_to_file, self.name, buf.path, label="gather")
             out.copy_(buf.tensor(numel, self.dtype).view(self.shape))
         return out
 
@@ -132,7 +132,7 @@ def from_dtensor(name: str, session: Any = None) -> DTensorHandle:
         raise MgpuError(f"mg.from_dtensor needs the name the DTensor has on the ranks, got {name!r}")
     s = session or sessmod.current()
     s.check_alive()
-    pieces = s.run(dtensor_bridge.describe, name, label="from_dtensor")
+    pieces = s.run(rank_dtensor.describe, name, label="from_dtensor")
     layout = pieces[0]["layout"]
     for p in pieces[1:]:
         if p["layout"] != layout:
@@ -195,7 +195,7 @@ def to_dtensor(tensor: Any, name: str, mesh: Any = None, placements: Any = None)
     ours = [row.ranges for row in tensor.table]
     same = all(a == b.ranges for a, b in zip(ours, mesh_shard_table(tensor.shape, m, chosen)))
     s.run(
-        dtensor_bridge.to_dtensor,
+        rank_dtensor.to_dtensor,
         tensor.handle_id,
         name,
         tensor.shape,
