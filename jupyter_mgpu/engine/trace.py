@@ -8,13 +8,18 @@ to a list (cheap: no formatting while the op runs); with ``live`` the events are
 JSON lines to ``<rundir>/trace/rank<r>.jsonl`` every ``LIVE_PERIOD`` seconds while an op runs and when
 it ends (so a kernel thread can follow a running cell without the ipyparallel queue). :func:`stop` returns the events as dicts.
 
-Engine-side: imports only the runtime (and json/time).
+While recording, torch's DTensor redistributes (user code in ``%%mgpu`` cells or ``Session.run``) are
+recorded too: :func:`start` installs ``engine/dtensor_trace.py`` (lazily: no torch here) and :func:`stop`
+takes it off DTensor's path again and labels those tensors with the user's variable names.
+
+Engine-side: imports only the runtime (and json/time), and lazily the DTensor hook.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -61,6 +66,9 @@ def start(trace_id: str, live: bool = False) -> bool:
         with open(path, "w", encoding="utf-8") as f:  # a fresh file per trace
             f.write(json.dumps({"trace": trace_id}) + "\n")
     _REC = Recorder(trace_id, path)
+    from jupyter_mgpu.engine import dtensor_trace
+
+    dtensor_trace.install(sys.modules[__name__])  # this module is the sink
     return True
 
 
@@ -68,8 +76,13 @@ def stop() -> dict[str, Any]:
     """Stop recording; returns ``{"events": [...], "tensors": {...}}`` of this rank."""
     global _REC
     rec, _REC = _REC, None
+    hook = sys.modules.get("jupyter_mgpu.engine.dtensor_trace")
+    labels = hook.uninstall() if hook is not None else {}
     if rec is None:
         return {"events": [], "tensors": {}}
+    for name, label in labels.items():
+        if name in rec.tensors:
+            rec.tensors[name]["label"] = label
     _flush(rec)
     return {"events": [_as_dict(e) for e in rec.events], "tensors": rec.tensors}
 

@@ -1,0 +1,396 @@
+"""Trace events of real torch DTensor redistributes on this rank (on only while ``mg.trace()`` records).
+
+``DTensor.redistribute``, ``full_tensor()`` and the implicit redistributes of sharding propagation
+(``torch.mm`` of two DTensors placed differently) all go through one torch function,
+``torch.distributed.tensor._redistribute.redistribute_local_tensor``; :func:`install` wraps it in the
+three modules that bind it and :func:`uninstall` puts torch's own back, so when tracing is off nothing
+of ours is on DTensor's path. Each call runs torch's function once, unchanged, and records one op:
+step 0 ``hold`` of the source's box, then one step per transform step torch really runs
+(``_gen_transform_infos``) with the ``send``/``recv``/``reduce`` of the pieces between the ranks of
+that mesh dim's group and the ``hold``/``free`` that leave each rank with exactly its box of the
+result. Boxes come from the pure mesh tables (``layout/mesh.py``), which split as torch does.
+
+The source and the result are different tensors, named ``dtensor1``, ``dtensor2``, … in call order
+(the same on every rank) and found again by identity of the local tensor (weak references); at the
+end the names of the user's variables holding them become their labels (``x``, ``y``).
+
+Engine-side: no torch at import; the recorder is passed in (:class:`Sink`), so this module imports
+only the pure layout.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import math
+import sys
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from jupyter_mgpu.layout.mesh import Mesh, MeshPlacement, Partial, from_torch, local_box, placements_label
+from jupyter_mgpu.layout.placement import Replicate, Shard
+
+Box = tuple[tuple[int, int], ...]
+PACKAGE = "torch.distributed.tensor"
+MODULES = (f"{PACKAGE}._redistribute", f"{PACKAGE}._api", f"{PACKAGE}._dispatch")
+FUNCTION = "redistribute_local_tensor"
+SRC, DST = "src", "dst"  # roles of the two tensors in a planned event
+
+
+class Sink(Protocol):
+    """What this module records into (``engine/trace.py`` as a module)."""
+
+    def active(self) -> bool: ...
+    def begin_op(self, label: str) -> None: ...
+    def end_op(self) -> None: ...
+    def declare(self, name: str, shape: Iterable[int], itemsize: int, label: str = "") -> None: ...
+    def block(self, name: str, box: Iterable[Iterable[int]], buf: str | None = None) -> tuple: ...
+    def record(
+        self,
+        step: int,
+        action: str,
+        blocks: Iterable[tuple] = (),
+        nbytes: int = 0,
+        peer: int | None = None,
+        **info: Any,
+    ) -> None: ...
+
+
+# -- pure: the events of one redistribute on one rank ---------------------------------------------
+@dataclass(frozen=True)
+class Event:
+    """One planned event: ``tensor`` is the role (``"src"`` or ``"dst"``), named when recorded."""
+
+    step: int
+    action: str
+    tensor: str
+    box: Box
+    nbytes: int
+    peer: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def collective_of(src: MeshPlacement, dst: MeshPlacement, group_size: int) -> str:
+    """The collective torch runs to turn ``src`` into ``dst`` on one mesh dim ("local": none)."""
+    if group_size == 1:
+        return "local"
+    if isinstance(src, Partial):
+        return "all_reduce" if isinstance(dst, Replicate) else "reduce_scatter" if isinstance(dst, Shard) else "local"
+    if isinstance(src, Shard):
+        return "all_gather" if isinstance(dst, Replicate) else "all_to_all" if isinstance(dst, Shard) else "local"
+    return "local"  # Replicate -> Shard keeps a chunk, Replicate -> Partial keeps the value
+
+
+def _numel(box: Box) -> int:
+    return math.prod(b - a for a, b in box)
+
+
+def _overlap(a: Box, b: Box) -> Box | None:
+    box = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
+    return box if all(lo < hi for lo, hi in box) else None
+
+
+def plan_events(
+    shape: Sequence[int],
+    mesh: Mesh,
+    chain: Sequence[Sequence[MeshPlacement]],
+    mesh_dims: Sequence[int],
+    rank: int,
+    itemsize: int,
+) -> list[Event]:
+    """What ``rank`` does in a redistribute through ``chain`` (placements before each step and after the last).
+
+    Step ``k`` changes mesh dim ``mesh_dims[k - 1]``. Pieces moved are the overlaps of boxes before and
+    after within that dim's group of ranks; at the end of each step the rank holds exactly its box of
+    the result (``dst``); the source (``src``) is never freed.
+    """
+    if rank not in mesh.ranks:
+        return []
+    shp = tuple(int(s) for s in shape)
+    boxes = [{r: local_box(shp, mesh.shape, pls, mesh.coordinate(r)) for r in mesh.ranks} for pls in chain]
+    labels = [placements_label(pls) for pls in chain]
+    out: list[Event] = []
+    first = boxes[0][rank]
+    if _numel(first):
+        out.append(
+            Event(0, "hold", SRC, first, _numel(first) * itemsize, None, {"before": labels[0], "after": labels[-1]})
+        )
+    me = mesh.coordinate(rank)
+    for k, d in enumerate(mesh_dims, start=1):
+        before, after, mine = boxes[k - 1], boxes[k], boxes[k][rank]
+        coll = collective_of(chain[k - 1][d], chain[k][d], mesh.shape[d])
+        info = {"collective": coll, "mesh_dim": d, "before": labels[k - 1], "after": labels[k]}
+        prev = SRC if k == 1 else DST
+        peers = [mesh.rank_at((*me[:d], i, *me[d + 1 :])) for i in range(mesh.shape[d]) if i != me[d]]
+        got: list[Box] = []
+        if coll in ("all_gather", "all_to_all", "all_reduce", "reduce_scatter"):
+            action = "reduce" if coll in ("all_reduce", "reduce_scatter") else "send"
+            for g in peers:
+                if (piece := _overlap(before[rank], after[g])) is not None:
+                    out.append(Event(k, action, prev, piece, _numel(piece) * itemsize, g, info))
+        if coll in ("all_gather", "all_to_all"):
+            for g in peers:
+                if (piece := _overlap(before[g], mine)) is not None:
+                    out.append(Event(k, "recv", DST, piece, _numel(piece) * itemsize, g, info))
+                    got.append(piece)
+        if _numel(mine):
+            out.append(Event(k, "hold", DST, mine, _numel(mine) * itemsize, None, info))
+        old = ([before[rank]] if k > 1 else []) + got  # pieces of the result no longer held as such
+        for box in dict.fromkeys(b for b in old if b != mine and _numel(b)):
+            out.append(Event(k, "free", DST, box, _numel(box) * itemsize, None, info))
+    return out
+
+
+# -- the hook -------------------------------------------------------------------------------------
+class _Plan(NamedTuple):
+    label: str  # "DTensor redistribute [S(0)] → [R]"
+    after: str  # "[R]"
+    events: list[Event]
+
+
+@dataclass
+class _State:
+    sink: Sink
+    count: int = 0
+    live: dict[int, tuple[str, Any]] = field(default_factory=dict)  # id(local tensor) -> (name, weakref)
+    made: dict[str, tuple[str | None, str, bool]] = field(default_factory=dict)  # name -> (source, after, explicit)
+    plans: dict[tuple[Any, Any, Any], _Plan | None] = field(default_factory=dict)
+
+    def name_of(self, obj: Any) -> str | None:
+        entry = self.live.get(id(obj))
+        return entry[0] if entry is not None and entry[1]() is obj else None
+
+    def new_name(self, obj: Any, source: str | None, after: str, explicit: bool) -> str:
+        self.count += 1
+        name = f"dtensor{self.count}"
+        self.made[name] = (source, after, explicit)
+        key = id(obj)
+
+        def forget(ref: Any) -> None:  # the tensor died: its id may be reused by another
+            if self.live.get(key, ("", None))[1] is ref:
+                del self.live[key]
+
+        try:
+            self.live[key] = (name, weakref.ref(obj, forget))
+        except TypeError:
+            pass
+        return name
+
+
+_STATE: _State | None = None
+_ORIGINALS: dict[str, Any] = {}  # module -> the function it bound before install
+_ORIGINAL: Any = None  # torch's own function
+
+
+def _traced(local_tensor: Any, current_spec: Any, target_spec: Any, *args: Any, **kwargs: Any) -> Any:
+    """Torch's ``redistribute_local_tensor``, called once with the same arguments, recorded around."""
+    st = _STATE
+    if st is None or current_spec.placements == target_spec.placements or not st.sink.active():
+        return _ORIGINAL(local_tensor, current_spec, target_spec, *args, **kwargs)
+    try:
+        plan = _plan(st, local_tensor, current_spec, target_spec, kwargs.get("use_graph_based_transform"))
+    except Exception:  # a placement or shape our tables do not model: run untraced
+        plan = None
+    if plan is None:
+        return _ORIGINAL(local_tensor, current_spec, target_spec, *args, **kwargs)
+    explicit = bool(kwargs.get("is_explicit", False))
+    shape, itemsize = tuple(int(s) for s in current_spec.shape), int(local_tensor.element_size())
+    sink = st.sink
+    sink.begin_op(plan.label + ("" if explicit else " (implicit)"))
+    src = st.name_of(local_tensor)
+    if src is None:
+        src = st.new_name(local_tensor, None, "", True)
+        sink.declare(src, shape, itemsize, src)
+    for e in plan.events:
+        if e.step == 0:
+            sink.record(0, e.action, [sink.block(src, e.box)], e.nbytes, e.peer, **e.info)
+    try:
+        out = _ORIGINAL(local_tensor, current_spec, target_spec, *args, **kwargs)
+    except BaseException:
+        sink.end_op()
+        raise
+    dst = st.new_name(out, src, plan.after, explicit)
+    sink.declare(dst, shape, itemsize, dst if explicit else f"{src} as {plan.after}")
+    names = {SRC: src, DST: dst}
+    for e in plan.events:
+        if e.step:
+            sink.record(e.step, e.action, [sink.block(names[e.tensor], e.box)], e.nbytes, e.peer, **e.info)
+    sink.end_op()
+    return out
+
+
+def _plan(st: _State, local: Any, current: Any, target: Any, graph: Any) -> _Plan | None:
+    """This rank's planned events of one redistribute (cached per pair of specs while tracing)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import _redistribute as tr
+
+    if getattr(tr, "_are_we_tracing", lambda: False)():
+        return None  # inside torch.compile: no real collective runs now
+    key = (current, target, graph)
+    if key in st.plans:
+        return st.plans[key]
+    default = getattr(type(current), "is_default_device_order", None)
+    orders = [getattr(s, "shard_order", ()) for s in (current, target)]
+    if default is not None and not all(default(o) for o in orders):
+        st.plans[key] = None  # shard orders our tables do not model
+        return None
+    mesh, src = from_torch(current.mesh, current.placements)
+    chain: list[Sequence[MeshPlacement]] = [src]
+    pls, dims = list(current.placements), []
+    for info in tr._gen_transform_infos(current, target, graph):
+        pls[info.mesh_dim] = info.src_dst_placements[1]
+        chain.append(from_torch(current.mesh, pls)[1])
+        dims.append(int(info.mesh_dim))
+    before, after = placements_label(chain[0]), placements_label(from_torch(target.mesh, target.placements)[1])
+    events = plan_events(tuple(current.shape), mesh, chain, dims, dist.get_rank(), int(local.element_size()))
+    plan = st.plans[key] = _Plan(f"DTensor redistribute {before} → {after}", after, events)
+    return plan
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Installs the wrapper right after ``torch.distributed.tensor`` is first imported while tracing,
+    so that starting a trace does not import it (a second or more on a busy CPU)."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != PACKAGE:
+            return None
+        spec: Any = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if finder is not self and find is not None else None
+            if spec is not None:
+                break
+        loader: Any = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+
+        class _Loader(importlib.abc.Loader):
+            def __getattr__(self, name: str) -> Any:
+                return getattr(loader, name)
+
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                loader.exec_module(module)
+                module.__loader__ = module.__spec__.loader = loader  # as if we had never been there
+                _remove_finder()
+                if _STATE is not None:
+                    _patch()
+
+        spec.loader = _Loader()
+        return spec
+
+
+_FINDER = _PatchOnImport()
+
+
+def _remove_finder() -> None:
+    if _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+
+
+def _patch() -> None:
+    global _ORIGINAL
+    mods = [sys.modules.get(m) for m in MODULES]
+    if any(m is None or not hasattr(m, FUNCTION) for m in mods):
+        return  # a torch without this function: nothing traced
+    for name, mod in zip(MODULES, mods):
+        fn = getattr(mod, FUNCTION)
+        if fn is not _traced:  # started twice: never wrap our own wrapper
+            _ORIGINALS[name] = fn
+            setattr(mod, FUNCTION, _traced)
+    _ORIGINAL = _ORIGINALS[MODULES[0]]
+
+
+def install(sink: Sink) -> None:
+    """Start tracing DTensor redistributes into ``sink`` (now, or when torch's DTensor is first imported)."""
+    global _STATE
+    _STATE = _State(sink)
+    if PACKAGE in sys.modules:
+        _patch()
+    elif _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+def uninstall() -> dict[str, str]:
+    """Put torch's functions back; returns ``{tensor name: label}`` (the user's variable names where found)."""
+    global _STATE
+    st, _STATE = _STATE, None
+    _remove_finder()
+    for name, fn in list(_ORIGINALS.items()):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, FUNCTION, None) is _traced:
+            setattr(mod, FUNCTION, fn)
+        del _ORIGINALS[name]
+    if st is None:
+        return {}
+    labels = _labels(st)
+    st.live.clear()  # the weak references' callbacks outlive this trace: they keep nothing else alive
+    st.plans.clear()
+    return labels
+
+
+def tensor_name(local_tensor: Any) -> str | None:
+    """The trace name of a local tensor (a DTensor's ``_local_tensor``) while tracing, if it has one."""
+    st = _STATE
+    return None if st is None else st.name_of(getattr(local_tensor, "_local_tensor", local_tensor))
+
+
+def _labels(st: _State) -> dict[str, str]:
+    found = _variables({key: name for key, (name, ref) in list(st.live.items()) if ref() is not None}, st)
+    out: dict[str, str] = {}
+    for name, (source, after, explicit) in st.made.items():
+        if name in found:
+            out[name] = found[name]
+        elif source is not None and not explicit:
+            out[name] = f"{out.get(source, source)} as {after}"
+    return out
+
+
+def _variables(names: dict[int, str], st: _State) -> dict[str, str]:
+    """``{tensor name: variable}`` for user variables holding a traced local tensor (a DTensor over it,
+    the tensor itself, or a view of it such as ``full_tensor()`` returns)."""
+    torch = sys.modules.get("torch")
+    dtensor = getattr(sys.modules.get(PACKAGE), "DTensor", None)
+    if torch is None or not names:
+        return {}
+    objs = {key: entry[1]() for key, entry in st.live.items() if key in names}
+    by_data: dict[tuple, str] = {}
+    for key, obj in objs.items():
+        if obj is not None and (k := _data_key(obj)) is not None:
+            by_data.setdefault(k, names[key])
+    found: dict[str, str] = {}
+    plain: dict[str, str] = {}
+    for var, value in list(_user_ns().items()):
+        if var.startswith("_"):
+            continue
+        if dtensor is not None and isinstance(value, dtensor):
+            name = names.get(id(value._local_tensor))
+            if name is not None:
+                found.setdefault(name, var)
+        elif isinstance(value, torch.Tensor) and (k := _data_key(value)) is not None and k in by_data:
+            plain.setdefault(by_data[k], var)
+    return {**plain, **found}
+
+
+def _data_key(t: Any) -> tuple | None:
+    """What a tensor and a view of all of it share (none for an empty tensor: its data pointer says nothing)."""
+    try:
+        if t.numel() == 0:
+            return None
+        return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+    except Exception:
+        return None
+
+
+def _user_ns() -> dict[str, Any]:
+    """The rank's namespace, where ``%%mgpu`` cells run (as ``engine/namespace_transfer.py`` finds it)."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__  # type: ignore[no-any-return]
