@@ -11,6 +11,7 @@ from typing import Any
 from jupyter_mgpu.units import format_bytes
 from jupyter_mgpu.widgets.placement_data import visible_at
 
+STRIPE = 6.0  # px: the stripes of a tile held by several ranks (the same in static/placement.js)
 HATCH = (
     '<defs><pattern id="mgpu-hatch" patternUnits="userSpaceOnUse" width="6" height="6">'
     '<path d="M0,6 L6,0" stroke="#fff" stroke-width="1.2" opacity="0.7"/></pattern></defs>'
@@ -74,11 +75,15 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
                     'stroke="#ccc" stroke-width="0.5"/>'
                 )
             else:
-                sw = w / len(ranks)
-                for k, r in enumerate(ranks):
+                # one holder: its colour; several (replicas): thin stripes of each holder's colour
+                sw = min(STRIPE, w / len(ranks)) if len(ranks) > 1 else w
+                k = 0
+                while k * sw < w - 0.01:
                     parts.append(
-                        f'<rect x="{x + k * sw:.1f}" y="{y:.1f}" width="{sw:.1f}" height="{h:.1f}" fill="{colors[r]}"/>'
+                        f'<rect x="{x + k * sw:.1f}" y="{y:.1f}" width="{min(sw, w - k * sw):.1f}" '
+                        f'height="{h:.1f}" fill="{colors[ranks[k % len(ranks)]]}"/>'
                     )
+                    k += 1
                 if partial:  # every rank holds a full-size operand; the value is their reduction (hatched)
                     parts.append(
                         f'<rect class="mgpu-partial" x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '

@@ -22,6 +22,8 @@ function geometry(data) {
   return { panels: out, width: Math.max(x, 120 + 90 * data.world_size), height: 44 + Math.max(...out.map(g => g.h), 40) + 120 };
 }
 
+const STRIPE = 6;  // px: the stripes of a tile held by several ranks (the same in placement_svg.py)
+
 function tileRect(g, t) {
   return [g.x + g.w * t[2] / g.C, g.y + g.h * t[0] / g.R, g.w * (t[3] - t[2]) / g.C, g.h * (t[1] - t[0]) / g.R];
 }
@@ -51,9 +53,12 @@ export function drawFrame(data, held, frame, geo) {
       if (!ranks.length) {
         parts.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="#fff" stroke="#ccc" stroke-width="0.5"/>`);
       } else {
-        const sw = w / ranks.length;
-        ranks.forEach((r, i) => parts.push(
-          `<rect x="${x + i * sw}" y="${y}" width="${sw}" height="${h}" fill="${data.colors[r]}" stroke="none"/>`));
+        // one holder: its colour; several (replicas): thin stripes of each holder's colour, so a copy held
+        // by ranks 0 and 1 never looks like a block split between them
+        const sw = ranks.length > 1 ? Math.min(STRIPE, w / ranks.length) : w;
+        for (let i = 0; i * sw < w - 0.01; i++) parts.push(
+          `<rect x="${x + i * sw}" y="${y}" width="${Math.min(sw, w - i * sw)}" height="${h}" ` +
+          `fill="${data.colors[ranks[i % ranks.length]]}" stroke="none"/>`);
         // a Partial piece: every rank holds a full-size operand; the value is their reduction (hatched)
         if (data.partial) parts.push(`<rect class="mgpu-partial" x="${x}" y="${y}" width="${w}" height="${h}" fill="url(#mgpu-hatch)"/>`);
         parts.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="none" stroke="#fff" stroke-width="1"/>`);
