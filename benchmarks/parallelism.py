@@ -6,8 +6,10 @@ memory under it, ``fsdp``, ``tp`` and ``pp`` (each holding about 1/P of the mode
 the table prints, per memory category, the measured peak (torch's MemTracker / FSDPMemTracker on the
 rank), the formula's figure (``r.expected``) and their ratio, then the device-level peak (RSS above
 the rank's baseline), the step time (slowest rank, median of the timed steps), the bytes handed to
-collectives per step against the formula, the pipeline bubble against (p−1)/(m+p−1) and the final
-loss's difference from ``single`` (measured in a second, unbudgeted run of a model small enough for
+collectives per step against the formula, the pipeline bubble (its share of computing + bubble, read
+off the ranks' times: ``comparison/pipeline_idle.py``) against (p−1)/(m+p−1), each stage's wall time
+split into computing / bubble / other (messages, overhead, waiting for a core), and the final loss's
+difference from ``single`` (measured in a second, unbudgeted run of a model small enough for
 ``single``, since under the budget ``single`` cannot run). It ends with the checks the issue asks for.
 
     python benchmarks/parallelism.py [--model mlp:1024x64] [--ranks 4] [--mem-per-device 288MiB]
@@ -43,7 +45,8 @@ def table(r: mg.CompareResult) -> tuple[list[str], list[str]]:
     head = (
         ["strategy", "rank", "status"]
         + [f"{c} MiB (exp, ×)" for c in CATEGORIES]
-        + ["device peak MiB", "step s", "bytes/step MiB (exp, ×)", "bubble (exp)", "Δ loss vs single"]
+        + ["device peak MiB", "step s", "bytes/step MiB (exp, ×)", "bubble (exp)", "wall: computing/bubble/other"]
+        + ["Δ loss vs single"]
     )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     bad = []
@@ -60,11 +63,14 @@ def table(r: mg.CompareResult) -> tuple[list[str], list[str]]:
                     f"{row['strategy']} rank {row['rank']} {c}: measured {mib(row[c])} MiB, expected {mib(e[c])} MiB"
                 )
         bubble = "–" if row.get("bubble") is None else f"{100 * row['bubble']:.0f}% ({100 * e['bubble']:.0f}%)"
+        split = r.schedules[row["strategy"]].split()[row["rank"]] if row["strategy"] in r.schedules else None
+        parts = "–" if split is None else "/".join(f"{100 * split[k]:.0f}" for k in ("busy", "bubble", "other")) + "%"
         cells += [
             mib(row["device_peak"]),
             f"{row['step_time']:.2f}" if row["step_time"] else "–",
             f"{mib(row['bytes'])} ({mib(e['bytes'])}, {ratio(row['bytes'], e['bytes'])})",
             bubble,
+            parts,
             "–" if row.get("loss_diff") is None else f"{row['loss_diff']:+.1e}",
         ]
         lines.append("| " + " | ".join(cells) + " |")

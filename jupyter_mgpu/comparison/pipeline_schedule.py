@@ -3,7 +3,8 @@
 The pipeline ranks record every ``forward(mb)`` and ``backward(mb)`` (with start and end times) and
 every activation/gradient ``send`` and ``recv`` in the trace format of ``engine/trace.py``; this
 module groups those events by training step into the stages × time grid of the GPipe/1F1B diagrams,
-measures each stage's idle share of a step (the bubble) and replays it: ``.play()`` is the player
+splits each stage's time into computing, the bubble and the rest (``pipeline_idle.py``) and replays
+it: ``.play()`` is the player
 (``widgets/pipeline_schedule.py``), ``.save_html(path)`` a page that plays without a kernel. A schedule made
 while the pipeline trains follows the ranks' live trace files from a kernel thread, like ``mg.trace``.
 """
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import threading
 from typing import Any
 
+from jupyter_mgpu.comparison.pipeline_idle import split_step
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.tracing import replay as tr
 
@@ -26,11 +27,12 @@ FOLLOW_PERIOD = 0.05
 
 
 def steps_of(events: list[dict[str, Any]], world_size: int) -> list[dict[str, Any]]:
-    """The events per training step: boxes ``[stage, kind, mb, start, end]`` and arrows, times from the step's start.
+    """The events per training step: boxes ``[stage, kind, mb, start, end, wait]`` and arrows, times from the step's start.
 
-    A step's span runs from its first compute start to its last compute end over all stages; a
-    stage's idle share is ``1 − busy / span``. Arrows pair each send with the receive of the same
-    micro-batch and kind on the peer: ``[from, to, kind, mb, t_send, t_recv, bytes]``.
+    A step's span runs from its first compute start to its last compute end over all stages. Per
+    stage, ``busy``, ``bubble`` and ``other`` are seconds adding up to the span (see
+    ``pipeline_idle.split_step``), ``idle`` the share of the span not computing. Arrows pair each send
+    with the receive of the same micro-batch and kind on the peer: ``[from, to, kind, mb, t_send, t_recv, bytes]``.
     """
     by_step: dict[int, list[dict[str, Any]]] = {}
     for e in events:
@@ -45,7 +47,14 @@ def steps_of(events: list[dict[str, Any]], world_size: int) -> list[dict[str, An
         t1 = max(e["end"] for e in comp)
         boxes = sorted(
             [
-                [e["rank"], KINDS.get(e.get("kind", ""), 0), int(e.get("mb", 0)), e["start"] - t0, e["end"] - t0]
+                [
+                    e["rank"],
+                    KINDS.get(e.get("kind", ""), 0),
+                    int(e.get("mb", 0)),
+                    e["start"] - t0,
+                    e["end"] - t0,
+                    float(e.get("wait", 0.0)),
+                ]
                 for e in comp
             ],
             key=lambda b: (b[3], b[0]),
@@ -68,10 +77,8 @@ def steps_of(events: list[dict[str, Any]], world_size: int) -> list[dict[str, An
                         int(e.get("bytes", 0)),
                     ]
                 )
+        split = split_step(boxes, world_size)
         span = max(t1 - t0, 1e-9)
-        busy = [0.0] * world_size
-        for b in boxes:
-            busy[b[0]] += b[4] - b[3]
         out.append(
             {
                 "step": k,
@@ -79,7 +86,11 @@ def steps_of(events: list[dict[str, Any]], world_size: int) -> list[dict[str, An
                 "span": span,
                 "boxes": boxes,
                 "arrows": arrows,
-                "idle": [max(0.0, 1 - x / span) for x in busy],
+                "busy": split["busy"],
+                "bubble": split["bubble"],
+                "other": split["other"],
+                "critical": split["critical"],
+                "idle": [max(0.0, 1 - x / span) for x in split["busy"]],
             }
         )
     return out
@@ -118,12 +129,30 @@ class ScheduleTrace:
         """Every recorded training step (see :func:`steps_of`)."""
         return steps_of(self.events, self.world_size)
 
-    def bubble(self) -> list[float | None]:
-        """Per stage, the median idle share over the timed steps (the ones run without the trackers)."""
-        timed = [s for s in self.steps() if s["step"] >= self.timed_from] or self.steps()
-        if not timed:
+    def _timed(self) -> list[dict[str, Any]]:
+        """The timed steps (the ones run without the trackers), or every step when there are none."""
+        return [s for s in self.steps() if s["step"] >= self.timed_from] or self.steps()
+
+    def split(self) -> list[dict[str, float] | None]:
+        """Per stage, shares of the timed steps' wall time: ``busy`` (computing), ``bubble`` (waiting for
+        work it depends on that was still being computed) and ``other`` (messages, overhead, waiting for a
+        core); they add up to 1. See ``comparison/pipeline_idle.py``."""
+        timed = self._timed()
+        wall = sum(s["span"] for s in timed)
+        if not timed or wall <= 0:
             return [None] * self.world_size
-        return [statistics.median(s["idle"][r] for s in timed) for r in range(self.world_size)]
+        return [
+            {k: sum(s[k][r] for s in timed) / wall for k in ("busy", "bubble", "other")} for r in range(self.world_size)
+        ]
+
+    def bubble(self) -> list[float | None]:
+        """Per stage, the bubble as (p−1)/(m+p−1) counts it: its share of the stage's computing + bubble
+        time (the waits for messages and cores left out), over the timed steps."""
+        return [None if x is None else x["bubble"] / max(x["busy"] + x["bubble"], 1e-12) for x in self.split()]
+
+    def idle(self) -> list[float | None]:
+        """Per stage, the share of the timed steps' wall time it was not computing (bubble + other)."""
+        return [None if x is None else x["bubble"] + x["other"] for x in self.split()]
 
     def data(self) -> dict[str, Any]:
         """What the player draws (``widgets/pipeline_schedule.py``)."""

@@ -5,8 +5,11 @@ in micro-batches, sending activations forward and their gradients back.
 
 The stage's own methods are wrapped so every ``forward(mb)`` and ``backward(mb)`` (start and end) and
 every activation/gradient ``send`` and ``recv`` is recorded with real times in the existing trace format
-(``engine/trace.py``): the player replays the stages × time grid from them, and the bubble (each
-stage's idle share of the step) is measured from them. Under the memory tracker the same wrappers tell
+(``engine/trace.py``): the player replays the stages × time grid from them, and each stage's idle time
+is split from them into the bubble and the rest (``comparison/pipeline_idle.py``). On a CPU virtual
+device whose torch runs one thread (as when ranks outnumber cores), each forward/backward also records
+``wait``: its wall time less its thread's CPU time, the part it was not running (waiting for a core, or
+for the GIL), so that time counts as waiting, not as computing. Under the memory tracker the same wrappers tell
 it when the stage is in its backward (``measure.set_backward``), since ``MemTracker``'s module hooks
 cannot follow the ``autograd.grad`` a pipeline stage runs.
 """
@@ -65,6 +68,10 @@ class StageRecorder:
             if kind == "forward":
                 set_dropout_rows(torch.arange(mb * self.rows_per_mb, (mb + 1) * self.rows_per_mb), self.step)
             measure.set_backward(self.watch["tracker"], kind == "backward")
+            # one thread does all of a CPU stage's work: what it did not run of the box, it waited
+            # (on a GPU the device works while the thread sleeps; with more threads, others share the work)
+            timed_cpu = self.stage.device.type == "cpu" and torch.get_num_threads() == 1
+            cpu0 = time.thread_time()
             start = time.time()
             try:
                 return fn(mb, *args, **kwargs)
@@ -72,9 +79,17 @@ class StageRecorder:
                 if self.stage.device.type == "cuda":  # time when the work ran, not when it was queued
                     torch.cuda.synchronize(self.stage.device)
                 end = time.time()
+                wait = min(max(0.0, end - start - (time.thread_time() - cpu0)), end - start) if timed_cpu else 0.0
                 measure.set_backward(self.watch["tracker"], False)
                 etrace.record(
-                    self.step, "compute", kind=kind, mb=mb, start=start, end=end, stage=self.stage.stage_index
+                    self.step,
+                    "compute",
+                    kind=kind,
+                    mb=mb,
+                    start=start,
+                    end=end,
+                    wait=wait,
+                    stage=self.stage.stage_index,
                 )
 
         return wrapped

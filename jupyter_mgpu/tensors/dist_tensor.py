@@ -19,7 +19,7 @@ from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors import transfer_paths
-from jupyter_mgpu.tensors.handles import flush_frees, placement_of, run_creating
+from jupyter_mgpu.tensors.handles import check_out, flush_frees, placement_of, run_creating
 from jupyter_mgpu.units import format_bytes
 
 _ids = itertools.count(1)
@@ -151,20 +151,7 @@ class DistTensor:
         into one shared buffer, which becomes the result (without ``out``) or is copied into ``out``.
         """
         self.check()
-        if out is not None:
-            import torch
-
-            if (
-                not isinstance(out, torch.Tensor)
-                or tuple(out.shape) != self.shape
-                or out.dtype != self.dtype
-                or out.device.type != "cpu"
-                or not out.is_contiguous()
-            ):
-                raise MgpuError(
-                    f"out= must be a contiguous CPU tensor of shape {self.shape} and dtype "
-                    f"{self.dtype_name}, got {getattr(out, 'shape', type(out).__name__)}"
-                )
+        check_out(out, self.shape, self.dtype_name)
         flush_frees(self.session)
         return transfer_paths.fetch(self, out)
 

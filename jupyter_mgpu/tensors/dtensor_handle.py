@@ -18,6 +18,7 @@ from jupyter_mgpu.layout.mesh import Mesh, Partial, block2d_mesh, mesh_shard_tab
 from jupyter_mgpu.ops import dtensor_handle as rank_dtensor
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors import dist_tensor, shared_blocks, sockets
+from jupyter_mgpu.tensors.handles import check_out
 from jupyter_mgpu.units import format_bytes
 
 
@@ -94,17 +95,7 @@ class DTensorHandle:
 
         s = self.session
         s.check_alive()
-        if out is not None and (
-            not isinstance(out, torch.Tensor)
-            or tuple(out.shape) != self.shape
-            or out.dtype != self.dtype
-            or out.device.type != "cpu"
-            or not out.is_contiguous()
-        ):
-            raise MgpuError(
-                f"out= must be a contiguous CPU tensor of shape {self.shape} and dtype "
-                f"{self.dtype_name}, got {getattr(out, 'shape', type(out).__name__)}"
-            )
+        check_out(out, self.shape, self.dtype_name)
         numel = math.prod(self.shape)
         nbytes = numel * torch.empty((), dtype=self.dtype).element_size()
         if sockets.streamed_ranks(s):  # ranks on other hosts cannot write this host's file: pieces by value

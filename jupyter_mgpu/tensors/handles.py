@@ -82,3 +82,22 @@ def run_creating(handle: Any, fn: Any, *args: Any, label: str) -> list[Any]:
         except Exception:
             pass
         raise
+
+
+def check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
+    """One sentence unless ``out`` (``gather(out=)``) is None or a contiguous CPU tensor of ``shape`` and ``dtype``."""
+    if out is None:
+        return
+    import torch
+
+    if (
+        not isinstance(out, torch.Tensor)
+        or tuple(out.shape) != shape
+        or out.dtype != getattr(torch, dtype)
+        or out.device.type != "cpu"
+        or not out.is_contiguous()
+    ):
+        raise MgpuError(
+            f"out= must be a contiguous CPU tensor of shape {shape} and dtype "
+            f"{dtype}, got {getattr(out, 'shape', type(out).__name__)}"
+        )

@@ -89,6 +89,54 @@ def test_every_strategy_trains_like_single_and_measures_as_the_formulas_say(sess
         assert (kinds != sorted(kinds, key=["forward", "backward"].index)) == interleaved, (name, kinds)
 
 
+def pipeline_demo() -> tuple[nn.Sequential, tuple[torch.Tensor, torch.Tensor]]:
+    """Notebook 07's pipeline model and data: stages heavy enough that computing, not sending, fills a step.
+
+    A thin first layer, 16 Linear(512, 512), a 10-class head: four stages of four 512×512 layers each, the
+    first stage's thin layer making up for the input gradient it never computes.
+    """
+    torch.manual_seed(0)
+    x = torch.randn(2048, 64)
+    y = (x @ torch.randn(64, 10)).argmax(dim=1)
+    layers: list[nn.Module] = [nn.Linear(64, 512), nn.ReLU()]
+    for _ in range(16):
+        layers += [nn.Linear(512, 512), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(512, 10)), (x, y)
+
+
+PIPELINE_DEMO = {"batch": 512, "microbatches": 8, "steps": 10, "loss": "cross_entropy", "optimizer": "adam"}
+
+
+def test_the_bubble_read_off_the_ranks_times_is_the_formulas(s4):
+    model, xy = pipeline_demo()
+    r = mg.compare(model, data=xy, strategies="pp,pp-1f1b", lr=1e-3, timeout=120, live=False, **PIPELINE_DEMO)
+    p, m = 4, PIPELINE_DEMO["microbatches"]
+    formula = (p - 1) / (m + p - 1)
+    for name in ("pp", "pp-1f1b"):
+        sched = r.schedule(name)
+        assert sched.expected_bubble == pytest.approx(formula)
+        bubble, split = sched.bubble(), sched.split()
+        # within 10 points of (p-1)/(m+p-1) on every stage, even with 4 ranks sharing 2 busy cores
+        assert all(abs(b - formula) <= 0.10 for b in bubble), (name, bubble, split)
+        assert all(sum(x.values()) == pytest.approx(1) for x in split), split
+        times = r.raw[name]
+        timed = [st for st in sched.steps() if st["step"] >= sched.timed_from]
+        assert len(timed) == PIPELINE_DEMO["steps"] - sched.timed_from
+        for st in timed:
+            k = st["step"]
+            # the step's wall time: no longer than the slowest rank's own timer around the whole step
+            assert st["span"] <= max(t["step_times"][k] for t in times) + 1e-3, (name, k)
+            for s in range(p):
+                mine = [e for e in sched.events if e["action"] == "compute" and e["step"] == k and e["rank"] == s]
+                computed = sum(e["end"] - e["start"] - e["wait"] for e in mine)
+                assert st["busy"][s] == pytest.approx(computed)  # the stage's own boxes, less its waits for a core
+                assert all(0 <= e["wait"] <= e["end"] - e["start"] for e in mine)
+                parts = st["busy"][s] + st["bubble"][s] + st["other"][s]
+                assert parts == pytest.approx(st["span"], rel=1e-6), (name, k, s)  # busy + bubble + other = wall
+                assert min(st["bubble"][s], st["other"][s]) >= 0
+        assert [row["bubble"] for row in r.table if row["strategy"] == name] == pytest.approx(bubble)
+
+
 def test_who_holds_which_part_of_each_weight(s2):
     r = mg.compare(
         model(), data=data(), batch=16, steps=4, strategies="ddp,fsdp,tp,pp", microbatches=2, timeout=60, live=False

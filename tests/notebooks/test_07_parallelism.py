@@ -1,6 +1,7 @@
 """notebooks/07_parallelism_strategies.ipynb, run in real JupyterLab with Chromium: every strategy trains
-like single, the pictures are there, and the pipeline schedule player is live while it trains, renders,
-steps with its buttons, and its saved page plays without a kernel or network."""
+like single, the pictures are there, the pipeline's time is split into computing, bubble and other next to
+the formula, and the pipeline schedule player is live while it trains, renders, steps with its buttons, and
+its saved page plays without a kernel or network."""
 
 import re
 
@@ -11,7 +12,7 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 SHOTS = {
     "01_live_compare": "r = mg.compare(model",
     "02_tp_weights": 'r.show("tp")',
-    "03_gpipe_schedule": 'r.schedule("pp").play()',
+    "03_gpipe_schedule": 'pipe.schedule("pp").play()',
     "04_table": "r.table",
     "05_plot": "r.plot()",
 }
@@ -32,8 +33,8 @@ def test_pictures_table_and_plot_are_shown(run):
         'r.show("fsdp")',
         'r.show("tp")',
         'r.show("pp")',
-        'r.schedule("pp").play()',
-        'r.schedule("pp-1f1b").play()',
+        'pipe.schedule("pp").play()',
+        'pipe.schedule("pp-1f1b").play()',
         "r.plot()",
     ):
         assert any(
@@ -43,9 +44,18 @@ def test_pictures_table_and_plot_are_shown(run):
     table = run.outputs("r.table")[0]["data"]["text/html"]
     assert table.count("<tr>") == 1 + 1 + 4 * 5 and "×1.00" in table  # header, single, 4 ranks × 5 strategies
     bubble = run.text["p, m = 4, 8"]
-    assert "formula (p-1)/(m+p-1) = 27% idle per stage" in bubble
-    measured = re.findall(r"^(pp|pp-1f1b) +measured idle per stage: (.*)$", bubble, re.M)
-    assert [m[0] for m in measured] == ["pp", "pp-1f1b"] and all(len(m[1].split(", ")) == 4 for m in measured)
+    assert bubble.startswith("formula (p-1)/(m+p-1) = 27% of computing + bubble")
+    assert re.findall(r"^(pp|pp-1f1b): shares of the step's wall time", bubble, re.M) == ["pp", "pp-1f1b"]
+    stages = re.findall(
+        r"^  stage (\d): computing +(\d+)%  bubble +(\d+)%  other +(\d+)%   "
+        r"bubble ÷ \(computing \+ bubble\) = (\d+)%$",
+        bubble,
+        re.M,
+    )
+    assert [int(s[0]) for s in stages] == [0, 1, 2, 3] * 2, bubble
+    for _, busy, idle, other, share in stages:
+        assert abs(int(busy) + int(idle) + int(other) - 100) <= 2  # the three parts are the step's wall time
+        assert abs(int(share) - 27) <= 15, bubble  # near the formula (tests/cluster checks within 10 points)
     by_rank0 = dict(re.findall(r"^(\w[\w-]*) +params +([\d.]+) MiB", run.text["mib = 2**20"], re.M))
     assert float(by_rank0["fsdp"]) == pytest.approx(float(by_rank0["ddp"]) / 4, rel=0.02)
     assert (
@@ -76,8 +86,11 @@ def test_the_schedule_player_renders_and_steps(run):
     assert [s["boxes"] for s in steps] == list(range(1, 8))  # one more forward/backward box per step
     assert steps[0]["caption"].startswith("training step 0 (warm-up) · stage 0 forward of micro-batch 0")
     n = int(st["last"]["counter"].split("/ ")[1])
-    assert st["last"]["counter"] == f"step {n} / {n}" and n == 8 * 4 * 8 * 2 - 1  # steps × stages × mbs × 2
+    assert st["last"]["counter"] == f"step {n} / {n}" and n == 10 * 4 * 8 * 2 - 1  # steps × stages × mbs × 2
     assert st["last"]["boxes"] == 4 * 8 * 2 and len(st["last"]["idle"]) == 4 and st["last"]["arrows"] > 0
+    assert st["last"]["splits"] == 4 and st["last"]["legend"]  # each stage's computing | bubble | other bar
+    assert all(len(s["idle"]) == 4 and s["idle"][0].startswith("bubble ") for s in [*steps, st["last"]])
+    assert st["last"]["caption2"].startswith("bubble per stage, share of computing + bubble")
     assert st["back"]["counter"] == f"step {n - 1} / {n}" and st["back"]["boxes"] == 4 * 8 * 2 - 1
     assert all(s["svgWidth"] <= s["cellWidth"] for s in steps)
 

@@ -192,6 +192,9 @@ def test_steps_boxes_arrows_and_idle_share():
     assert len(s0["boxes"]) == 8 and s0["boxes"][0][:3] == [0, 0, 0]  # stage 0 forward of mb 0 first
     assert s0["span"] == pytest.approx(13)  # first forward at 0, last backward ends at 13
     assert s0["idle"] == pytest.approx([1 - 4 / 13] * 2)
+    # the longest chain of dependent work: F0 on 0, F0 F1 B0 B1 on 1, B1 on 0 = 6 s of the 13
+    assert s0["critical"] == pytest.approx(6) and s0["busy"] == pytest.approx([4, 4])
+    assert s0["bubble"] == pytest.approx([2, 2]) and s0["other"] == pytest.approx([7, 7])
     assert sorted((a[0], a[1], a[3]) for a in s0["arrows"]) == [(0, 1, 0), (0, 1, 1)]
 
 
@@ -200,7 +203,10 @@ def test_schedule_trace_bubble_player_and_pages(tmp_path):
     with pytest.raises(MgpuError, match="no events to play"):
         sched.play()
     sched.finish(_events(steps=3, gap=0.5))
-    assert sched.bubble() == pytest.approx([1 - 2 / 12.5] * 2)
+    # each box 0.5 s, the critical path 3 s of a 12.5 s step: the bubble is (p-1)/(m+p-1) of computing + bubble
+    assert sched.bubble() == pytest.approx([1 / 3] * 2)
+    assert sched.split()[1] == pytest.approx({"busy": 2 / 12.5, "bubble": 1 / 12.5, "other": 9.5 / 12.5})
+    assert sched.idle() == pytest.approx([10.5 / 12.5] * 2)
     data = schedule_data(sched)
     assert len(data["frames"]) == 3 * 8 and data["frames"][-1] == [2, 8]
     assert caption(data, 0)[0].startswith("training step 0 (measured) · stage 0 forward of micro-batch 0")
@@ -216,6 +222,9 @@ def test_schedule_trace_bubble_player_and_pages(tmp_path):
     svg = w.svg(7)  # the whole of step 0: 8 boxes, both arrows, idle shares
     assert svg.count("class='mgpu-sched-box'") == 8 and svg.count("mgpu-sched-arrow") == 2
     assert svg.count("mgpu-sched-idle") == 2 and "width='100%'" in svg
+    assert svg.count("class='mgpu-sched-split'") == 2 and "bubble 8% · other 76%" in svg  # step 0: 1 and 9.5 of 12.5 s
+    assert "class='mgpu-sched-legend'" in svg and "other: messages, overhead, waiting for a core" in svg
+    assert w.svg(6).count("class='mgpu-sched-split'") == 2  # the whole step's bars, while its boxes come one by one
     assert static_svg(data, 0).count("class='mgpu-sched-box'") == 1
     bundle = w._repr_mimebundle_()
     assert "mgpu-sched-box" in (bundle[0] if isinstance(bundle, tuple) else bundle)["text/html"]

@@ -1,7 +1,7 @@
 // 07 parallelism: the pipeline schedule player while mg.compare trains (live: the counter grows), then the
-// replayed player after the run — step it with its buttons and read what it draws — and the page that
-// r.schedule("pp").save_html(...) wrote, opened from file:// with every network request refused and
-// played to the end.
+// replayed player of the pipeline demo after its run — step it with its buttons and read what it draws,
+// with each stage's computing | bubble | other bar — and the page that pipe.schedule("pp").save_html(...)
+// wrote, opened from file:// with every network request refused and played to the end.
 import { stepForward, lastAndBack, offlinePage, playToEnd } from '../chromium.mjs';
 
 export async function during({ page, report, cellIndex }) {
@@ -24,7 +24,7 @@ export async function during({ page, report, cellIndex }) {
 }
 
 export async function after({ page, context, report, cellIndex, consoleErrors }) {
-  const cell = await cellIndex('r.schedule("pp").play()');
+  const cell = await cellIndex('pipe.schedule("pp").play()');
   const sel = `[data-mgpu-sched="${cell}"]`;
   await page.evaluate(k => {
     const node = window.jupyterapp.shell.currentWidget.content.widgets[k].node;
@@ -39,6 +39,9 @@ export async function after({ page, context, report, cellIndex, consoleErrors })
              arrows: svg.querySelectorAll('.mgpu-sched-arrow').length,
              idle: Array.from(svg.querySelectorAll('.mgpu-sched-idle')).map(t => t.textContent),
              caption: svg.querySelector('text').textContent,
+             caption2: svg.querySelectorAll('text')[1].textContent,
+             splits: svg.querySelectorAll('.mgpu-sched-split').length,
+             legend: svg.querySelectorAll('.mgpu-sched-legend text').length === 5,
              svgWidth: Math.round(svg.getBoundingClientRect().width),
              cellWidth: Math.round(p.closest('.jp-OutputArea-output').getBoundingClientRect().width) };
   }, sel);
