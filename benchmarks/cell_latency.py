@@ -80,11 +80,11 @@ def main() -> None:
             *_completion_rows(ip),
         ]
         print(f"per-cell latency, {a.ranks} CPU ranks, median of {a.repeat} (ms)")
-        print(f"{'what':<14}{'plain IPython':>15}{'jupyter_mgpu':>15}{'ratio':>8}")
+        print(f"{'what':<14}{'plain IPython':>15}{'jupyter_mgpu':>15}{'ratio':>9}")
         for name, plain, ours in rows:
             p = statistics.median(_times(plain, a.repeat)) * 1e3
             m = statistics.median(_times(ours, a.repeat)) * 1e3
-            print(f"{name:<14}{p:>15.2f}{m:>15.2f}{m / p:>7.2g}x")
+            print(f"{name:<14}{p:>15.2f}{m:>15.2f}{m / p:>8.3g}x")
     ip.run_line_magic("mgpu_shutdown", "")
 
 
