@@ -96,7 +96,8 @@ def frame_svg(data: dict[str, Any], index: int = -1) -> str:
                     mark = f" {e(partial)}" if partial and w > 60 else ""
                     parts.append(
                         f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4:.1f}" font-size="10" '
-                        f'text-anchor="middle" fill="#fff">{",".join(map(str, ranks))}{mark}</text>'
+                        f'text-anchor="middle" fill="#fff" stroke="#0009" stroke-width="2.5" paint-order="stroke">'
+                        f"{','.join(map(str, ranks))}{mark}</text>"
                     )
             parts.append("</g>")
         parts.append(f'<rect x="{gx:.1f}" y="{gy:.1f}" width="{gw:.1f}" height="{gh:.1f}" fill="none" stroke="#333"/>')

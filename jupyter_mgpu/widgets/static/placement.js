@@ -63,7 +63,8 @@ export function drawFrame(data, held, frame, geo) {
         if (data.partial) parts.push(`<rect class="mgpu-partial" x="${x}" y="${y}" width="${w}" height="${h}" fill="url(#mgpu-hatch)"/>`);
         parts.push(`<rect x="${x}" y="${y}" width="${w}" height="${h}" fill="none" stroke="#fff" stroke-width="1"/>`);
         if (w > 22 && h > 12 && ranks.length <= 4) parts.push(
-          `<text x="${x + w / 2}" y="${y + h / 2 + 4}" font-size="10" text-anchor="middle" fill="#fff">${ranks.join(",")}` +
+          `<text x="${x + w / 2}" y="${y + h / 2 + 4}" font-size="10" text-anchor="middle" fill="#fff" ` +
+          `stroke="#0009" stroke-width="2.5" paint-order="stroke">${ranks.join(",")}` +
           `${data.partial && w > 60 ? " " + esc(data.partial) : ""}</text>`);
       }
       parts.push(`</g>`);
