@@ -20,7 +20,6 @@ only the pure layout.
 
 from __future__ import annotations
 
-import importlib.abc
 import math
 import sys
 import weakref
@@ -28,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from jupyter_mgpu.engine import import_watch
 from jupyter_mgpu.layout.mesh import Mesh, MeshPlacement, Partial, from_torch, local_box, placements_label
 from jupyter_mgpu.layout.placement import Replicate, Shard
 
@@ -156,6 +156,21 @@ class _State:
     live: dict[int, tuple[str, Any]] = field(default_factory=dict)  # id(local tensor) -> (name, weakref)
     made: dict[str, tuple[str | None, str, bool]] = field(default_factory=dict)  # name -> (source, after, explicit)
     plans: dict[tuple[Any, Any, Any], _Plan | None] = field(default_factory=dict)
+    held: dict[str, tuple[Box, int, Any]] = field(default_factory=dict)  # name -> (box, bytes, storage weakref)
+
+    def hold(self, name: str, box: Box | None, nbytes: int, tensor: Any) -> None:
+        """``name``'s piece on this rank is held until its memory (storage) is freed."""
+        if box is not None and _numel(box):
+            from torch.multiprocessing.reductions import StorageWeakRef
+
+            self.held[name] = (box, nbytes, StorageWeakRef(tensor.untyped_storage()))
+
+    def record_frees(self, step: int) -> None:
+        """``free`` events for the held pieces whose memory Python has let go of since."""
+        for name, (box, nbytes, ref) in list(self.held.items()):
+            if ref.expired():
+                del self.held[name]
+                self.sink.record(step, "free", [self.sink.block(name, box)], nbytes, None, reason="freed by Python")
 
     def name_of(self, obj: Any) -> str | None:
         entry = self.live.get(id(obj))
@@ -198,10 +213,13 @@ def _traced(local_tensor: Any, current_spec: Any, target_spec: Any, *args: Any, 
     shape, itemsize = tuple(int(s) for s in current_spec.shape), int(local_tensor.element_size())
     sink = st.sink
     sink.begin_op(plan.label + ("" if explicit else " (implicit)"))
+    st.record_frees(0)
     src = st.name_of(local_tensor)
     if src is None:
         src = st.new_name(local_tensor, None, "", True)
         sink.declare(src, shape, itemsize, src)
+        first = next((e for e in plan.events if e.step == 0 and e.action == "hold"), None)
+        st.hold(src, first.box if first else None, first.nbytes if first else 0, local_tensor)
     for e in plan.events:
         if e.step == 0:
             sink.record(0, e.action, [sink.block(src, e.box)], e.nbytes, e.peer, **e.info)
@@ -216,8 +234,21 @@ def _traced(local_tensor: Any, current_spec: Any, target_spec: Any, *args: Any, 
     for e in plan.events:
         if e.step:
             sink.record(e.step, e.action, [sink.block(names[e.tensor], e.box)], e.nbytes, e.peer, **e.info)
+    last = next((e for e in reversed(plan.events) if e.tensor == DST and e.action == "hold"), None)
+    st.hold(dst, last.box if last else None, last.nbytes if last else 0, out)
     sink.end_op()
     return out
+
+
+def record_frees() -> None:
+    """At the end of a trace: one op on every rank that traced DTensors, freeing the pieces whose memory
+    Python let go of (a temporary of ``torch.mm``, a deleted variable), so the replay ends where the ranks are."""
+    st = _STATE
+    if st is None or not st.count:
+        return
+    st.sink.begin_op("DTensor pieces freed by Python")
+    st.record_frees(0)
+    st.sink.end_op()
 
 
 def _plan(st: _State, local: Any, current: Any, target: Any, graph: Any) -> _Plan | None:
@@ -248,47 +279,12 @@ def _plan(st: _State, local: Any, current: Any, target: Any, graph: Any) -> _Pla
     return plan
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Installs the wrapper right after ``torch.distributed.tensor`` is first imported while tracing,
-    so that starting a trace does not import it (a second or more on a busy CPU)."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != PACKAGE:
-            return None
-        spec: Any = None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if finder is not self and find is not None else None
-            if spec is not None:
-                break
-        loader: Any = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-
-        class _Loader(importlib.abc.Loader):
-            def __getattr__(self, name: str) -> Any:
-                return getattr(loader, name)
-
-            def create_module(self, spec: Any) -> Any:
-                return loader.create_module(spec)
-
-            def exec_module(self, module: Any) -> None:
-                loader.exec_module(module)
-                module.__loader__ = module.__spec__.loader = loader  # as if we had never been there
-                _remove_finder()
-                if _STATE is not None:
-                    _patch()
-
-        spec.loader = _Loader()
-        return spec
+def _patch_if_tracing() -> None:
+    if _STATE is not None:
+        _patch()
 
 
-_FINDER = _PatchOnImport()
-
-
-def _remove_finder() -> None:
-    if _FINDER in sys.meta_path:
-        sys.meta_path.remove(_FINDER)
+_FINDER = import_watch.AfterImport(PACKAGE, _patch_if_tracing)
 
 
 def _patch() -> None:
@@ -310,15 +306,15 @@ def install(sink: Sink) -> None:
     _STATE = _State(sink)
     if PACKAGE in sys.modules:
         _patch()
-    elif _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
+    else:
+        _FINDER.add()
 
 
 def uninstall() -> dict[str, str]:
     """Put torch's functions back; returns ``{tensor name: label}`` (the user's variable names where found)."""
     global _STATE
     st, _STATE = _STATE, None
-    _remove_finder()
+    _FINDER.remove()
     for name, fn in list(_ORIGINALS.items()):
         mod = sys.modules.get(name)
         if mod is not None and getattr(mod, FUNCTION, None) is _traced:
@@ -329,6 +325,7 @@ def uninstall() -> dict[str, str]:
     labels = _labels(st)
     st.live.clear()  # the weak references' callbacks outlive this trace: they keep nothing else alive
     st.plans.clear()
+    st.held.clear()
     return labels
 
 

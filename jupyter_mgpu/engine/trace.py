@@ -75,8 +75,10 @@ def start(trace_id: str, live: bool = False) -> bool:
 def stop() -> dict[str, Any]:
     """Stop recording; returns ``{"events": [...], "tensors": {...}}`` of this rank."""
     global _REC
-    rec, _REC = _REC, None
     hook = sys.modules.get("jupyter_mgpu.engine.dtensor_trace")
+    if hook is not None and _REC is not None:
+        hook.record_frees()  # while still recording: DTensor pieces whose memory is gone
+    rec, _REC = _REC, None
     labels = hook.uninstall() if hook is not None else {}
     if rec is None:
         return {"events": [], "tensors": {}}

@@ -18,6 +18,7 @@ import jupyter_mgpu as mg
 pytestmark = pytest.mark.cluster
 
 LONG = 180  # seconds: the first DTensor import on busy ranks is slow
+FREED = "DTensor pieces freed by Python"  # the op at the end of a trace: what Python let go of
 
 
 def _placements(spec):
@@ -40,6 +41,15 @@ def _boxes(t):
     return [box] if all(b > a for a, b in box) else []
 
 
+def _keep(*tensors):
+    """Keep a rank function's DTensors alive past its return (in the rank's namespace, the last few calls'),
+    so the trace ends with them held; what Python frees, the trace frees too."""
+    from jupyter_mgpu.engine import namespace_transfer
+
+    kept = namespace_transfer._user_ns().setdefault("_trace_kept", [])
+    kept[:] = [*kept[-3:], tensors]
+
+
 def _redistribute_on_rank(mesh_shape, shape, src, dst):
     """``y = x.redistribute(mesh, dst)`` for ``x`` placed by ``src`` (``"P"``: rank r holds (r+1)·g/Σ)."""
     import math
@@ -60,6 +70,7 @@ def _redistribute_on_rank(mesh_shape, shape, src, dst):
         x = distribute_tensor(g, mesh, _placements(src))
     y = x.redistribute(mesh, _placements(dst))
     mine = g[tuple(slice(a, b) for a, b in _box(y))]
+    _keep(x, y)
     return {
         "x": tensor_name(x),
         "y": tensor_name(y),
@@ -158,6 +169,7 @@ def _full_tensor_on_rank(n_rows):
     mesh = init_device_mesh("cpu", (torch.distributed.get_world_size(),))
     g = torch.arange(n_rows * 4, dtype=torch.float32).reshape(n_rows, 4)
     f = distribute_tensor(g, mesh, [Shard(0)]).full_tensor()
+    _keep(f)
     return bool(torch.equal(f, g))
 
 
@@ -166,7 +178,7 @@ def test_full_tensor_is_one_all_gather_ending_with_the_whole_tensor_everywhere(s
     s = session_of(n)
     with mg.trace() as t:
         assert all(s.run(_full_tensor_on_rank, 7, timeout=LONG))
-    [label] = {e["label"] for e in t.events}
+    [label] = {e["label"] for e in t.events} - {FREED}
     assert label == "DTensor redistribute [S(0)] → [R]"
     [result] = {e["blocks"][0]["tensor"] for e in t.events if e["step"] == 1 and e["action"] == "hold"}
     assert t.final_placement()[result] == [[((0, 7), (0, 4))]] * n
@@ -189,13 +201,19 @@ def _mm_on_rank():
 def test_mm_of_two_dtensors_traces_its_implicit_redistribute(s4):
     with mg.trace() as t:
         assert all(s4.run(_mm_on_rank, timeout=LONG))
-    [label] = {e["label"] for e in t.events}
+    [label] = {e["label"] for e in t.events} - {FREED}
     assert label == "DTensor redistribute [S(0)] → [R] (implicit)"
     assert {e["collective"] for e in t.events if e["step"] == 1} == {"all_gather"}
     [result] = {e["blocks"][0]["tensor"] for e in t.events if e["step"] == 1 and e["action"] == "hold"}
-    assert t.final_placement()[result] == [[((0, 6), (0, 4))]] * 4  # b replicated, as torch says
-    [source] = {e["blocks"][0]["tensor"] for e in t.events if e["step"] == 0}
+    made = [e for e in t.events if e["action"] == "hold" and e["blocks"][0]["tensor"] == result]
+    assert sorted(e["rank"] for e in made) == [0, 1, 2, 3]
+    assert {tuple(map(tuple, e["blocks"][0]["box"])) for e in made} == {((0, 6), (0, 4))}  # b replicated
+    [source] = {e["blocks"][0]["tensor"] for e in t.events if e["step"] == 0 and e["action"] == "hold"}
     assert t.tensors[result]["label"] == f"{source} as [R]"
+    # the gathered copy was a temporary of torch.mm, and a, b, c were locals: Python freed them all, and
+    # the replay ends where the ranks are, holding none of it
+    freed = {e["blocks"][0]["tensor"] for e in t.events if e.get("reason") == "freed by Python"}
+    assert result in freed and source in freed and t.final_placement() == {}
 
 
 CELL = """%%mgpu
@@ -216,11 +234,14 @@ def test_a_mgpu_cell_labels_the_tensors_with_its_variable_names(s2):
         r = ip.run_cell(CELL)
     assert r.success, r.error_in_exec
     try:
-        labels = {t.tensors[n]["label"] for n in t.final_placement()}
+        labels = {meta["label"] for meta in t.tensors.values()}
         assert {"x", "y", "b", "b as [R]", "f"} <= labels, labels
-        by_label = {t.tensors[n]["label"]: n for n in t.final_placement()}
-        assert t.final_placement()[by_label["y"]] == [[((0, 4), (0, 6))]] * 2
-        assert t.final_placement()[by_label["x"]] == [[((0, 2), (0, 6))], [((2, 4), (0, 6))]]
+        by_label = {meta["label"]: n for n, meta in t.tensors.items()}
+        final = t.final_placement()
+        assert final[by_label["y"]] == [[((0, 4), (0, 6))]] * 2
+        assert final[by_label["x"]] == [[((0, 2), (0, 6))], [((2, 4), (0, 6))]]
+        assert final[by_label["f"]] == [[((0, 4), (0, 6))]] * 2  # full_tensor's result: f holds its memory
+        assert by_label["b as [R]"] not in final  # torch.mm's temporary: freed by Python, freed in the replay
     finally:
         ip.run_cell("%%mgpu\ndel mesh, x, y, b, c, f")
 
@@ -286,3 +307,34 @@ def test_the_hook_waits_for_torch_dtensor_to_be_imported():
         [sys.executable, "-c", textwrap.dedent(HOOK_BEFORE_IMPORT)], capture_output=True, text=True, timeout=LONG
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def _delete_between_on_rank():
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from jupyter_mgpu.engine.dtensor_trace import tensor_name
+
+    mesh = init_device_mesh("cpu", (torch.distributed.get_world_size(),))
+    x = distribute_tensor(torch.ones(8, 4), mesh, [Shard(0)])
+    y = x.redistribute(mesh, [Replicate()])
+    gone = tensor_name(y)
+    del y  # its memory goes now: the next traced op says so
+    z = x.redistribute(mesh, [Shard(1)])
+    _keep(x, z)
+    return gone, tensor_name(x), tensor_name(z)
+
+
+def test_a_dtensor_deleted_mid_trace_is_freed_in_the_replay(s2):
+    with mg.trace() as t:
+        names = s2.run(_delete_between_on_rank, timeout=LONG)
+    assert len(set(names)) == 1
+    gone, x, z = names[0]
+    frees = [e for e in t.events if e["action"] == "free" and e.get("reason") == "freed by Python"]
+    assert {(e["rank"], e["blocks"][0]["tensor"], e["label"]) for e in frees} == {
+        (r, gone, "DTensor redistribute [S(0)] → [S(1)]") for r in (0, 1)
+    }
+    final = t.final_placement()
+    assert gone not in final and final[x] == [[((0, 4), (0, 4))], [((4, 8), (0, 4))]]
+    assert final[z] == [[((0, 8), (0, 2))], [((0, 8), (2, 4))]]
