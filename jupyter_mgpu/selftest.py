@@ -90,6 +90,21 @@ def _matmul_check(n: int) -> float:
     return float((torch.cat(parts) - a @ b).abs().max())
 
 
+def _dtensor_check(n: int) -> None:
+    """A DTensor made on the ranks' own devices (nccl on GPUs), bound to ``_selftest_dt`` for the notebook."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from jupyter_mgpu.engine import namespace_transfer
+    from jupyter_mgpu.engine import state as rank_state
+
+    st = rank_state.get()
+    g = torch.arange(n * n, dtype=torch.float32).reshape(n, n)
+    mesh = init_device_mesh(st.device.type, (st.world_size,))
+    namespace_transfer.put({"_selftest_dt": distribute_tensor(g.to(st.device), mesh, [Shard(0)])})
+
+
 def run(cpu: bool = False, n: int | None = None) -> bool:
     """Run every check; prints a table and returns True when all pass."""
     import jupyter_mgpu as mg
@@ -165,6 +180,15 @@ def run(cpu: bool = False, n: int | None = None) -> bool:
             assert err < 1e-9, f"max abs error {err}"
             return f"512x512 float64, max abs error {err:.1e}"
 
+        def dtensor() -> str:
+            import torch
+
+            s.run(_dtensor_check, 257)
+            h = mg.from_dtensor("_selftest_dt", session=s)
+            got = h.gather()
+            assert torch.equal(got, torch.arange(257 * 257, dtype=torch.float32).reshape(257, 257)), "gather differs"
+            return f"{h.layout.label}, local shapes {h.local_shapes[0]}…, gathered equal"
+
         def shutdown() -> str:
             pids = [s.cluster.controller.pid, s.cluster.supervisor.pid, *s.cluster.engine_pids.values()]
             s.shutdown()
@@ -183,6 +207,7 @@ def run(cpu: bool = False, n: int | None = None) -> bool:
             ("device = cuda:LOCAL_RANK", local_rank),
             ("per-device memory stats", memory),
             ("sharded matmul vs torch.mm", matmul),
+            ("DTensor seen and gathered", dtensor),
             ("shutdown, no orphans", shutdown),
         ]:
             check(name, fn)
