@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine import telemetry
@@ -184,16 +185,21 @@ def _grid_groups(rows: int, cols: int) -> tuple[Any, Any]:
     if key not in _GROUPS:
         r = st.rank
         mine = [None, None]
-        for i in range(rows):  # every rank creates every group, in the same order
-            g = dist.new_group([i * cols + j for j in range(cols)])
-            if r // cols == i:
-                mine[0] = g
-        for j in range(cols):
-            g = dist.new_group([i * cols + j for i in range(rows)])
-            if r % cols == j:
-                mine[1] = g
-        _GROUPS.clear()
-        _GROUPS[key] = tuple(mine)
+        # A rank waiting inside new_group waits on the store, where the stop button's release cannot reach
+        # it: so every rank first meets in a barrier (a collective the release does end), and the stop is
+        # held until all groups exist on every rank that got past it.
+        with deferred_interrupt():
+            dist.barrier()
+            for i in range(rows):  # every rank creates every group, in the same order
+                g = dist.new_group([i * cols + j for j in range(cols)])
+                if r // cols == i:
+                    mine[0] = g
+            for j in range(cols):
+                g = dist.new_group([i * cols + j for i in range(rows)])
+                if r % cols == j:
+                    mine[1] = g
+            _GROUPS.clear()
+            _GROUPS[key] = tuple(mine)
     return _GROUPS[key]
 
 

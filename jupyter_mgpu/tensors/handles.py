@@ -75,8 +75,13 @@ def run_creating(handle: Any, fn: Any, *args: Any, label: str) -> list[Any]:
     """Run a rank function that stores ``handle``'s shards; on any failure free what was made."""
     try:
         return handle.session.run(fn, *args, label=label)
-    except BaseException:
+    except BaseException as exc:
         handle._state = "freed"
+        if isinstance(exc, KeyboardInterrupt):
+            # the stop button: give control back now; the shards go with the next call (as after ``del``),
+            # which first waits for any rank the stop left busy — this call must not wait for it
+            handle.session.__dict__.setdefault("_mgpu_pending_free", []).append(handle.handle_id)
+            raise
         try:
             handle.session.run(rank_tensor.free, [handle.handle_id], label="free")
         except Exception:

@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "layout": set(),
     # the rank side runs in the engines: it never imports the controller side
     "engine": {"engine", "errors", "units", "rundir", "devices", "layout"},
-    "ops": {"ops", "engine", "errors", "units", "layout"},
+    "ops": {"ops", "engine", "errors", "units", "layout", "deferred_interrupt"},
     "strategies": {"strategies", "engine", "errors", "units", "layout", "deferred_interrupt"},
     # the controller side, bottom up
     "cluster": {"cluster", *LEAVES, "engine"},
