@@ -332,9 +332,10 @@ def test_a_dtensor_deleted_mid_trace_is_freed_in_the_replay(s2):
     assert len(set(names)) == 1
     gone, x, z = names[0]
     frees = [e for e in t.events if e["action"] == "free" and e.get("reason") == "freed by Python"]
-    assert {(e["rank"], e["blocks"][0]["tensor"], e["label"]) for e in frees} == {
-        (r, gone, "DTensor redistribute [S(0)] → [S(1)]") for r in (0, 1)
-    }
+    # Each rank frees the deleted piece once. Where: at the next traced op, or at the trace's end when
+    # gloo's worker thread still held the gathered buffer for a moment after the wait returned (seen in CI).
+    assert sorted((e["rank"], e["blocks"][0]["tensor"]) for e in frees) == [(0, gone), (1, gone)]
+    assert {e["label"] for e in frees} <= {"DTensor redistribute [S(0)] → [S(1)]", "DTensor pieces freed by Python"}
     final = t.final_placement()
     assert gone not in final and final[x] == [[((0, 4), (0, 4))], [((4, 8), (0, 4))]]
     assert final[z] == [[((0, 8), (0, 2))], [((0, 8), (2, 4))]]
