@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -246,9 +247,24 @@ def record_frees() -> None:
     st = _STATE
     if st is None or not st.count:
         return
+    _settle(st)
     st.sink.begin_op("DTensor pieces freed by Python")
     st.record_frees(0)
     st.sink.end_op()
+
+
+SETTLE_S = 0.2  # at most this long for memory whose tensor is gone to be let go of
+
+
+def _settle(st: _State) -> None:
+    """Wait briefly for held pieces whose tensor object is gone but whose memory is not yet: a collective's
+    worker thread (gloo's) can hold its output buffer a moment after the wait returned."""
+    live = {name for name, _ in st.live.values()}
+    deadline = time.monotonic() + SETTLE_S
+    while any(n not in live and not ref.expired() for n, (_, _, ref) in st.held.items()):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
 
 
 def _plan(st: _State, local: Any, current: Any, target: Any, graph: Any) -> _Plan | None:
