@@ -8,7 +8,7 @@ of ours is on DTensor's path. Each call runs torch's function once, unchanged, a
 step 0 ``hold`` of the source's box, then one step per transform step torch really runs
 (``_gen_transform_infos``) with the ``send``/``recv``/``reduce`` of the pieces between the ranks of
 that mesh dim's group and the ``hold``/``free`` that leave each rank with exactly its box of the
-result. Boxes come from the pure mesh tables (``layout/mesh.py``), which split as torch does.
+result. The events are planned by ``layout/redistribute_plan.py`` from the pure mesh tables, which split as torch does.
 
 The source and the result are different tensors, named ``dtensor1``, ``dtensor2``, … in call order
 (the same on every rank) and found again by identity of the local tensor (weak references); at the
@@ -20,7 +20,6 @@ only the pure layout.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 import weakref
@@ -28,15 +27,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from jupyter_mgpu.engine import import_watch
-from jupyter_mgpu.layout.mesh import Mesh, MeshPlacement, Partial, from_torch, local_box, placements_label
-from jupyter_mgpu.layout.placement import Replicate, Shard
+from jupyter_mgpu.engine import import_watch, namespace_transfer
+from jupyter_mgpu.layout.mesh import MeshPlacement, from_torch, placements_label
+from jupyter_mgpu.layout.redistribute_plan import DST, SRC, Box, Event, numel, plan_events
 
-Box = tuple[tuple[int, int], ...]
 PACKAGE = "torch.distributed.tensor"
 MODULES = (f"{PACKAGE}._redistribute", f"{PACKAGE}._api", f"{PACKAGE}._dispatch")
 FUNCTION = "redistribute_local_tensor"
-SRC, DST = "src", "dst"  # roles of the two tensors in a planned event
 
 
 class Sink(Protocol):
@@ -58,91 +55,6 @@ class Sink(Protocol):
     ) -> None: ...
 
 
-# -- pure: the events of one redistribute on one rank ---------------------------------------------
-@dataclass(frozen=True)
-class Event:
-    """One planned event: ``tensor`` is the role (``"src"`` or ``"dst"``), named when recorded."""
-
-    step: int
-    action: str
-    tensor: str
-    box: Box
-    nbytes: int
-    peer: int | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-def collective_of(src: MeshPlacement, dst: MeshPlacement, group_size: int) -> str:
-    """The collective torch runs to turn ``src`` into ``dst`` on one mesh dim ("local": none)."""
-    if group_size == 1:
-        return "local"
-    if isinstance(src, Partial):
-        return "all_reduce" if isinstance(dst, Replicate) else "reduce_scatter" if isinstance(dst, Shard) else "local"
-    if isinstance(src, Shard):
-        return "all_gather" if isinstance(dst, Replicate) else "all_to_all" if isinstance(dst, Shard) else "local"
-    return "local"  # Replicate -> Shard keeps a chunk, Replicate -> Partial keeps the value
-
-
-def _numel(box: Box) -> int:
-    return math.prod(b - a for a, b in box)
-
-
-def _overlap(a: Box, b: Box) -> Box | None:
-    box = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
-    return box if all(lo < hi for lo, hi in box) else None
-
-
-def plan_events(
-    shape: Sequence[int],
-    mesh: Mesh,
-    chain: Sequence[Sequence[MeshPlacement]],
-    mesh_dims: Sequence[int],
-    rank: int,
-    itemsize: int,
-) -> list[Event]:
-    """What ``rank`` does in a redistribute through ``chain`` (placements before each step and after the last).
-
-    Step ``k`` changes mesh dim ``mesh_dims[k - 1]``. Pieces moved are the overlaps of boxes before and
-    after within that dim's group of ranks; at the end of each step the rank holds exactly its box of
-    the result (``dst``); the source (``src``) is never freed.
-    """
-    if rank not in mesh.ranks:
-        return []
-    shp = tuple(int(s) for s in shape)
-    boxes = [{r: local_box(shp, mesh.shape, pls, mesh.coordinate(r)) for r in mesh.ranks} for pls in chain]
-    labels = [placements_label(pls) for pls in chain]
-    out: list[Event] = []
-    first = boxes[0][rank]
-    if _numel(first):
-        out.append(
-            Event(0, "hold", SRC, first, _numel(first) * itemsize, None, {"before": labels[0], "after": labels[-1]})
-        )
-    me = mesh.coordinate(rank)
-    for k, d in enumerate(mesh_dims, start=1):
-        before, after, mine = boxes[k - 1], boxes[k], boxes[k][rank]
-        coll = collective_of(chain[k - 1][d], chain[k][d], mesh.shape[d])
-        info = {"collective": coll, "mesh_dim": d, "before": labels[k - 1], "after": labels[k]}
-        prev = SRC if k == 1 else DST
-        peers = [mesh.rank_at((*me[:d], i, *me[d + 1 :])) for i in range(mesh.shape[d]) if i != me[d]]
-        got: list[Box] = []
-        if coll in ("all_gather", "all_to_all", "all_reduce", "reduce_scatter"):
-            action = "reduce" if coll in ("all_reduce", "reduce_scatter") else "send"
-            for g in peers:
-                if (piece := _overlap(before[rank], after[g])) is not None:
-                    out.append(Event(k, action, prev, piece, _numel(piece) * itemsize, g, info))
-        if coll in ("all_gather", "all_to_all"):
-            for g in peers:
-                if (piece := _overlap(before[g], mine)) is not None:
-                    out.append(Event(k, "recv", DST, piece, _numel(piece) * itemsize, g, info))
-                    got.append(piece)
-        if _numel(mine):
-            out.append(Event(k, "hold", DST, mine, _numel(mine) * itemsize, None, info))
-        old = ([before[rank]] if k > 1 else []) + got  # pieces of the result no longer held as such
-        for box in dict.fromkeys(b for b in old if b != mine and _numel(b)):
-            out.append(Event(k, "free", DST, box, _numel(box) * itemsize, None, info))
-    return out
-
-
 # -- the hook -------------------------------------------------------------------------------------
 class _Plan(NamedTuple):
     label: str  # "DTensor redistribute [S(0)] → [R]"
@@ -161,7 +73,7 @@ class _State:
 
     def hold(self, name: str, box: Box | None, nbytes: int, tensor: Any) -> None:
         """``name``'s piece on this rank is held until its memory (storage) is freed."""
-        if box is not None and _numel(box):
+        if box is not None and numel(box):
             from torch.multiprocessing.reductions import StorageWeakRef
 
             self.held[name] = (box, nbytes, StorageWeakRef(tensor.untyped_storage()))
@@ -376,7 +288,7 @@ def _variables(names: dict[int, str], st: _State) -> dict[str, str]:
             by_data.setdefault(k, names[key])
     found: dict[str, str] = {}
     plain: dict[str, str] = {}
-    for var, value in list(_user_ns().items()):
+    for var, value in list(namespace_transfer.user_ns().items()):
         if var.startswith("_"):
             continue
         if dtensor is not None and isinstance(value, dtensor):
@@ -396,14 +308,3 @@ def _data_key(t: Any) -> tuple | None:
         return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
     except Exception:
         return None
-
-
-def _user_ns() -> dict[str, Any]:
-    """The rank's namespace, where ``%%mgpu`` cells run (as ``engine/namespace_transfer.py`` finds it)."""
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-    except ImportError:
-        shell = None
-    return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__  # type: ignore[no-any-return]

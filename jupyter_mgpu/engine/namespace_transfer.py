@@ -7,16 +7,20 @@ import sys
 from typing import Any
 
 
-def _user_ns() -> dict[str, Any]:
-    from IPython import get_ipython
+def user_ns() -> dict[str, Any]:
+    """The rank's namespace, where ``%%mgpu`` cells run (``__main__``'s outside an IPython engine)."""
+    try:
+        from IPython import get_ipython
 
-    shell = get_ipython()
+        shell = get_ipython()
+    except ImportError:
+        shell = None
     return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__  # type: ignore[no-any-return]
 
 
 def put(values: dict[str, Any]) -> list[str]:
     """Bind ``values`` in this rank's namespace; the names that were already defined there."""
-    ns = _user_ns()
+    ns = user_ns()
     replaced = sorted(name for name in values if name in ns)
     ns.update(values)
     return replaced
@@ -26,7 +30,7 @@ def get(name: str) -> Any:
     """The value ``name`` has in this rank's namespace; one sentence when the rank has no such name."""
     from jupyter_mgpu.engine import state as rank_state
 
-    ns = _user_ns()
+    ns = user_ns()
     if name not in ns:
         raise NameError(f"name {name!r} is not defined on rank {rank_state.get().rank}")
     return ns[name]
@@ -37,7 +41,7 @@ def lacking(names: list[str], notebook_scalars: dict[str, Any]) -> tuple[list[st
     those it defines with another value than the notebook's (``notebook_scalars``: the small ones)."""
     from jupyter_mgpu.engine.rank_namespace import same_value
 
-    ns = _user_ns()
+    ns = user_ns()
     missing = [name for name in names if name not in ns]
     differing = [name for name, value in notebook_scalars.items() if name in ns and not same_value(ns[name], value)]
     return missing, differing

@@ -26,7 +26,7 @@ def _dtensor(name: str) -> Any:
     """The DTensor bound to ``name`` on this rank (the session's error names the ranks that lack it)."""
     from torch.distributed.tensor import DTensor
 
-    ns = namespace_transfer._user_ns()
+    ns = namespace_transfer.user_ns()
     if name not in ns:
         raise NameError(f"name {name!r} is not defined on the ranks: bind a DTensor to it in a %%mgpu cell first")
     value = ns[name]

@@ -35,7 +35,7 @@ def _bind_on_rank(mesh_shape, names, cases):
     from jupyter_mgpu.engine import namespace_transfer
 
     mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=names)
-    ns, real = namespace_transfer._user_ns(), {}
+    ns, real = namespace_transfer.user_ns(), {}
     for name, shape, kinds in cases:
         g = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
         pls = [TS(k[1]) if k[0] == "S" else TR() if k[0] == "R" else TP() for k in kinds]
@@ -87,7 +87,7 @@ def test_from_dtensor_sees_every_mesh_and_gathers_the_global_tensor(session_of, 
 def _drop_names(names):
     from jupyter_mgpu.engine import namespace_transfer
 
-    ns = namespace_transfer._user_ns()
+    ns = namespace_transfer.user_ns()
     for name in list(ns):
         if name.startswith("dt_") or name in names:
             del ns[name]
@@ -111,7 +111,7 @@ def _local_ptr(hid, name):
     from jupyter_mgpu.engine import namespace_transfer
     from jupyter_mgpu.engine import shard_store as store
 
-    dt = namespace_transfer._user_ns()[name]
+    dt = namespace_transfer.user_ns()[name]
     return dt.to_local().data_ptr() == store.get(hid).data_ptr(), dt.full_tensor().sum().item()
 
 

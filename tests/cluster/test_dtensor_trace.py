@@ -46,7 +46,7 @@ def _keep(*tensors):
     so the trace ends with them held; what Python frees, the trace frees too."""
     from jupyter_mgpu.engine import namespace_transfer
 
-    kept = namespace_transfer._user_ns().setdefault("_trace_kept", [])
+    kept = namespace_transfer.user_ns().setdefault("_trace_kept", [])
     kept[:] = [*kept[-3:], tensors]
 
 

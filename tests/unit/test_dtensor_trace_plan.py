@@ -1,11 +1,11 @@
-"""The pure part of the DTensor trace hook (``engine/dtensor_trace.plan_events``): what each rank sends,
+"""The pure part of the DTensor trace hook (``layout/redistribute_plan.plan_events``): what each rank sends,
 receives, reduces, holds and frees in a redistribute, replayed to the boxes the mesh tables give."""
 
 from __future__ import annotations
 
-from jupyter_mgpu.engine.dtensor_trace import DST, SRC, collective_of, plan_events
 from jupyter_mgpu.layout.mesh import Mesh, Partial, mesh_shard_table
 from jupyter_mgpu.layout.placement import Replicate, Shard
+from jupyter_mgpu.layout.redistribute_plan import DST, SRC, collective_of, plan_events
 from jupyter_mgpu.tracing import replay as tr
 
 R, S0, S1, P = Replicate(), Shard(0), Shard(1), Partial()
