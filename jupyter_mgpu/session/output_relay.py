@@ -3,7 +3,8 @@
 Lines show live, in the order they arrive (rank 3 may well print first). A relay made inside
 :func:`grouped_by_rank` (the ``%%mgpu`` magic, whose cell output is all the ranks' output) ends by
 showing the cell's output again grouped by rank — rank 0's lines, then rank 1's, … — when the ranks'
-lines arrived interleaved or out of order.
+lines arrived interleaved or out of order (in a notebook; a terminal keeps the order they came in, as
+it cannot clear what it printed).
 
 A line still being written — a text progress bar redrawn with ``\\r`` (tqdm) — shows in one live area
 below, one line per rank, redrawn as the ranks redraw it; it joins the output when it ends. With
@@ -78,9 +79,9 @@ class OutputRelay:
         self.ar = ar
         self.ranks = ranks
         self.prefix = prefix
-        self.group = _GROUP.get()
         self.show = None if show is None else set(show)
-        self.live = _in_kernel() if live is None else live
+        self.live = _in_kernel() if live is None else live  # a front end that redraws and clears output
+        self.group = _GROUP.get() and self.live  # a terminal cannot clear what it printed: no second copy
         self._streams = {(r, s): _Stream() for r in ranks for s in ("stdout", "stderr")}
         self._shown_outputs = dict.fromkeys(ranks, 0)
         self._shown: list[tuple[int, str, Any]] = []  # (rank, "stdout" | "stderr" | "display", what), as shown

@@ -9,13 +9,14 @@ import IPython.display
 from jupyter_mgpu.session.output_relay import OutputRelay, grouped_by_rank
 
 
-def _relay(group: bool) -> tuple[OutputRelay, list[dict]]:
+def _relay(group: bool, live: bool = True) -> tuple[OutputRelay, list[dict]]:
+    """A relay of 4 ranks; ``live``: in a notebook front end (which can clear a cell's output)."""
     md = [{"stdout": ""} for _ in range(4)]
     if group:
         with grouped_by_rank():
-            relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1, 2, 3])
+            relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1, 2, 3], live=live)
     else:
-        relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1, 2, 3])
+        relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1, 2, 3], live=live)
     return relay, md
 
 
@@ -38,6 +39,17 @@ def test_lines_show_live_as_they_arrive_then_grouped_by_rank(capsys, monkeypatch
         "[rank 3] hello from 3",
         "[rank 3] bye from 3",
     ]
+
+
+def test_a_terminal_keeps_the_order_lines_came_in_and_shows_each_once(capsys, monkeypatch):
+    cleared = []
+    monkeypatch.setattr(IPython.display, "clear_output", lambda wait=False: cleared.append(wait))
+    relay, md = _relay(group=True, live=False)  # IPython in a terminal: what it printed stays printed
+    for rank in (1, 0):
+        md[rank]["stdout"] += f"hello from {rank}\n"
+        relay.poll()
+    relay.flush()
+    assert cleared == [] and capsys.readouterr().out.splitlines() == ["[rank 1] hello from 1", "[rank 0] hello from 0"]
 
 
 def test_no_regrouping_when_already_in_order_or_not_asked(capsys, monkeypatch):
