@@ -66,20 +66,24 @@ def test_streamed_output_is_prefixed_and_in_order_per_rank(s4, capsys):
         assert mine == [f"[rank {r}] line {i} of {r}" for i in range(3)]
 
 
-def test_output_streams_while_the_cell_runs(s4, capsys):
+def test_output_streams_while_the_cell_runs(s4, capsys, tmp_path):
+    go = tmp_path / "go"  # the cell ends only after the test saw its first line (up to 60 s)
     pending = s4.run_cell(
-        "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')",
+        "import os, time\nprint('first', flush=True)\n"
+        f"end = time.monotonic() + 60\nwhile not os.path.exists({str(go)!r}) and time.monotonic() < end:\n"
+        "    time.sleep(0.02)\nprint('second')",
         targets=[0],
         block=False,
         stream=True,
     )
     seen_first = False
-    deadline = time.monotonic() + 1.2
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not seen_first:
         pending.relay.poll()
         seen_first = "[rank 0] first" in capsys.readouterr().out
         time.sleep(0.05)
-    assert seen_first and not pending.ready()
+    assert seen_first and not pending.ready()  # seen while the cell still runs
+    go.touch()
     assert pending.get() == [None]
 
 
