@@ -26,15 +26,12 @@ def show(dtensor: Any, name: str = "") -> Any:
     """``mgpu.show(dt)``: the placement of a torch DTensor as a value every rank returns alike, so the
     notebook draws it once, as ``mg.show`` does (text on the ranks)."""
     from jupyter_mgpu.layout.dtensor_layout import DTensorLayout
-    from jupyter_mgpu.layout.mesh import from_torch
 
     if not hasattr(dtensor, "device_mesh") or not hasattr(dtensor, "placements"):
         raise TypeError(
             f"mgpu.show() takes a torch DTensor on rank {rank_state.get().rank}, got {type(dtensor).__name__}"
         )
-    mesh, placements = from_torch(dtensor.device_mesh, dtensor.placements)
-    dtype = str(dtensor.dtype).replace("torch.", "")
-    return DTensorLayout(tuple(int(s) for s in dtensor.shape), dtype, mesh, placements, name)
+    return DTensorLayout.of(dtensor, name)
 
 
 from jupyter_mgpu.engine.training import ShardLoader, log, shard_loader  # noqa: E402, F401  (mgpu.shard_loader, mgpu.log in %%mgpu cells)

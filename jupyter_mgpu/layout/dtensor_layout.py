@@ -13,9 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_mgpu.layout import mesh_text
-from jupyter_mgpu.layout.mesh import Mesh, MeshPlacement, MeshShardInfo, mesh_shard_table, placements_label
+from jupyter_mgpu.layout.mesh import Mesh, MeshPlacement, MeshShardInfo, from_torch, mesh_shard_table, placements_label
 
-ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2}
+ITEMSIZE = {
+    "complex128": 16,
+    "float64": 8,
+    "int64": 8,
+    "complex64": 8,
+    "float32": 4,
+    "int32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+}
 
 
 def itemsize_of(dtype: str) -> int:
@@ -32,6 +41,13 @@ class DTensorLayout:
     mesh: Mesh
     placements: tuple[MeshPlacement, ...]
     name: str = ""
+
+    @classmethod
+    def of(cls, dtensor: Any, name: str = "") -> DTensorLayout:
+        """The layout of a torch DTensor (read from its attributes: no torch import here)."""
+        mesh, placements = from_torch(dtensor.device_mesh, dtensor.placements)
+        dtype = str(dtensor.dtype).replace("torch.", "")
+        return cls(tuple(int(s) for s in dtensor.shape), dtype, mesh, placements, name)
 
     @property
     def itemsize(self) -> int:

@@ -16,7 +16,7 @@ from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine import trace as etrace
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.layout.dtensor_layout import DTensorLayout
-from jupyter_mgpu.layout.mesh import Mesh, MeshPlacement, Partial, from_torch
+from jupyter_mgpu.layout.mesh import Mesh, MeshPlacement, Partial
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
 
 _MESHES: dict[tuple, Any] = {}  # torch DeviceMeshes made here, by (shape, names, ranks): each makes process groups
@@ -35,12 +35,6 @@ def _dtensor(name: str) -> Any:
     return value
 
 
-def layout_of(dt: Any, name: str = "") -> DTensorLayout:
-    """Our pure layout of a torch DTensor (shape, dtype, mesh, placements)."""
-    mesh, placements = from_torch(dt.device_mesh, dt.placements)
-    return DTensorLayout(tuple(int(s) for s in dt.shape), str(dt.dtype).replace("torch.", ""), mesh, placements, name)
-
-
 def describe(name: str) -> dict[str, Any]:
     """The layout of the DTensor ``name`` and this rank's real piece (local shape, global offset, bytes)."""
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
@@ -50,7 +44,7 @@ def describe(name: str) -> dict[str, Any]:
     shape, offset = compute_local_shape_and_global_offset(dt.shape, dt.device_mesh, dt.placements)
     return {
         "rank": rank_state.get().rank,
-        "layout": layout_of(dt, name),
+        "layout": DTensorLayout.of(dt, name),
         "local_shape": tuple(int(s) for s in local.shape),
         "torch_shape": tuple(int(s) for s in shape),
         "offset": tuple(int(o) for o in offset),
@@ -71,7 +65,7 @@ def _writer_piece(name: str) -> tuple[Any, Any, bool]:
     """(reduced DTensor, this rank's row of its table, whether this rank writes it: the first holder)."""
     dt = _reduced(_dtensor(name))
     rank = rank_state.get().rank
-    mine = next(s for s in layout_of(dt).table if s.rank == rank)
+    mine = next(s for s in DTensorLayout.of(dt).table if s.rank == rank)
     writes = mine.numel > 0 and rank == min(mine.holders)
     if etrace.active():
         etrace.begin_op("gather")

@@ -16,10 +16,11 @@ from typing import Any
 
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 from jupyter_mgpu.layout import placement as pl
+from jupyter_mgpu.layout.dtensor_layout import itemsize_of
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors import transfer_paths
-from jupyter_mgpu.tensors.handles import check_out, flush_frees, placement_of, run_creating
+from jupyter_mgpu.tensors.handles import check_out, flush_frees, placement_of, queue_free, run_creating
 from jupyter_mgpu.units import format_bytes
 
 _ids = itertools.count(1)
@@ -52,9 +53,7 @@ class DistTensor:
 
     @property
     def itemsize(self) -> int:
-        return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int16": 2}.get(
-            self.dtype_name, 1
-        )
+        return itemsize_of(self.dtype_name)
 
     @property
     def ndim(self) -> int:
@@ -135,8 +134,7 @@ class DistTensor:
             if self._state != "live" or sys.is_finalizing() or not self.session.alive:
                 return
             self._state = "freed"
-            pending = self.session.__dict__.setdefault("_mgpu_pending_free", [])
-            pending.append(self.handle_id)
+            queue_free(self.session, self.handle_id)
             if threading.current_thread() is threading.main_thread():
                 flush_frees(self.session, block=False)
         except Exception:  # never raise from a finalizer

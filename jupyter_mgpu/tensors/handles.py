@@ -58,6 +58,11 @@ def placement_of(placement: Any, ndim: int, world_size: int) -> pl.Placement:
         raise MgpuError(str(exc)) from None
 
 
+def queue_free(session: Any, handle_id: str) -> None:
+    """Free ``handle_id``'s shards with the session's next call (from ``__del__``, or after the stop button)."""
+    session.__dict__.setdefault("_mgpu_pending_free", []).append(handle_id)
+
+
 def flush_frees(session: Any, block: bool = True) -> None:
     """Free shards of handles that were garbage-collected (queued by ``__del__``)."""
     pending = session.__dict__.get("_mgpu_pending_free")
@@ -80,7 +85,7 @@ def run_creating(handle: Any, fn: Any, *args: Any, label: str) -> list[Any]:
         if isinstance(exc, KeyboardInterrupt):
             # the stop button: give control back now; the shards go with the next call (as after ``del``),
             # which first waits for any rank the stop left busy — this call must not wait for it
-            handle.session.__dict__.setdefault("_mgpu_pending_free", []).append(handle.handle_id)
+            queue_free(handle.session, handle.handle_id)
             raise
         try:
             handle.session.run(rank_tensor.free, [handle.handle_id], label="free")
