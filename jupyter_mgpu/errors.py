@@ -25,6 +25,17 @@ class RankError(MgpuError):
         self.ranks = list(ranks or [])
         self.errors = dict(errors or {})
 
+    @property
+    def tracebacks(self) -> dict[int, str]:
+        """Each failed rank's whole traceback, as plain text (``%mgpu_tb`` prints them in colour)."""
+        import re
+
+        return {
+            r: re.sub(r"\x1b\[[0-9;]*m", "", e["traceback"])
+            for r, e in sorted(self.errors.items())
+            if isinstance(e, dict) and e.get("traceback")
+        }
+
 
 class DeviceOutOfMemoryError(RankError):
     """A rank ran past its device memory (a GPU's memory, or a CPU virtual device's budget)."""

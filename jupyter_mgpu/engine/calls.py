@@ -10,39 +10,37 @@ import ast
 import linecache
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-from jupyter_mgpu.engine import budget, cell_value, namespace_transfer, rank_namespace
+from jupyter_mgpu.engine import (
+    budget,
+    cell_value,
+    namespace_transfer,
+    rank_namespace,
+    rank_traceback,
+    user_process_group,
+)
 from jupyter_mgpu.engine import state as rank_state
 
 CELL_FILENAME = "<mgpu-cell-{n}>"
+ENTRY_ATTRIBUTE = "_mgpu_entry"  # set on an exception by what ran the user's entry file (a script)
 _cell_counter = 0
 
 
-def _user_frames(tb: Any, skip_files: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The frames of ``tb`` that belong to user code (cells and user functions)."""
-    frames = []
-    for fs in traceback.extract_tb(tb):
-        fname = fs.filename
-        if fname == __file__ or any(s in fname for s in skip_files):
-            continue
-        frames.append({"file": fname, "line": fs.lineno, "name": fs.name, "code": (fs.line or "").strip()})
-    return frames
-
-
-def failure(exc: BaseException, tb: Any) -> dict[str, Any]:
-    """A picklable description of ``exc`` raised on this rank."""
+def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, Any]:
+    """A picklable description of ``exc`` raised on this rank; ``entry``: the file of the cell, script
+    or module the user ran (its frames count as theirs even in site-packages)."""
     st = rank_state.STATE
     message = str(exc)
+    entry = entry or getattr(exc, ENTRY_ATTRIBUTE, None)
     info: dict[str, Any] = {
         "ok": False,
         "rank": st.rank if st else None,
         "ename": type(exc).__name__,
         "evalue": message,
-        "frames": _user_frames(tb, ("site-packages", "/lib/python", "jupyter_mgpu")),
-        "all_frames": traceback.format_exception(type(exc), exc, tb)[-12:],
+        "frames": rank_traceback.user_frames(tb, entry),
+        "traceback": rank_traceback.format_traceback(exc, tb),
         "oom": budget.is_oom(exc),
         "requested_bytes": budget.requested_bytes(message),
         "interrupted": isinstance(exc, KeyboardInterrupt),
@@ -51,6 +49,7 @@ def failure(exc: BaseException, tb: Any) -> dict[str, Any]:
     lowered = message.lower()
     if any(s in lowered for s in ("timed out", "timeout", "connection closed by peer", "connection reset")):
         info["collective_failure"] = True
+        info["timeout_s"] = user_process_group.current_timeout()  # a script's own init_process_group(timeout=)
     return info
 
 
@@ -80,11 +79,16 @@ class _CallScope:
             st.call_depth -= 1
             if not st.call_depth:
                 st.call_seq0 = None
+                user_process_group.end_call()  # a timeout the call's init_process_group set ends with it
 
     def report(self, result: dict[str, Any]) -> dict[str, Any]:
-        """Add how many collectives this rank entered during the call (names ranks that skipped one)."""
+        """Add how many collectives this rank entered during the call (names ranks that skipped one) and
+        what the user's own init/destroy_process_group did (said once by the controller)."""
         seq1 = rank_state.sequence_number() if self.seq0 is not None else None
         result["seq_delta"] = None if self.seq0 is None or seq1 is None else seq1 - self.seq0
+        notes = user_process_group.take_notes()
+        if notes:
+            result["group_notes"] = notes
         return result
 
 
@@ -158,11 +162,16 @@ def _exec_cell(source: str, filename: str, user_ns: dict, rich: bool = False) ->
                 user_ns["_"] = result
         return {"ok": True, "value": value}
     except BaseException as exc:
-        info = failure(exc, exc.__traceback__)
-        info["frames"] = [f for f in info["frames"] if f["file"] == filename] or info["frames"]
+        info = failure(exc, exc.__traceback__, entry=filename)
         if isinstance(exc, SyntaxError):
             info["frames"] = [
-                {"file": filename, "line": exc.lineno, "name": "<cell>", "code": (exc.text or "").strip()}
+                {
+                    "file": filename,
+                    "line": exc.lineno,
+                    "name": "<cell>",
+                    "code": (exc.text or "").strip(),
+                    "entry": True,
+                }
             ]
         for f in info["frames"]:
             if f["file"] == filename:

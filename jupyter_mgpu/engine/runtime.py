@@ -103,6 +103,9 @@ def populate(user_ns: dict) -> None:
 
     direct_channel.start(user_ns)
     completion_server.start(user_ns)  # Tab and Shift-Tab in %%mgpu cells, from a thread
+    from jupyter_mgpu.engine import fresh_program
+
+    fresh_program.remember_start()  # what each %mgpu_run starts from, as a new process would
 
 
 def rebuild_process_group(generation: int) -> None:

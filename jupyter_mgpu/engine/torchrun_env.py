@@ -3,7 +3,8 @@
 torchrun gives each worker ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
 ``GROUP_RANK`` (its host's index), ``GROUP_WORLD_SIZE`` (the number of hosts), ``ROLE_RANK``,
 ``ROLE_WORLD_SIZE`` (one role here: every rank), ``MASTER_ADDR`` and ``MASTER_PORT`` (its rendezvous
-store). On CPU virtual devices it also sets ``ACCELERATE_USE_CPU``, as ``accelerate launch --cpu``
+store, served by the agent: ``TORCHELASTIC_USE_AGENT_STORE``), ``TORCH_NCCL_ASYNC_ERROR_HANDLING``, and
+per run ``TORCHELASTIC_ERROR_FILE`` (``engine/fresh_program.py``). On CPU virtual devices it also sets ``ACCELERATE_USE_CPU``, as ``accelerate launch --cpu``
 does for its workers. :func:`variables` is that plan for one rank, pure; :func:`serve_master` gives a one-host
 session, whose group meets through a private file, a real TCP store on rank 0 for ``MASTER_PORT``
 (across hosts the group's own TCP store is the master). :func:`drop_interactive_prompts` makes the
@@ -12,6 +13,7 @@ engine look like the non-interactive worker torchrun starts, not like a Python p
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -34,6 +36,9 @@ def variables(config: dict[str, Any], rank: int, master: tuple[str, int] | None 
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_RUN_ID": str(config["cluster_id"]),
+        # MASTER_ADDR/PORT is a store someone else serves (torchrun's agent, here rank 0's): clients only
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
     }
     if config["devices"][rank]["kind"] == "cpu":
         # without it accelerate's Accelerator() finds no CUDA and trains alone on each rank (its torchrun

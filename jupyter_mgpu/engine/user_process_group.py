@@ -3,19 +3,25 @@ already belongs to the session's process group.
 
 A torchrun script starts with ``dist.init_process_group("nccl")`` and ends with
 ``dist.destroy_process_group()``. Here the rank is already in the session's group, so the first
-returns at once when the backend and world size agree (one line says the session's group is used)
-and fails in one sentence when they do not; the second keeps the session's group (the next cell and
-every ``mg.*`` call go on using it) and still destroys any other group it is given. Subgroups made
-with ``dist.new_group`` and everything else in ``torch.distributed`` are untouched.
+checks its arguments as torch does (``engine/init_checks.py``: what torch refuses is refused with
+torch's exception and words), then against the session: a backend, world size, rank or device the
+session's group does not have is one sentence; ``timeout=`` becomes the group's collective timeout until
+the call that asked (a script run, a cell) ends; ``init_method`` (``env://``, ``tcp://``, ``file://``) and
+``store=`` are accepted, the ranks having met already; ``pg_options`` cannot change a group that exists.
+The second keeps the session's group (the next cell and every ``mg.*`` call go on using it) and still
+destroys any other group it is given. What happened is noted for the call (:func:`take_notes`), and the
+controller says it in one line. Subgroups made with ``dist.new_group`` and everything else in
+``torch.distributed`` are untouched.
 """
 
 from __future__ import annotations
 
-import sys
+from datetime import timedelta
 from typing import Any
 
 _original: dict[str, Any] = {}
-_said: set[str] = set()
+_notes: dict[str, str] = {}
+_timeouts: dict[str, float] = {}  # while a call's own timeout is in force: "call" and the "session"'s
 
 
 def _backend_names(backend: Any) -> set[str]:
@@ -28,7 +34,7 @@ def check_request(
     backend: Any, world_size: int | None, rank: int | None, session_backend: str, session_world: int, my_rank: int
 ) -> str | None:
     """Why a user's ``init_process_group(...)`` does not fit the session's group, or None when it does."""
-    if backend is not None and session_backend not in _backend_names(backend):
+    if backend not in (None, "undefined") and session_backend not in _backend_names(backend):
         return (
             f"init_process_group asked for backend {str(backend)!r} but this session's process group uses "
             f"{session_backend!r} (rank {my_rank}); start the session with --backend {backend} or leave it out"
@@ -43,47 +49,103 @@ def check_request(
     return None
 
 
+def _check_device(device: Any, my_rank: int) -> str | None:
+    """Why ``device_id`` is not this rank's device (a GPU session's ``cuda:LOCAL_RANK``), or None."""
+    from jupyter_mgpu.engine import state as rank_state
+
+    st = rank_state.STATE
+    mine = getattr(st, "device", None)
+    if device is None or mine is None or device == mine:
+        return None
+    return (
+        f"init_process_group was given device_id={device} but rank {my_rank}'s device is {mine}; "
+        "pass torch.device('cuda', int(os.environ['LOCAL_RANK'])) or leave device_id out"
+    )
+
+
 def _init_process_group(*args: Any, **kwargs: Any) -> None:
+    import inspect
+
     import torch.distributed as dist
 
+    original = _original["init_process_group"]
     if not dist.is_initialized():  # the session's own group is being (re)built
-        return _original["init_process_group"](*args, **kwargs)
-    backend = args[0] if args else kwargs.get("backend")
+        return original(*args, **kwargs)
+    try:
+        given = inspect.signature(original).bind(*args, **kwargs).arguments
+    except TypeError as exc:  # as calling torch's function with these arguments would
+        raise TypeError(f"init_process_group() {exc}") from None
+    from jupyter_mgpu.engine import init_checks
+
+    names = ("backend", "init_method", "timeout", "world_size", "rank", "store", "pg_options", "device_id")
+    request = init_checks.check(**{k: given[k] for k in names if k in given})
+    my_rank = dist.get_rank()
     problem = check_request(
-        backend,
-        kwargs.get("world_size"),
-        kwargs.get("rank"),
-        dist.get_backend(),
-        dist.get_world_size(),
-        dist.get_rank(),
-    )
+        request.backend, request.world_size, request.rank, dist.get_backend(), dist.get_world_size(), my_rank
+    ) or _check_device(request.device, my_rank)
+    if problem is None and given.get("pg_options") is not None:
+        problem = (
+            f"init_process_group's pg_options cannot change this session's process group, which rank {my_rank} "
+            "joined when the session started; leave pg_options out"
+        )
     if problem:
         raise ValueError(problem)
-    _say_once(
-        "init",
-        f"mgpu: rank {dist.get_rank()} already belongs to this session's process group "
-        f"({dist.get_backend()}, {dist.get_world_size()} ranks); init_process_group uses it",
-    )
+    if request.timeout_s is not None:
+        set_call_timeout(request.timeout_s)
+    _notes["init"] = f"{dist.get_backend()}, {dist.get_world_size()} ranks"
     return None
+
+
+def set_call_timeout(seconds: float) -> None:
+    """The group's collective timeout until the current call ends (:func:`end_call`)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    from jupyter_mgpu.engine import state as rank_state
+
+    _timeouts.setdefault("session", rank_state.get().timeout)
+    c10d._set_pg_timeout(timedelta(seconds=seconds))
+    _timeouts["call"] = seconds
+    _notes["timeout"] = f"{seconds:g}"
+
+
+def current_timeout() -> float | None:
+    """The collective timeout in force now when the current call set its own, else None."""
+    return _timeouts.get("call")
+
+
+def end_call() -> None:
+    """The call is over: the session's collective timeout is back."""
+    if "session" in _timeouts:
+        from torch.distributed import distributed_c10d as c10d
+
+        seconds = _timeouts["session"]
+        _timeouts.clear()
+        try:
+            c10d._set_pg_timeout(timedelta(seconds=seconds))
+        except Exception:  # no group now (it is being rebuilt with the session's timeout)
+            pass
 
 
 def _destroy_process_group(group: Any = None) -> None:
     import torch.distributed as dist
 
     if group is None or group is dist.GroupMember.WORLD:
-        _say_once(
-            "destroy",
-            f"mgpu: rank {dist.get_rank()} keeps this session's process group (destroy_process_group() "
-            "leaves it for the next cells and mg.* calls)",
-        )
+        _notes["destroy"] = ""
         return
     _original["destroy_process_group"](group)
 
 
-def _say_once(what: str, line: str) -> None:
-    if what not in _said:  # once per engine: a training loop calling it per epoch says it once
-        _said.add(what)
-        print(line, file=sys.stderr)
+def destroy_group(group: Any) -> None:
+    """Really destroy ``group`` (a subgroup a finished script left behind)."""
+    _original["destroy_process_group"](group)
+
+
+def take_notes() -> dict[str, str]:
+    """What the current call's init/destroy did (``init``: the group it joined, ``destroy``, ``timeout``),
+    for the controller to say once; cleared."""
+    notes = dict(_notes)
+    _notes.clear()
+    return notes
 
 
 def install() -> None:
@@ -102,5 +164,6 @@ def destroy_session_group() -> None:
     """Really leave the session's process group (the session's own rebuild after a failure)."""
     import torch.distributed as dist
 
+    _timeouts.clear()  # the rebuilt group has the session's timeout
     destroy = _original.get("destroy_process_group", dist.destroy_process_group)
     destroy()

@@ -200,19 +200,24 @@ class MgpuMagics(Magics):
     @argument("--targets", "-t", default=None, help="ranks to run on, e.g. 0,2 or 1:3 (default: all)")
     @argument("--timeout", default=None, help="seconds before the ranks still running are interrupted")
     @argument("-m", dest="module", action="store_true", help="run a module as python -m does")
+    @argument("--fresh", action="store_true", help="run on new processes, leaving the session's ranks untouched")
     @argument("target", help="the script (or, with -m, the module) to run on every rank")
     @argument("args", nargs=argparse.REMAINDER, help="the script's own arguments (sys.argv[1:])")
     @line_magic
     def mgpu_run(self, line: str = "") -> None:
         """Run a script on the ranks as ``torchrun`` runs it on its workers, unchanged:
         ``%mgpu_run train.py --epochs 2``, ``%mgpu_run -m package.module``. Every rank has torchrun's
-        environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...); ``dist.init_process_group()``
-        in the script joins the session's group, and ``destroy_process_group()`` keeps it."""
+        environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...); each run starts as a fresh program
+        (no module, setting or library state of an earlier run); ``dist.init_process_group()`` in the
+        script joins the session's group, and ``destroy_process_group()`` keeps it. ``--fresh`` runs it
+        on brand-new processes instead."""
         args = parse_line(self.mgpu_run, line)
         timeout = _seconds(args.timeout) if args.timeout is not None else None
         s = sessmod.current()
         with grouped_by_rank():
-            s.run_script(args.target, args.args, targets=args.targets, module=args.module, timeout=timeout)
+            s.run_script(
+                args.target, args.args, targets=args.targets, module=args.module, timeout=timeout, fresh=args.fresh
+            )
 
     @magic_arguments()
     @argument(
@@ -332,18 +337,13 @@ def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:
         time.sleep(0.02)
 
 
-def _show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_offset: Any = None) -> Any:
-    """Show jupyter_mgpu errors as one line, without the controller-side traceback."""
-    stb = [f"{etype.__name__}: {evalue}"]
-    shell._showtraceback(etype, evalue, stb)
-    return stb
-
-
 def register(ipython: Any) -> None:
     from jupyter_mgpu.magics.cell_magics import CellMagics
+    from jupyter_mgpu.magics.rank_tracebacks import TracebackMagics, show_mgpu_error
 
     ipython.register_magics(MgpuMagics)
     ipython.register_magics(CellMagics)
+    ipython.register_magics(TracebackMagics)
     if not hasattr(ipython, "kernel"):  # a terminal shell: ipyparallel reads .kernel when a rank opens a widget
         ipython.kernel = None
-    ipython.set_custom_exc((MgpuError, Interrupted), _show_mgpu_error)
+    ipython.set_custom_exc((MgpuError, Interrupted), show_mgpu_error)

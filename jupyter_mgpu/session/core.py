@@ -18,7 +18,7 @@ from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.engine import calls
 from jupyter_mgpu.engine.shipped_function import ship
 from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
-from jupyter_mgpu.session import cell_names, rank_status, scripts
+from jupyter_mgpu.session import cell_names, group_notes, rank_status, scripts
 from jupyter_mgpu.session.direct_channel import ChannelClosed, DirectChannel
 from jupyter_mgpu.session.output_relay import OutputRelay
 from jupyter_mgpu.session.pending import PendingResult, finished_results, pending_ranks
@@ -50,6 +50,7 @@ class Session:
         self.engine_seconds = 0.0
         # (function, names) already said to be defined both in the notebook and on the ranks
         self.said_both_sides: set[tuple[str, tuple[str, ...]]] = set()
+        self.last_error: MgpuError | None = None  # the last failure on the ranks (``%mgpu_tb`` reads it)
         # what features keep per session: declared here, set and read only by the module named
         self.active_trace: Any = None  # tracing/capture.py: the mg.trace() recording now, if any
         self.rank_blocks: Any = None  # tensors/shared_blocks.py: each rank's blocks, mapped in the kernel
@@ -209,10 +210,13 @@ class Session:
         *,
         module: bool = False,
         timeout: float | None = None,
+        fresh: bool = False,
     ) -> None:
         """Run a script on the ranks as ``torchrun script.py args`` runs it on each worker (what
-        ``%mgpu_run`` does); ``module=True`` runs ``python -m path``. Output streams rank-prefixed."""
-        scripts.run_script(self, path, args, targets, module=module, timeout=timeout)
+        ``%mgpu_run`` does): as a fresh program, the cells' namespace left as it was. ``module=True``
+        runs ``python -m path``; ``fresh=True`` runs it on new processes, the session's ranks untouched.
+        Output streams rank-prefixed."""
+        scripts.run_script(self, path, args, targets, module=module, timeout=timeout, fresh=fresh)
 
     def run_cell(
         self,
@@ -286,6 +290,7 @@ class Session:
                 found.setdefault(function, set()).update(names)
         for function, names in found.items():
             cell_names.say_both_sides(self.said_both_sides, function, names)
+        group_notes.say(results)
         failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
         if failures:
             raise self._error(failures, ranks, dict(zip(ranks, results)))
@@ -336,7 +341,7 @@ class Session:
             rebuilt = self.recovery.after_failure(results)
         except Exception:  # the next call tries again
             rebuilt = False
-        return build_error(
+        self.last_error = build_error(
             failures,
             succeeded=succeeded,
             budgets={r: d.total_memory for r, d in enumerate(self.devices)},
@@ -346,6 +351,7 @@ class Session:
             rebuilt=rebuilt,
             released=released,
         )
+        return self.last_error
 
     def _rebuild_process_group(self) -> bool:
         """Give every rank a fresh process group (all ranks must be idle); False if they did not meet."""

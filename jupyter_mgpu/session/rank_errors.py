@@ -22,14 +22,31 @@ from jupyter_mgpu.units import format_bytes
 REBUILT_NOTE = "the process group was rebuilt; tensors kept, in-flight collectives dropped"
 
 
+def _place(f: dict[str, Any]) -> str:
+    """``line 3 of the cell: x = 1/0`` or ``line 7 of check() in helper.py: raise ValueError(...)``."""
+    if f["file"] == "<cell>":
+        place = "the cell" if f["name"] in ("<module>", "<cell>") else f"{f['name']}() in the cell"
+    elif f["name"] == "<module>":
+        place = f["file"]
+    else:
+        place = f"{f['name']}() in {f['file']}"
+    code = f": {f['code']}" if f.get("code") else ""
+    return f"line {f['line']} of {place}{code}"
+
+
 def _where(info: dict[str, Any]) -> str:
+    """Where the failure happened in the user's code: the deepest of their frames and, when that is in
+    a helper, the line of the cell or script they ran that called it."""
     frames = info.get("frames") or []
     if not frames:
         return ""
-    f = frames[-1]
-    place = "the cell" if f["file"] == "<cell>" else f"{f['name']}() in {f['file']}"
-    code = f": {f['code']}" if f.get("code") else ""
-    return f" at line {f['line']} of {place}{code}"
+    deepest = frames[-1]
+    text = f" at {_place(deepest)}"
+    if not deepest.get("entry"):
+        callers = [f for f in frames if f.get("entry")]
+        if callers:
+            text += f", called from {_place(callers[-1])}"
+    return text
 
 
 def oom_message(rank: int, info: dict[str, Any], budget: int | None, kind: str) -> str:
@@ -97,6 +114,8 @@ def _build_error(
                 missing = sorted(r for r, s in known.items() if s < top)
         if not missing and succeeded:
             missing = sorted(succeeded)
+        own = [failures[r]["timeout_s"] for r in timed if failures[r].get("timeout_s")]
+        timeout = max(own) if own else timeout  # a script's own init_process_group(timeout=)
         after = f" after {timeout:.0f} s" if timeout else ""
         msg = f"a collective timed out{after} on {rank_list(timed)}"
         if missing:

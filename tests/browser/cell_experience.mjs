@@ -1,7 +1,8 @@
 // %%mgpu cells in a real JupyterLab (Debian's Chromium, playwright-core): each rank's last value renders
 // as the notebook renders it (DataFrame, plotly figure) under a rank label, equal values show once, a
 // text progress bar redraws live per rank while the cell runs, tqdm.notebook's widgets render per rank,
-// and --show 0 folds rank 1's output. Called by tests/browser/test_cell_experience_in_lab.py with
+// --show 0 folds rank 1's output, and a failure on one rank shows one line with its traceback folded under
+// it. Called by tests/browser/test_cell_experience_in_lab.py with
 // {url, token, notebook, artifacts, chromium, profile, cells: {name: index}}; prints one JSON line per step
 // (what each cell shows) and a final {"step": "done"} with the console errors and the layout.
 import fs from 'node:fs';
@@ -142,7 +143,26 @@ try {
   await shot(C.show, '08_show_0_opened');
   step('show', { folded, details, opened });
 
-  // 7. no output wider than its cell
+  // 7. a failure on rank 1: the one-line error, then that rank's whole traceback folded under it
+  await run(C.fail);
+  const failed = await cellOutputs(C.fail);
+  const tbSelector = 'details.mgpu-traceback';
+  const tbDetails = await page.evaluate(([i, sel]) => {
+    const d = window.jupyterapp.shell.currentWidget.content.widgets[i].node.querySelector(sel);
+    return d ? { summary: d.querySelector('summary').textContent, open: d.open,
+      bodyVisible: d.querySelector('pre').checkVisibility() } : null;
+  }, [C.fail, tbSelector]);
+  await shot(C.fail, '09_traceback_folded');
+  await page.click(`.jp-Notebook .jp-Cell >> nth=${C.fail} >> ${tbSelector} summary`);
+  const tbOpened = await page.evaluate(([i, sel]) => {
+    const d = window.jupyterapp.shell.currentWidget.content.widgets[i].node.querySelector(sel);
+    return { open: d.open, bodyVisible: d.querySelector('pre').checkVisibility(), body: d.querySelector('pre').innerText,
+      coloured: d.querySelectorAll('pre span[style*="color"]').length };
+  }, [C.fail, tbSelector]);
+  await shot(C.fail, '10_traceback_opened');
+  step('fail', { outputs: failed, details: tbDetails, opened: tbOpened });
+
+  // 8. no output wider than its cell
   step('layout', await notebookLayout(page, { areaScroll: true }));
 
   await run(C.shutdown);

@@ -4,7 +4,8 @@ cell_experience.mjs runs a small notebook in the shared ``lab`` (tests/lab_serve
 Chromium: each rank's DataFrame and plotly figure render as JupyterLab renders them, under rank labels;
 an all-reduced tensor, the same on both ranks, is one line; a text tqdm bar redraws live per rank while
 the cell runs and ends as one line per rank; tqdm.notebook's widget bars render per rank (their comms
-relayed by ipyparallel); ``--show 0`` folds rank 1's output behind a click. Screenshots of each state go
+relayed by ipyparallel); ``--show 0`` folds rank 1's output behind a click; a failure on rank 1 is one line with that rank's
+traceback folded under it (issue 32). Screenshots of each state go
 to test-artifacts/browser-cells/.
 """
 
@@ -31,6 +32,7 @@ CELLS = {
     "tqdm": "%%mgpu\nfrom tqdm import tqdm\nimport time\nfor _ in tqdm(range(30), ascii=True):\n    time.sleep(0.1)",
     "widget": "%%mgpu\nfrom tqdm.notebook import tqdm\nfor _ in tqdm(range(5)):\n    pass",
     "show": "%%mgpu --show 0\nprint('hello from', rank)",
+    "fail": "%%mgpu\ndef check(x):\n    if x:\n        raise ValueError(f'bad {x}')\n\ncheck(rank)",
     "shutdown": "%mgpu_shutdown",
 }
 
@@ -120,6 +122,27 @@ def test_show_0_folds_rank_1s_output_behind_a_click(steps):
     assert s["opened"]["body"].strip() == "[rank 1] hello from 1"
 
 
+def test_a_failure_shows_one_line_and_the_failed_ranks_traceback_folded_under_it(steps):
+    s = steps["fail"]
+    kinds = [o["mime"] for o in s["outputs"]["items"]]
+    assert kinds == ["application/vnd.jupyter.stderr", "text/html"], s["outputs"]["items"]
+    line = s["outputs"]["items"][0]["text"].strip()
+    assert (
+        line
+        == "RankError: ValueError on rank 1: bad 1 at line 3 of check() in the cell: raise ValueError(f'bad {x}') (rank 0 succeeded)"
+    ), line
+    assert s["details"] == {"summary": "Traceback on rank 1", "open": False, "bodyVisible": False}
+    opened = s["opened"]
+    assert opened["open"] is True and opened["bodyVisible"] is True
+    assert (
+        "Cell %%mgpu, line 5" in opened["body"]
+        and "Cell %%mgpu, line 3" in opened["body"]
+        and "ValueError: bad 1" in opened["body"]
+    ), opened["body"]
+    assert "runpy" not in opened["body"] and "jupyter_mgpu" not in opened["body"]
+    assert opened["coloured"] >= 5  # IPython's colours, as spans
+
+
 def test_no_output_is_wider_than_its_cell(steps):
     layout = steps["layout"]
     assert layout["overflow"] == [], layout["overflow"]
@@ -143,4 +166,6 @@ def test_screenshots_of_each_state(steps):
         "06_notebook_progress.png",
         "07_show_0_folded.png",
         "08_show_0_opened.png",
+        "09_traceback_folded.png",
+        "10_traceback_opened.png",
     ]

@@ -32,6 +32,8 @@ TORCHRUN_VARS = (
     "ROLE_WORLD_SIZE",
     "MASTER_ADDR",
     "MASTER_PORT",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 )
 
 # a torchrun-style DDP script as people write it: init with no arguments, env read by hand, destroy at the end
@@ -112,6 +114,7 @@ def test_every_rank_has_torchruns_environment(s2):
         assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "2"
         assert (env["GROUP_RANK"], env["GROUP_WORLD_SIZE"]) == ("0", "1")
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == port
+        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
 
 
 def _store_roundtrip() -> str:

@@ -23,7 +23,10 @@ def test_the_script_and_both_frameworks_give_the_single_process_losses(run, lab)
     one = STEP.findall(text["import torch\n\ndef one_process"])
     assert len(one) == 5 and ranks_steps == one  # rank 0's printed mean losses, to 6 decimals
     assert "[rank 0] step 4: loss" in script and "[rank 1] step" not in script
-    assert "already belongs to this session's process group" in script
+    # the script's init/destroy said once, as an ordinary line: nothing of %mgpu_run's on stderr (pink)
+    assert script.count("mgpu: init_process_group() joined the session's group (gloo, 2 ranks)") == 1
+    stderr = [o for o in run.outputs("%mgpu_run train_ddp.py") if o.get("name") == "stderr"]
+    assert stderr == [], stderr
     assert "Traceback" not in script
     accelerate = text["%%mgpu\nfrom accelerate import Accelerator"]
     assert "[rank 0] DistributedType.MULTI_CPU 2 processes" in accelerate and "[rank 1]" not in accelerate

@@ -1,0 +1,74 @@
+"""What a real ipykernel sends for a failure on the ranks and for a %mgpu_run: the one-line error, then
+each failed rank's whole traceback folded (HTML <details>, IPython's colours) under it; %mgpu_tb prints
+them coloured; the group notes of a script are one stdout line, never stderr
+(``magics/rank_tracebacks.py``, ``engine/rank_traceback.py``, ``session/group_notes.py``)."""
+
+from __future__ import annotations
+
+import pytest
+from kernel_client import Kernel
+from processes import wait_gone
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    k = Kernel()
+    pids: list[int] = []
+    try:
+        pids = k.start_cluster(2)
+        k.folder = tmp_path_factory.mktemp("tracebacks")
+        (k.folder / "checks.py").write_text("def check(x):\n    if x:\n        raise ValueError(f'bad {x}')\n")
+        yield k
+        k.km.shutdown_kernel(now=False)
+    finally:
+        k.close()
+    assert wait_gone(pids, 10) == []
+
+
+def messages(k: Kernel, code: str) -> tuple[dict, list[tuple[str, dict]]]:
+    """Run ``code``; the reply and every output message (type, content) in the order they came."""
+    got: list[tuple[str, dict]] = []
+    reply = k.kc.execute_interactive(code, timeout=120, output_hook=lambda m: got.append((m["msg_type"], m["content"])))
+    return reply["content"], got
+
+
+def test_a_cell_failing_on_one_rank_shows_one_line_then_that_ranks_traceback_folded(kernel):
+    reply, got = messages(
+        kernel, f"%%mgpu\nimport sys\nsys.path.insert(0, {str(kernel.folder)!r})\nimport checks\nchecks.check(rank)"
+    )
+    assert reply["status"] == "error" and reply["ename"] == "RankError"
+    kinds = [kind for kind, _ in got if kind in ("error", "display_data")]
+    assert kinds == ["error", "display_data"]  # the folded tracebacks come under the one line
+    error = next(c for kind, c in got if kind == "error")
+    assert len(error["traceback"]) == 1
+    assert "ValueError on rank 1: bad 1 at line 3 of check() in " in error["traceback"][0]
+    assert "called from line 4 of the cell: checks.check(rank)" in error["traceback"][0]
+    html = next(c for kind, c in got if kind == "display_data")["data"]["text/html"]
+    assert html.count("<details") == 1 and "Traceback on rank 1</summary>" in html
+    assert "%%mgpu, line 4" in html  # the cell's frame, named as IPython names a notebook cell's
+    assert "checks.py" in html and "<span style=" in html  # coloured as IPython colours a traceback
+    assert "runpy" not in html and "jupyter_mgpu" not in html
+
+
+def test_mgpu_tb_prints_the_tracebacks_in_colour(kernel):
+    reply, got = messages(kernel, "%mgpu_tb --rank 1")
+    assert reply["status"] == "ok"
+    text = "".join(c.get("text", "") for kind, c in got if kind == "stream")
+    assert text.startswith("rank 1:\n") and "\x1b[" in text and "checks.py" in text
+
+
+def test_a_script_run_writes_nothing_on_stderr_and_its_group_note_once(kernel):
+    script = kernel.folder / "train.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\ndist.init_process_group()\nt = torch.ones(1)\n"
+        "dist.all_reduce(t)\nprint('sum', t.item())\ndist.destroy_process_group()\n"
+    )
+    reply, got = messages(kernel, f"%mgpu_run {script}")
+    assert reply["status"] == "ok"
+    streams = [(c["name"], c["text"]) for kind, c in got if kind == "stream"]
+    assert [name for name, _ in streams if name == "stderr"] == []
+    text = "".join(t for _, t in streams)
+    assert "[rank 0] sum 2.0" in text and "[rank 1] sum 2.0" in text
+    assert text.count("mgpu: init_process_group() joined the session's group") == 1
