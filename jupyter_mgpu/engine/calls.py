@@ -40,7 +40,6 @@ def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, 
         "ename": type(exc).__name__,
         "evalue": message,
         "frames": rank_traceback.user_frames(tb, entry),
-        "traceback": rank_traceback.format_traceback(exc, tb),
         "oom": budget.is_oom(exc),
         "requested_bytes": budget.requested_bytes(message),
         "interrupted": isinstance(exc, KeyboardInterrupt),
@@ -50,6 +49,9 @@ def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, 
     if any(s in lowered for s in ("timed out", "timeout", "connection closed by peer", "connection reset")):
         info["collective_failure"] = True
         info["timeout_s"] = user_process_group.current_timeout()  # a script's own init_process_group(timeout=)
+    # the stop button and a released collective are on the way back to a clean group: Python's quick text
+    quick = info["interrupted"] or info.get("collective_failure")
+    info["traceback"] = rank_traceback.format_traceback(exc, tb, quick=bool(quick))
     return info
 
 

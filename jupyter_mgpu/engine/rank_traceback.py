@@ -130,13 +130,16 @@ def _formatter() -> Any:
         return ultratb.FormattedTB(mode="Context", color_scheme="Linux")  # type: ignore[call-arg]  # IPython 8
 
 
-def format_traceback(exc: BaseException, tb: Any) -> str:
+def format_traceback(exc: BaseException, tb: Any, quick: bool = False) -> str:
     """The whole traceback of ``exc`` as IPython colours it (ANSI), runpy's frames and ours left out;
-    a ``%%mgpu`` cell's frames read ``Cell %%mgpu, line N`` as a notebook cell's read ``Cell In[5]``."""
+    a ``%%mgpu`` cell's frames read ``Cell %%mgpu, line N`` as a notebook cell's read ``Cell In[5]``.
+    ``quick``: Python's own text instead (IPython's reads every frame's source file, tens of ms a file)."""
     kept = without_internal_frames(tb)
     try:
+        if quick:
+            raise RuntimeError("quick")
         text = _formatter().text(type(exc), exc, kept)
-    except Exception:  # an unusual exception or a formatter that fails: Python's own text
+    except Exception:  # quick, an unusual exception or a formatter that fails: Python's own text
         text = "".join(traceback.format_exception(type(exc), exc, kept))
     return re.sub(r"File ((?:\x1b\[[0-9;]*m)*)<mgpu-cell-\d+>:(\d+)", r"Cell \1%%mgpu, line \2", text)
 
