@@ -1,5 +1,5 @@
 """The Python gates the README's test command enforces: ruff's lint rules and formatting (configured in
-pyproject.toml) and mypy (strict on the pure modules, checked on the rest)."""
+pyproject.toml), mypy (strict on the pure modules, checked on the rest), and test modules of distinct names."""
 
 from __future__ import annotations
 
@@ -39,3 +39,15 @@ def test_ruff_format():
 
 def test_mypy():
     _run([_tool("mypy"), "--no-incremental", "--cache-dir", "/dev/null"])
+
+
+def test_no_two_test_modules_share_a_basename():
+    """pytest (rootdir-relative imports, no packages) refuses to collect a second ``test_x.py`` of the
+    same name: the whole run stops at collection."""
+    seen: dict[str, Path] = {}
+    twice = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if path.name in seen:
+            twice.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
+        seen.setdefault(path.name, path)
+    assert twice == []
