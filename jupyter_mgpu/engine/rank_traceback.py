@@ -86,6 +86,24 @@ def _same_file(a: str, b: str | None) -> bool:
     return b is not None and (a == b or (not a.startswith("<") and not b.startswith("<") and _real(a) == _real(b)))
 
 
+def place(f: dict[str, Any]) -> str:
+    """``line 3 of the cell: x = 1/0`` or ``line 7 of check() in helper.py: raise ValueError(...)``, for a
+    frame as :func:`user_frames` gives it (``code`` optional)."""
+    if f["file"] in ("<cell>",) or CELL_FILE.fullmatch(f["file"]):
+        where = "the cell" if f["name"] in ("<module>", "<cell>") else f"{f['name']}() in the cell"
+    elif f["name"] == "<module>":
+        where = f["file"]
+    else:
+        where = f"{f['name']}() in {f['file']}"
+    code = f": {f['code']}" if f.get("code") else ""
+    return f"line {f['line']} of {where}{code}"
+
+
+def is_users(filename: str) -> bool:
+    """Whether a frame of ``filename`` is the user's own code (not a library's, not ours, not runpy's)."""
+    return not is_internal(filename) and library_root(filename) is None
+
+
 def user_frames(tb: Any, entry: str | None = None) -> list[dict[str, Any]]:
     """The frames of ``tb`` that belong to the code the user ran, outermost first; ``entry`` (a file
     name) is the cell, script or module they ran, whose frames are marked ``"entry": True``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_mgpu.cluster.local import describe_exit
+from jupyter_mgpu.engine.rank_traceback import place
 from jupyter_mgpu.errors import (
     CollectiveTimeoutError,
     DeviceOutOfMemoryError,
@@ -22,18 +23,6 @@ from jupyter_mgpu.units import format_bytes
 REBUILT_NOTE = "the process group was rebuilt; tensors kept, in-flight collectives dropped"
 
 
-def _place(f: dict[str, Any]) -> str:
-    """``line 3 of the cell: x = 1/0`` or ``line 7 of check() in helper.py: raise ValueError(...)``."""
-    if f["file"] == "<cell>":
-        place = "the cell" if f["name"] in ("<module>", "<cell>") else f"{f['name']}() in the cell"
-    elif f["name"] == "<module>":
-        place = f["file"]
-    else:
-        place = f"{f['name']}() in {f['file']}"
-    code = f": {f['code']}" if f.get("code") else ""
-    return f"line {f['line']} of {place}{code}"
-
-
 def _where(info: dict[str, Any]) -> str:
     """Where the failure happened in the user's code: the deepest of their frames and, when that is in
     a helper, the line of the cell or script they ran that called it."""
@@ -41,11 +30,11 @@ def _where(info: dict[str, Any]) -> str:
     if not frames:
         return ""
     deepest = frames[-1]
-    text = f" at {_place(deepest)}"
+    text = f" at {place(deepest)}"
     if not deepest.get("entry"):
         callers = [f for f in frames if f.get("entry")]
         if callers:
-            text += f", called from {_place(callers[-1])}"
+            text += f", called from {place(callers[-1])}"
     return text
 
 
