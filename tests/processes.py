@@ -24,6 +24,14 @@ def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if _running(p)]
         time.sleep(0.05)
     return alive
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, or a process that ends while it is asked, does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
