@@ -15,6 +15,8 @@ from jupyter_mgpu.comparison.compare_result import CompareResult
 from jupyter_mgpu.comparison.compare_run import compare
 from jupyter_mgpu.devices import DeviceInfo
 from jupyter_mgpu.errors import (
+    CollectiveHangError,
+    CollectiveMismatchError,
     CollectiveTimeoutError,
     DeviceOutOfMemoryError,
     EngineDiedError,
@@ -40,6 +42,8 @@ from jupyter_mgpu.tracing.capture import Trace, show, trace
 __all__ = [
     "BenchResult",
     "Block2D",
+    "CollectiveHangError",
+    "CollectiveMismatchError",
     "CollectiveResult",
     "CollectiveTimeoutError",
     "CompareResult",
@@ -90,8 +94,16 @@ __all__ = [
     "show",
     "shutdown",
     "trace",
+    "where",
     "zeros",
 ]
+
+
+def where(session: Any = None) -> list[dict[str, Any]]:
+    """What every rank of the session does now, in rank order: ``state`` (``running``, ``collective`` or
+    ``idle``), ``seconds`` in that state, ``collective`` (``"barrier #7"`` or None), ``line`` (the
+    innermost line of your code) and ``stack`` (your frames). Answers while a cell runs, from any thread."""
+    return (session or current()).where()  # type: ignore[no-any-return]
 
 
 def dashboard(session: Any = None, refresh_rate: float | None = None) -> Any:

@@ -45,8 +45,20 @@ class EngineDiedError(RankError):
     """An engine process ended while the session needed it."""
 
 
-class CollectiveTimeoutError(RankError):
+class CollectiveError(RankError):
+    """A collective went wrong between the ranks."""
+
+
+class CollectiveTimeoutError(CollectiveError):
     """A collective did not complete within the session's timeout."""
+
+
+class CollectiveHangError(CollectiveTimeoutError):
+    """Every rank of a collective's group was blocked (waiting in one, or done) and nothing moved."""
+
+
+class CollectiveMismatchError(CollectiveError):
+    """The ranks of a group called different collectives at the same point (op, dtype, shape, reduce op, root)."""
 
 
 def rank_list(ranks: list[int]) -> str:

@@ -35,7 +35,22 @@ class InitOptions:
     devices: list[int] | str | None = field(default=None, metadata=_opt("device indices to use, e.g. 0,2"))
     backend: str | None = field(default=None, metadata=_opt("torch.distributed backend (gloo on CPU, nccl on GPU)"))
     mem_per_device: str | int | None = field(default=None, metadata=_opt("memory budget per device, e.g. 2GiB"))
-    timeout: float | None = field(default=None, metadata=_opt("collective timeout in seconds (default 60)"))
+    timeout: float | None = field(
+        default=None,
+        metadata=_opt(
+            "collective timeout in seconds (default torch's: 30 min for gloo, 10 for nccl; a stuck rank is named within seconds either way)"
+        ),
+    )
+    hang_after: float | None = field(
+        default=None,
+        metadata=_opt(
+            "seconds the ranks of a collective may all sit blocked before the stuck ones are named and released (default 2; 0: never)"
+        ),
+    )
+    no_collective_checks: bool = field(
+        default=False,
+        metadata=_opt("do not compare each collective's op, dtype, shape and root across ranks", flag=True),
+    )
     restart: bool = field(default=False, metadata=_opt("replace a running cluster", flag=True))
     telemetry_period: float = 0.1  # seconds between memory samples (mg.init only)
     launcher: str | None = field(

@@ -189,6 +189,20 @@ def run(cpu: bool = False, n: int | None = None) -> bool:
             assert torch.equal(got, torch.arange(257 * 257, dtype=torch.float32).reshape(257, 257)), "gather differs"
             return f"{h.layout.label}, local shapes {h.local_shapes[0]}…, gathered equal"
 
+        def stuck_named() -> str:
+            start = time.perf_counter()
+            try:  # rank 0 alone in an all_reduce, then waiting for it (on a GPU: at .item())
+                s.run_cell(
+                    "x = torch.ones(4, device=device)\nif rank == 0:\n    dist.all_reduce(x)\n    x.sum().item()"
+                )
+            except mg.CollectiveHangError as exc:
+                took = time.perf_counter() - start
+                assert took < 10, f"named after {took:.1f} s"
+                got = s.run(_all_reduce_check)
+                assert all(g == want for g, want in got), f"the next all_reduce gave {got}"
+                return f"named in {took:.1f} s, next all_reduce right: {str(exc).split(';')[0]}"
+            raise AssertionError("rank 0's lone all_reduce was not named")
+
         def shutdown() -> str:
             pids = [s.cluster.controller.pid, s.cluster.supervisor.pid, *s.cluster.engine_pids.values()]
             s.shutdown()
@@ -208,6 +222,7 @@ def run(cpu: bool = False, n: int | None = None) -> bool:
             ("per-device memory stats", memory),
             ("sharded matmul vs torch.mm", matmul),
             ("DTensor seen and gathered", dtensor),
+            ("a skipped collective named", stuck_named),
             ("shutdown, no orphans", shutdown),
         ]:
             check(name, fn)

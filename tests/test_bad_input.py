@@ -251,6 +251,15 @@ MAGIC_CASES = [
     ("%mgpu_status now", UsageError, r"^%mgpu_status takes no arguments, got 'now'$"),
     ("%mgpu_init 2 --restart --mem-per-device 1e99GiB", MgpuError, r"^malformed memory size '1e99GiB'"),
     ("%mgpu_init 2 --restart --timeout -3", MgpuError, r"^timeout must be a number of seconds above 0, got -3.0$"),
+    (
+        "%mgpu_init 2 --restart --hang-after -1",
+        MgpuError,
+        r"^hang_after must be a number of seconds, 0 or more, got -1.0$",
+    ),
+    ("%mgpu_init 2 --restart --hang-after soon", UsageError, r"^--hang-after takes seconds, got 'soon'$"),
+    ("%mgpu_where now", UsageError, r"^%mgpu_where takes no arguments, got 'now'$"),
+    ("%mgpu_tb --rank x", UsageError, r"^--rank takes a rank number, got 'x'$"),
+    ("%mgpu_run --fresh", UsageError, r"the following arguments are required: target"),
 ]
 
 

@@ -61,6 +61,26 @@ class ClusterSpec:
     timeout: float
     mem_per_device: int | None = None
     telemetry_period: float = 0.1
+    collective_timeout: float | None = None  # the group's as given (None: torch's default); timeout bounds waits
+    hang_after: float = 2.0  # seconds a collective's ranks may all sit blocked before they are named (0: never)
+    collective_checks: bool = True  # each collective's fingerprint compared across ranks before it runs
+
+    @classmethod
+    def of_request(
+        cls, devices: list[DeviceInfo], backend: str, opts: Any, wait_timeout: float, mem_per_device: int | None
+    ) -> ClusterSpec:
+        """The spec a checked start request (``InitOptions``) makes: ``opts.timeout`` None keeps torch's
+        own collective timeout; ``wait_timeout`` bounds starting and rebuilding."""
+        return cls(
+            devices,
+            backend,
+            wait_timeout,
+            mem_per_device=mem_per_device,
+            telemetry_period=opts.telemetry_period,
+            collective_timeout=opts.timeout,
+            hang_after=float(2.0 if opts.hang_after is None else opts.hang_after),
+            collective_checks=not opts.no_collective_checks,
+        )
 
     @property
     def threads(self) -> int:
@@ -120,6 +140,8 @@ class Cluster:
             "devices": [d.to_dict() for d in spec.devices],
             "backend": spec.backend,
             "timeout": spec.timeout,
+            "collective_timeout": spec.collective_timeout,
+            "collective_checks": spec.collective_checks,
             "threads": spec.threads,
             "mem_per_device": spec.mem_per_device,
             "env": env,

@@ -71,6 +71,7 @@ class _CallScope:
             self.seq0 = rank_state.sequence_number()
             if not st.call_depth:
                 st.call_seq0 = self.seq0
+                st.call_started = time.time()
             st.call_depth += 1
         return self
 
@@ -81,6 +82,7 @@ class _CallScope:
             st.call_depth -= 1
             if not st.call_depth:
                 st.call_seq0 = None
+                st.call_ended = time.time()
                 user_process_group.end_call()  # a timeout the call's init_process_group set ends with it
 
     def report(self, result: dict[str, Any]) -> dict[str, Any]:

@@ -127,7 +127,7 @@ def progress(state: Any) -> dict[str, Any]:
 
 
 class Listener(threading.Thread):
-    """Answers the kernel's ``progress`` and ``release`` requests while the main thread is busy."""
+    """Answers the kernel's ``progress``, ``where`` and ``release`` requests while the main thread is busy."""
 
     def __init__(self, rundir: str, state: Any) -> None:
         super().__init__(name="mgpu-collective-guard", daemon=True)
@@ -156,6 +156,10 @@ class Listener(threading.Thread):
             reply = {"released": release(self.state.backend), **progress(self.state)}
         elif command == "progress":
             reply = progress(self.state)
+        elif command == "where":
+            from jupyter_mgpu.engine import collective_watch
+
+            reply = {**collective_watch.where(self.state), "stack": collective_watch.stack(), "rank": self.state.rank}
         else:
             reply = {"error": f"unknown request {command!r}"}
         conn.sendall(json.dumps(reply).encode())

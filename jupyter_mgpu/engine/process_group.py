@@ -37,6 +37,19 @@ def check_timeout(timeout: float | int | None) -> float:
     return float(timeout)
 
 
+def collective_seconds(backend: str, given: float | None) -> float:
+    """The group's collective timeout: the one given, else torch's default for ``backend`` (30 min for
+    gloo, 10 for nccl): a legitimate long wait is never cut short; stuck ranks are named by the kernel."""
+    if given is not None:
+        return float(given)
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        return float(c10d._get_default_timeout(c10d.Backend(backend)).total_seconds())
+    except Exception:  # another torch: its documented default
+        return 600.0 if backend == "nccl" else 1800.0
+
+
 def store_path(rundir: Path, generation: int = 0) -> Path:
     return Path(rundir) / f"store.{generation}"
 
@@ -49,13 +62,15 @@ def init_process_group(
     timeout: float,
     generation: int = 0,
     store: dict | None = None,
+    collective_timeout: float | None = None,
 ) -> Any:
     """Join the cluster's process group (engine side). Traffic stays on loopback.
 
     ``generation`` > 0 rebuilds the group after a failed collective, through a fresh store file.
     With ``store`` (a cluster across hosts) the ranks meet in rank 0's TCP store instead
     (``engine/tcp_rendezvous.py``), each generation under its own prefix, on the interface set in
-    ``GLOO_SOCKET_IFNAME`` by the engine's setup. Returns the store the ranks met in.
+    ``GLOO_SOCKET_IFNAME`` by the engine's setup. ``timeout`` bounds the meeting; ``collective_timeout``
+    (torch's default when None) is the group's. Returns the store the ranks met in.
     """
     import torch.distributed as dist
 
@@ -77,7 +92,7 @@ def init_process_group(
         store=meeting,
         rank=rank,
         world_size=world_size,
-        timeout=timedelta(seconds=timeout),
+        timeout=timedelta(seconds=collective_seconds(backend, collective_timeout)),
         **kwargs,
     )
     return meeting  # the store the ranks met in (the caller may share more through it)

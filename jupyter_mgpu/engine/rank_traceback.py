@@ -44,8 +44,8 @@ def _real(path: str) -> str:
 
 
 def is_internal(filename: str) -> bool:
-    """A frame of ours or of runpy: never shown as the user's."""
-    if filename.startswith("<frozen runpy") or os.path.basename(filename) == "runpy.py":
+    """A frame of ours, of runpy, or code ipyparallel runs from a string: never shown as the user's."""
+    if filename.startswith("<frozen runpy") or os.path.basename(filename) == "runpy.py" or filename == "<string>":
         return True
     return not filename.startswith("<") and _real(filename).startswith(PACKAGE_DIR + os.sep)
 

@@ -49,6 +49,7 @@ def setup(config: dict, rank: int) -> EngineState:
         host=config.get("host"),
         local_rank=gpus.local_rank,
         store=config.get("store"),
+        collective_timeout=config.get("collective_timeout"),
     )
     if gpus.device_index is not None:
         from jupyter_mgpu.engine import cuda_device
@@ -68,12 +69,22 @@ def setup(config: dict, rank: int) -> EngineState:
 
     mark(config["rundir"], f"pg.start.{rank}")
     meeting = process_group.init_process_group(
-        config["rundir"], rank, world, config["backend"], st.timeout, store=st.store
+        config["rundir"],
+        rank,
+        world,
+        config["backend"],
+        st.timeout,
+        store=st.store,
+        collective_timeout=st.collective_timeout,
     )
     if st.store is None:  # one host: a real store for MASTER_ADDR / MASTER_PORT (across hosts: the group's)
         master = torchrun_env.serve_master(meeting, rank, world, st.timeout)
         os.environ.update(torchrun_env.variables(config, rank, master))
     user_process_group.install()  # dist.init_process_group() in user code joins this group
+    from jupyter_mgpu.engine import collective_watch
+
+    collective_watch.install(config["rundir"], world)  # which collective each rank waits in, checked across ranks
+    collective_watch.set_checks(config.get("collective_checks", True))
     return st
 
 
@@ -117,6 +128,13 @@ def rebuild_process_group(generation: int) -> None:
     except Exception:
         pass
     process_group.init_process_group(
-        st.rundir, st.rank, st.world_size, st.backend, st.timeout, generation, store=st.store
+        st.rundir,
+        st.rank,
+        st.world_size,
+        st.backend,
+        st.timeout,
+        generation,
+        store=st.store,
+        collective_timeout=st.collective_timeout,
     )
     st.pg_generation = generation

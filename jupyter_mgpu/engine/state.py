@@ -21,7 +21,7 @@ class EngineState:
     device_index: int
     backend: str
     budget_bytes: int
-    timeout: float
+    timeout: float  # bounds the waits of setting up and rebuilding
     threads: int
     data_limit: int | None = None
     device: Any = None  # torch.device
@@ -30,9 +30,12 @@ class EngineState:
     pg_generation: int = 0  # bumped each time the process group is rebuilt; keys caches of subgroups
     call_depth: int = 0  # calls from the kernel now running (a call may run another)
     call_seq0: int | None = None  # collectives started before the outermost running call
+    call_started: float | None = None  # epoch seconds the outermost running call began
+    call_ended: float | None = None  # epoch seconds the last outermost call ended
     host: str | None = None  # set when the cluster spans hosts (a launcher's engines): labels read host:kind:index
     local_rank: int | None = None
     store: dict | None = None  # the TCP rendezvous store across hosts (None: the FileStore in rundir)
+    collective_timeout: float | None = None  # the group's, as the user gave it (None: torch's default)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 

@@ -10,7 +10,8 @@ The kernel steers the samplers out of band too: it writes ``telemetry/control.js
 ``reset_peak`` counter) and every sampler applies it on its next tick, busy or not.
 
 Sample keys (plain JSON, read by the kernel and by the server extension):
-``time, rank, pid, cluster_id, device, kind, state (idle|busy), op, period, seq,
+``time, rank, pid, cluster_id, device, kind, state (idle|busy), op, where (what the main thread does:
+state running|collective|idle, since, collective, line, group, key, fp), period, seq,
 resident_bytes, peak_resident_bytes, baseline_resident_bytes, data_bytes, budget_bytes,
 peak_reset`` and on GPU ``allocated_bytes, reserved_bytes, peak_allocated_bytes, free_bytes,
 total_bytes, name`` (+ ``nvml_used_bytes`` where nvidia-ml-py is installed).
@@ -91,6 +92,16 @@ def _main_thread_state(state: Any) -> str:
     return "busy"
 
 
+def _where(state: Any) -> dict[str, Any] | None:
+    """What the rank does now (``engine/collective_watch.py``): running, in a collective, or idle."""
+    try:
+        from jupyter_mgpu.engine import collective_watch
+
+        return collective_watch.where(state)
+    except Exception:  # a half-made engine (no state yet): no answer rather than no sample
+        return None
+
+
 def sample(state: Any) -> dict[str, Any]:
     """One telemetry sample of this rank (no ipyparallel, no GIL-holding work beyond a few reads)."""
     status = _proc_status()
@@ -103,6 +114,7 @@ def sample(state: Any) -> dict[str, Any]:
         "kind": state.device_kind,
         "state": _main_thread_state(state),
         "op": state.current_op,
+        "where": _where(state),
         "resident_bytes": status.get("VmRSS", 0),
         "peak_resident_bytes": status.get("VmHWM", 0),
         "data_bytes": status.get("VmData", 0),

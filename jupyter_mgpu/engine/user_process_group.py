@@ -100,9 +100,11 @@ def set_call_timeout(seconds: float) -> None:
     """The group's collective timeout until the current call ends (:func:`end_call`)."""
     from torch.distributed import distributed_c10d as c10d
 
+    from jupyter_mgpu.engine import process_group
     from jupyter_mgpu.engine import state as rank_state
 
-    _timeouts.setdefault("session", rank_state.get().timeout)
+    st = rank_state.get()
+    _timeouts.setdefault("session", process_group.collective_seconds(st.backend, st.collective_timeout))
     c10d._set_pg_timeout(timedelta(seconds=seconds))
     _timeouts["call"] = seconds
     _notes["timeout"] = f"{seconds:g}"

@@ -135,9 +135,7 @@ class HostCluster:
         ranked = ranks.order(engines, opts.host_names or None)
         devices = ranks.devices(ranked, init.cpu, mem_per_device)
         chosen = process_group.choose_backend(init.backend, devices[0].kind)
-        self.spec = ClusterSpec(
-            devices, chosen, timeout, mem_per_device=mem_per_device, telemetry_period=init.telemetry_period
-        )
+        self.spec = ClusterSpec.of_request(devices, chosen, init, timeout, mem_per_device)
         mine = launched_setup.host_key()
         for r, e in enumerate(ranked):
             self.rank_to_engine[r] = e.engine_id
@@ -278,6 +276,8 @@ class HostCluster:
             "devices": [d.to_dict() for d in spec.devices],
             "backend": spec.backend,
             "timeout": spec.timeout,
+            "collective_timeout": spec.collective_timeout,
+            "collective_checks": spec.collective_checks,
             "mem_per_device": spec.mem_per_device,
             "telemetry_period": spec.telemetry_period,
             "store": {"host": rank0.info["address"], "port": port, "world_size": len(ranked)},

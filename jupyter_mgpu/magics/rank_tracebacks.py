@@ -116,12 +116,16 @@ def ansi_tracebacks(err: RankError) -> dict[int, str]:
     return {r: e["traceback"] for r, e in sorted(err.errors.items()) if isinstance(e, dict) and e.get("traceback")}
 
 
+PEER = re.compile(r"\[[0-9A-Fa-f.:]+\]:\d+")  # gloo names the peer's address: ranks released together differ only there
+
+
 def grouped(tracebacks: dict[int, str]) -> list[tuple[list[int], str]]:
-    """Ranks with the same traceback together, in rank order of each group's first rank."""
-    groups: dict[str, list[int]] = {}
+    """Ranks with the same traceback together (peer addresses aside), in rank order of each group's
+    first rank, each shown with its first rank's text."""
+    groups: dict[str, tuple[list[int], str]] = {}
     for r, text in sorted(tracebacks.items()):
-        groups.setdefault(text, []).append(r)
-    return [(ranks, text) for text, ranks in groups.items()]
+        groups.setdefault(PEER.sub("[peer]", text), ([], text))[0].append(r)
+    return list(groups.values())
 
 
 def details_html(err: RankError) -> str | None:
@@ -175,16 +179,18 @@ class TracebackMagics(Magics):
     def mgpu_tb(self, line: str = "") -> None:
         """Print the whole traceback of each rank that failed last (``--rank R``: that rank's only)."""
         args = parse_line(self.mgpu_tb, line)
-        err = last_failure()
-        if err is None:
-            print("mgpu: no rank has failed yet in this session")
-            return
-        texts = ansi_tracebacks(err)
+        rank = None
         if args.rank is not None:
             try:
                 rank = int(args.rank)
             except ValueError:
                 raise UsageError(f"--rank takes a rank number, got {args.rank!r}") from None
+        err = last_failure()
+        if err is None:
+            print("mgpu: no rank has failed yet in this session")
+            return
+        texts = ansi_tracebacks(err)
+        if rank is not None:
             if rank not in texts:
                 raise UsageError(f"rank {rank} did not fail in the last failure ({rank_list(sorted(texts))} did)")
             texts = {rank: texts[rank]}

@@ -26,12 +26,12 @@ def _init_arguments(func: Any) -> Any:
     return func
 
 
-def _seconds(text: str) -> float:
-    """A ``--timeout`` value, or one sentence saying it is not a number of seconds."""
+def _seconds(text: str, option: str = "timeout") -> float:
+    """A ``--timeout`` (or ``--hang-after``) value, or one sentence saying it is not a number of seconds."""
     try:
         return float(text)
     except ValueError:
-        raise UsageError(f"--timeout takes seconds, got {text!r}") from None
+        raise UsageError(f"--{option.replace('_', '-')} takes seconds, got {text!r}") from None
 
 
 def _init_request(args: Any) -> InitOptions:
@@ -43,8 +43,9 @@ def _init_request(args: Any) -> InitOptions:
             n = int(args.n)
         except ValueError:
             raise UsageError(f"the number of devices must be a whole number, got {args.n!r}") from None
-    if "timeout" in given:
-        given["timeout"] = _seconds(given["timeout"])
+    for key in ("timeout", "hang_after"):
+        if key in given:
+            given[key] = _seconds(given[key], key)
     return InitOptions(n=n, **given)
 
 
@@ -340,10 +341,12 @@ def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:
 def register(ipython: Any) -> None:
     from jupyter_mgpu.magics.cell_magics import CellMagics
     from jupyter_mgpu.magics.rank_tracebacks import TracebackMagics, show_mgpu_error
+    from jupyter_mgpu.magics.rank_where import WhereMagics
 
     ipython.register_magics(MgpuMagics)
     ipython.register_magics(CellMagics)
     ipython.register_magics(TracebackMagics)
+    ipython.register_magics(WhereMagics)
     if not hasattr(ipython, "kernel"):  # a terminal shell: ipyparallel reads .kernel when a rank opens a widget
         ipython.kernel = None
     ipython.set_custom_exc((MgpuError, Interrupted), show_mgpu_error)

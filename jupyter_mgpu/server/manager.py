@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from jupyter_mgpu import rundir as rd
+from jupyter_mgpu.engine import collective_watch
 from jupyter_mgpu.engine.memory_figures import figures, used_of_limit
 from jupyter_mgpu.engine.telemetry import read_samples
 from jupyter_mgpu.server import gpu_memory
@@ -70,7 +71,8 @@ def _rank_entry(
     rank: int, pid: Any, sample: dict[str, Any] | None, alive: bool, now: float, host: str | None = None
 ) -> dict[str, Any]:
     """One rank of a cluster payload: memory used/limit in bytes (the convention of every view, see
-    ``engine/memory_figures``) and as text, state, age of the telemetry sample; ``host`` in a cluster
+    ``engine/memory_figures``) and as text, state, what it does now (``activity``: running which line,
+    waiting in which collective, for how long), age of the telemetry sample; ``host`` in a cluster
     across hosts (the sidebar groups ranks under it)."""
     entry: dict[str, Any] = {
         "rank": rank,
@@ -81,6 +83,7 @@ def _rank_entry(
         "kind": None,
         "state": "dead" if not alive else "unknown",
         "op": None,
+        "activity": None,
         "used_bytes": 0,
         "peak_bytes": 0,
         "total_bytes": 0,
@@ -96,6 +99,7 @@ def _rank_entry(
         kind=sample.get("kind"),
         state=(sample.get("state") or "unknown") if alive else "dead",
         op=sample.get("op"),
+        activity=collective_watch.describe(sample.get("where"), now) if alive else None,
         used_bytes=used,
         peak_bytes=int(f["peak"] or used),
         total_bytes=int(f["limit"] or 0),

@@ -15,11 +15,12 @@ from typing import Any
 from jupyter_mgpu import devices as devmod
 from jupyter_mgpu.cluster.local import Cluster, describe_exit
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
-from jupyter_mgpu.engine import calls
+from jupyter_mgpu.engine import calls, process_group
 from jupyter_mgpu.engine.shipped_function import ship
-from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
-from jupyter_mgpu.session import cell_names, group_notes, rank_status, scripts
+from jupyter_mgpu.errors import EngineDiedError, MgpuError
+from jupyter_mgpu.session import call_wait, cell_names, group_notes, rank_status, scripts
 from jupyter_mgpu.session.direct_channel import ChannelClosed, DirectChannel
+from jupyter_mgpu.session.hang_watch import HangWatch
 from jupyter_mgpu.session.output_relay import OutputRelay
 from jupyter_mgpu.session.pending import PendingResult, finished_results, pending_ranks
 from jupyter_mgpu.session.rank_errors import build_error, transport_error, transport_failure
@@ -45,6 +46,10 @@ class Session:
         # no stale collective outlives an interrupt or a failed call
         self.recovery = GroupRecovery(
             self.runtime_dir, self.world_size, self.timeout, self._run_on_all, self._mark_broken
+        )
+        # stuck ranks and mismatched collectives named while a call waits (what each rank does: its telemetry)
+        self.hang_watch = HangWatch(
+            lambda: call_wait.read_where(self), self.recovery.release, getattr(cluster.spec, "hang_after", 2.0)
         )
         # seconds the slowest rank spent inside calls, summed over calls: wall time minus this is dispatch
         self.engine_seconds = 0.0
@@ -145,9 +150,10 @@ class Session:
         bufs = pack_apply_message(calls.call, args, {})
         deadline = None if timeout is None else time.monotonic() + timeout
         self.recovery.start_call()
+        self.hang_watch.start_call()
 
         def check(pending: list[int], done: dict[int, Any]) -> None:
-            self._check_waiting(ranks, lambda: pending, label, deadline, timeout, done=done)
+            call_wait.check_waiting(self, ranks, lambda: pending, label, deadline, timeout, done=done)
 
         try:
             results = self.direct.call(ranks, bufs, check)
@@ -245,12 +251,14 @@ class Session:
     ) -> list[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         self.recovery.start_call()
+        self.hang_watch.start_call()
         try:
             while not ar.ready():
                 ar.wait(0.05)
                 if relay is not None:
                     relay.poll()
-                self._check_waiting(
+                call_wait.check_waiting(
+                    self,
                     ranks,
                     lambda: self._pending_ranks(ar, ranks),
                     label,
@@ -265,9 +273,12 @@ class Session:
             try:
                 interrupted = self.recovery.after_interrupt(pending)
             finally:
+                self.hang_watch.end_call()
                 if relay is not None:
                     relay.flush()
             raise interrupted from None
+        finally:
+            self.hang_watch.end_call()  # its live status line goes with the call
         if relay is not None:
             ar.wait_for_output(5)  # results can arrive before the last output (shell vs iopub channel)
             relay.flush()
@@ -299,40 +310,6 @@ class Session:
     def _pending_ranks(self, ar: Any, ranks: list[int]) -> list[int]:
         return pending_ranks(self.cluster.client, ar, ranks)
 
-    def _check_waiting(
-        self,
-        ranks: list[int],
-        pending: Callable[[], list[int]],
-        label: str,
-        deadline: float | None,
-        timeout: float | None,
-        relay: OutputRelay | None = None,
-        done: dict[int, Any] | None = None,
-    ) -> None:
-        """While waiting on ``ranks`` (either path): raise for a dead rank, a broken cluster or the
-        deadline, interrupting the ranks still at work first; release ranks left waiting in a
-        collective by a rank that already failed (``done``: the reports that came back)."""
-        dead = {r: e for r, e in self.cluster.exits().items() if r in ranks}
-        if dead:
-            if relay is not None:
-                relay.flush()
-            self.cluster.interrupt([r for r in pending() if r not in dead])
-            r = min(dead)
-            raise EngineDiedError(describe_exit(r, dead[r], "while running this"), ranks=sorted(dead))
-        self._check_infrastructure()
-        if done:
-            self.recovery.watch(done, pending())
-        if deadline is not None and time.monotonic() > deadline:
-            waiting = pending()
-            self.cluster.interrupt(waiting)
-            # SIGINT does not reach a rank blocked in a collective: the next call rebuilds the group
-            # first, so that collective is never matched with a later one
-            self.recovery.mark_dirty("the timeout")
-            raise MgpuError(
-                f"{label} did not finish within {timeout:g} s on {rank_list(waiting)}; "
-                "those ranks were interrupted and the process group is rebuilt before the next call"
-            )
-
     def _error(self, failures: dict[int, dict], ranks: list[int], results: dict[int, dict]) -> MgpuError:
         """One error for the failed ranks; first, a clean process group if the ranks may disagree."""
         succeeded = [r for r in ranks if r not in failures]
@@ -341,15 +318,19 @@ class Session:
             rebuilt = self.recovery.after_failure(results)
         except Exception:  # the next call tries again
             rebuilt = False
+        report = self.hang_watch.take_report()
         self.last_error = build_error(
             failures,
             succeeded=succeeded,
             budgets={r: d.total_memory for r, d in enumerate(self.devices)},
             device_kind=self.device_kind,
             sequence_numbers={r: res.get("seq_delta") for r, res in results.items()},
-            timeout=self.timeout,
+            timeout=process_group.collective_seconds(
+                self.backend, getattr(self.cluster.spec, "collective_timeout", None)
+            ),
             rebuilt=rebuilt,
             released=released,
+            stuck=report,
         )
         return self.last_error
 
@@ -364,6 +345,11 @@ class Session:
     def memory(self) -> list[dict[str, Any]]:
         """The latest telemetry sample of every rank, in rank order (``state`` is ``dead`` for lost ranks)."""
         return rank_status.memory(self.cluster, self.world_size)
+
+    def where(self) -> list[dict[str, Any]]:
+        """What every rank does now (``mg.where``): state, seconds, collective, line, stack; answers mid-cell."""
+        self.check_alive()
+        return rank_status.where(self.cluster, self.world_size)
 
     def status(self) -> list[dict[str, Any]]:
         """One row per rank: rank, engine id, pid, device, backend, memory, state (no engine round trip)."""

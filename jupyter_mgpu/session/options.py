@@ -24,7 +24,11 @@ def checked(opts: InitOptions) -> InitOptions:
     period = opts.telemetry_period
     if isinstance(period, bool) or not isinstance(period, (int, float)) or not 0 <= period <= 60:
         raise MgpuError(f"telemetry_period must be between 0 and 60 seconds, got {period!r}")
+    hang_after = 2.0 if opts.hang_after is None else opts.hang_after
+    if isinstance(hang_after, bool) or not isinstance(hang_after, (int, float)) or not 0 <= hang_after < 86400:
+        raise MgpuError(f"hang_after must be a number of seconds, 0 or more, got {hang_after!r}")
     return opts.replace(
+        hang_after=float(hang_after),
         devices=devices,
         mem_per_device=parse_size(opts.mem_per_device) if opts.mem_per_device is not None else None,
         timeout=process_group.check_timeout(opts.timeout),
@@ -35,6 +39,7 @@ def local_spec(opts: InitOptions) -> ClusterSpec:
     """The spec of a cluster on this host: checked options, then the devices picked; starts nothing."""
     for key in opts.given(LAUNCH):
         raise MgpuError(f"--{key.replace('_', '-')} goes with --launcher, --hosts or --connect")
+    given_timeout = opts.timeout
     opts = checked(opts)
     budget = opts.mem_per_device
     assert budget is None or isinstance(budget, int)  # checked() made it bytes
@@ -43,18 +48,24 @@ def local_spec(opts: InitOptions) -> ClusterSpec:
     devs = devmod.discover(opts.n, cpu=opts.cpu, devices=devices, mem_per_device=budget)
     chosen = process_group.choose_backend(opts.backend, devs[0].kind)
     assert opts.timeout is not None  # checked() gave the default
-    return ClusterSpec(devs, chosen, opts.timeout, mem_per_device=budget, telemetry_period=opts.telemetry_period)
+    return ClusterSpec.of_request(
+        devs, chosen, opts.replace(timeout=opts.timeout if given_timeout is not None else None), opts.timeout, budget
+    )
 
 
 def launch_request(opts: InitOptions) -> tuple[launch.LaunchOptions, InitOptions]:
-    """What ipyparallel's launchers are asked for, and the checked options they start with."""
+    """What ipyparallel's launchers are asked for, and the checked options they start with (``timeout``
+    None when not given: the group then has torch's default)."""
+    given_timeout = opts.timeout
     opts = checked(opts)
     if opts.devices is not None:
         raise MgpuError(
             "--devices picks devices on this host; with a launcher each engine takes its host's "
             "device of its local rank"
         )
-    return launch.parse(opts.n, **opts.given(LAUNCH)), opts
+    return launch.parse(opts.n, **opts.given(LAUNCH)), opts.replace(
+        timeout=opts.timeout if given_timeout is not None else None
+    )
 
 
 def check(opts: InitOptions) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 from jupyter_mgpu.cluster.local import describe_exit
 from jupyter_mgpu.engine.rank_traceback import place
 from jupyter_mgpu.errors import (
+    CollectiveHangError,
+    CollectiveMismatchError,
     CollectiveTimeoutError,
     DeviceOutOfMemoryError,
     EngineDiedError,
@@ -76,9 +78,20 @@ def _build_error(
     timeout: float | None = None,
     rebuilt: bool = False,
     released: list[int] | None = None,  # ranks released from a collective a failed rank never entered
+    stuck: Any = None,  # session/hang_watch.py's Diagnosis, when the ranks were found stuck or mismatched
 ) -> RankError:
     budgets = budgets or {}
     failed = sorted(failures)
+    if stuck is not None:
+        cls = CollectiveMismatchError if stuck.kind == "mismatch" else CollectiveHangError
+        return cls(f"{stuck.text}; {rank_list(stuck.release)} released at once", failed, failures)
+    mismatched = [r for r in failed if failures[r].get("ename") == "CollectiveMismatchError"]
+    if mismatched:
+        msg = max((failures[r]["evalue"] for r in mismatched), key=len)  # the rank that saw the most calls
+        waiting = [r for r in failed if failures[r].get("collective_failure")]
+        if waiting:
+            msg += f"; {_left_waiting(waiting, released, timeout)}"
+        return CollectiveMismatchError(msg, failed, failures)
     oom = [r for r in failed if failures[r].get("oom")]
     if oom:
         r = oom[0]

@@ -48,3 +48,43 @@ def status(
             }
         )
     return rows
+
+
+def where(cluster: Any, world_size: int, timeout: float = 2.0) -> list[dict[str, Any]]:
+    """What every rank does now, in rank order (``mg.where``): ``state`` (``running``, ``collective``,
+    ``idle``, or ``unknown`` for a rank that did not answer), ``seconds`` in it, ``collective``
+    (``barrier #7``), ``line`` (the innermost line of the user's code) and ``stack`` (their frames,
+    outermost first). Each rank's guard thread answers, so a busy rank answers too."""
+    import time
+
+    from jupyter_mgpu.engine import collective_guard
+
+    dead = cluster.exits()
+    out: list[dict[str, Any]] = []
+    for r in range(world_size):
+        w = None if r in dead else collective_guard.ask(cluster.path, r, "where", timeout)
+        if not w or "state" not in w:
+            out.append(
+                {
+                    "rank": r,
+                    "state": "dead" if r in dead else "unknown",
+                    "seconds": None,
+                    "collective": None,
+                    "line": None,
+                    "stack": [],
+                }
+            )
+            continue
+        since = float(w.get("since") or 0)
+        seconds = round(time.time() - since, 1) if since else None
+        out.append(
+            {
+                "rank": r,
+                "state": w["state"],
+                "seconds": seconds,
+                "collective": w.get("collective"),
+                "line": w.get("line"),
+                "stack": list(w.get("stack") or []),
+            }
+        )
+    return out

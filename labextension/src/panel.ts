@@ -12,6 +12,7 @@ import {
   SnapshotMessage
 } from './payloads';
 import { hostHeading } from './hosts';
+import { rankLabel } from './rank_label';
 import { showOtherUsers } from './other_users';
 import { History, scalePoints, toPolyline } from './sparkline';
 
@@ -56,6 +57,7 @@ function setBar(fill: HTMLDivElement, used: number, total: number): void {
 interface RankView {
   row: HTMLDivElement;
   label: HTMLSpanElement;
+  activity: HTMLSpanElement;
   figures: HTMLSpanElement;
   fill: HTMLDivElement;
 }
@@ -75,15 +77,6 @@ interface ClusterView {
 }
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
-
-/** `rank 0 · cpu:0 · pid 123 · idle`; a rank not up yet (or no more) says only what is happening. */
-export function rankLabel(r: RankInfo): string {
-  if (r.pid === null || r.device === null) {
-    return `rank ${r.rank} · ${r.state}`;
-  }
-  const op = r.op ? ` · ${r.op}` : '';
-  return `rank ${r.rank} · ${r.device} · pid ${r.pid} · ${r.state}${op}`;
-}
 
 export class MgpuPanel extends Widget {
   constructor(actions: IPanelActions) {
@@ -298,11 +291,12 @@ export class MgpuPanel extends Widget {
     );
     row.dataset.rank = String(r.rank);
     const label = el('span', 'jp-mgpu-label');
+    const activity = el('span', 'jp-mgpu-activity');
     const [outer, fill] = bar();
     const figures = el('span', 'jp-mgpu-figures');
-    row.append(label, outer, figures);
+    row.append(label, activity, outer, figures);
     view.ranks.appendChild(row);
-    const rv = { row, label, figures, fill };
+    const rv = { row, label, activity, figures, fill };
     view.rankViews.set(r.rank, rv);
     return rv;
   }
@@ -312,7 +306,12 @@ export class MgpuPanel extends Widget {
     rv.row.dataset.totalBytes = String(r.total_bytes);
     rv.row.dataset.pid = r.pid === null ? '' : String(r.pid);
     rv.row.dataset.state = r.state;
+    rv.row.dataset.activity = r.activity ?? '';
     rv.label.textContent = rankLabel(r);
+    rv.label.title = rv.label.textContent;
+    rv.activity.textContent = r.activity ?? '';
+    rv.activity.title = r.activity ?? '';
+    rv.activity.hidden = !r.activity;
     setBar(rv.fill, r.used_bytes, r.total_bytes);
     rv.figures.textContent = r.figures;
   }

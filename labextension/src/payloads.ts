@@ -14,6 +14,8 @@ export interface RankInfo {
   kind: string | null;
   state: string;
   op: string | null;
+  /** What the rank does now: `waiting in barrier #7 for 44 s`, `running line 3 of the cell for 45 s`; null when idle. */
+  activity: string | null;
   used_bytes: number;
   peak_bytes: number;
   total_bytes: number;
@@ -165,6 +167,7 @@ export function parseRank(value: unknown): RankInfo {
     kind: strOrNull(o, 'kind', what),
     state: str(o, 'state', what),
     op: strOrNull(o, 'op', what),
+    activity: o.activity === undefined ? null : strOrNull(o, 'activity', what),
     used_bytes: num(o, 'used_bytes', what),
     peak_bytes: num(o, 'peak_bytes', what),
     total_bytes: num(o, 'total_bytes', what),

@@ -10,6 +10,7 @@ const rank = (r: number, host: string | null): RankInfo => ({
   kind: 'cpu',
   state: 'idle',
   op: null,
+  activity: null,
   used_bytes: 0,
   peak_bytes: 0,
   total_bytes: 1,

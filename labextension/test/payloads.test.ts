@@ -15,6 +15,7 @@ const rank = (r: number) => ({
   kind: 'cpu',
   state: 'idle',
   op: null,
+  activity: null,
   used_bytes: 1000 + r,
   peak_bytes: 2000,
   total_bytes: 4000,

@@ -12,7 +12,7 @@ import pytest
 from processes import cluster_pids, wait_gone
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, EngineDiedError, MgpuError, RankError
+from jupyter_mgpu.errors import CollectiveHangError, DeviceOutOfMemoryError, EngineDiedError, MgpuError, RankError
 
 pytestmark = pytest.mark.cluster
 
@@ -142,6 +142,6 @@ def test_stale_runtime_dir_is_cleaned_and_never_reused(own_session, tmp_path):
 
 def test_collective_timeout_error_names_rank_within_bound(s2):
     start = time.monotonic()
-    with pytest.raises(CollectiveTimeoutError, match="rank 1 never joined it"):
+    with pytest.raises(CollectiveHangError, match="rank 1 finished the cell without calling it"):
         s2.run_cell("if rank == 0:\n    dist.broadcast(torch.ones(2), src=0)")
-    assert time.monotonic() - start < s2.timeout + 10
+    assert time.monotonic() - start < s2.timeout  # named when both ranks are blocked, not after the timeout

@@ -65,7 +65,16 @@ ALLOWED: dict[str, set[str]] = {
         "widgets",
     },
     # the server extension reads the files the ranks write; it never imports the notebook side
-    "server": {"server", "rundir", "units", "errors", "engine.telemetry", "engine.memory_figures"},
+    # the telemetry record format; collective_watch.describe: how a rank's activity reads in the sidebar
+    "server": {
+        "server",
+        "rundir",
+        "units",
+        "errors",
+        "engine.telemetry",
+        "engine.memory_figures",
+        "engine.collective_watch",
+    },
     "selftest": {"api", *LEAVES, "engine"},
     "api": {
         "api",

@@ -51,7 +51,9 @@ def _check_tensor(kernel: Kernel) -> None:
 def kernel(request):
     n = request.param
     k = Kernel()
-    pids = k.start_cluster(n, "--timeout 120")
+    pids = k.start_cluster(
+        n, "--timeout 120 --hang-after 30"
+    )  # the stop button, not the hang watch, ends each stuck cell
     reply, out = k.execute(
         "import torch, jupyter_mgpu as mg\nA = mg.randn(256, 96, placement=mg.Shard(0), seed=3)\nA_ref = A.gather()"
     )
@@ -150,7 +152,7 @@ def test_five_quick_presses_never_leave_a_wrong_number(kernel):
     reply, out = kernel.execute(CHECK, timeout=60)
     if reply["status"] != "ok":  # a clear refusal is allowed, a wrong number never
         assert "run %mgpu_init --restart" in out, out
-        kernel.execute(f"%mgpu_init {kernel.n} --restart --timeout 120 --no-dashboard")
+        kernel.execute(f"%mgpu_init {kernel.n} --restart --timeout 120 --hang-after 30 --no-dashboard")
         return
     total = float(kernel.n * (kernel.n + 1) // 2)
     assert re.findall(r"\[rank \d\] \[([\d.]+), ([\d.]+)\]", out) == [(str(total), str(total))] * kernel.n, out

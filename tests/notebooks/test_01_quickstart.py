@@ -4,7 +4,7 @@ SHOTS = {
     "01_first_cell": "%%mgpu\nx = torch.full",
     "02_status": "%mgpu_status",
     "03_error": "%%mgpu\nvalues",
-    "04_restart": "%mgpu_init 4 --restart",
+    "04_stuck": "%%mgpu\nif rank != 3",
     "05_oom": "%%mgpu\nif rank == 1",
     "06_one_device": "%%mgpu --targets 0",
     "07_hand_split": "%%mgpu\na = b = None",
@@ -24,7 +24,12 @@ def test_quickstart_notebook_runs_and_shows_what_it_says(run):
     assert "rank" in text["%mgpu_status"] and "cpu:3" in text["%mgpu_status"]
     assert "[499999500000.0, 499999500000.0, 499999500000.0, 499999500000.0]" in text["import jupyter_mgpu as mg"]
     assert "RankError: IndexError on rank 2: list index out of range at line 3 of the cell" in text["%%mgpu\nvalues"]
-    assert "rank 3 never joined it" in text["%%mgpu\nif rank != 3"]
+    stuck = text["%%mgpu\nif rank != 3"]
+    assert "CollectiveHangError: the ranks are stuck: ranks 0, 1, 2 wait in all_reduce float32[1] at line 2 of the cell" in stuck
+    assert "rank 3 finished the cell without calling it" in stuck
+    mismatch = text["%%mgpu\nx = torch.ones(4 if rank < 2 else 8)"]
+    assert "CollectiveMismatchError: the ranks called different collectives at #" in mismatch
+    assert "ranks 0, 1: all_reduce float32[4] at line 2 of the cell; ranks 2, 3: all_reduce float32[8] at line 2" in mismatch
     assert "Out[ranks 0–3]: tensor([4.])" in text["%%mgpu\ny = torch.ones(1)"]  # the same on every rank: once
     assert "rank 1 ran out of device memory (budget 512.0 MiB) while allocating 1.0 GiB" in text["%%mgpu\nif rank == 1"]
     # the boundary: one device and the hand split fail with the budget error, mg.matmul fits and is right

@@ -104,6 +104,8 @@ def test_tracebacks_are_plain_text_per_rank_and_folded_per_group_of_equal_ones()
     err = RankError("x", [0, 1, 3], {0: _failure([]), 1: _failure([]), 3: {**_failure([]), "traceback": "other"}})
     assert err.tracebacks == {0: "tb", 1: "tb", 3: "other"}
     assert grouped({0: "a", 1: "a", 3: "b"}) == [([0, 1], "a"), ([3], "b")]
+    closed = "RuntimeError: Connection closed by peer [127.0.0.1]:{}"
+    assert grouped({0: closed.format(5032), 2: closed.format(46514)}) == [([0, 2], closed.format(5032))]
     html = details_html(err)
     assert html is not None
     assert html.count("<details") == 2 and "Traceback on ranks 0, 1</summary>" in html

@@ -1,0 +1,166 @@
+"""Busy is not hung: while a call runs, decide from what every rank does (``engine/collective_watch.py``,
+read from the telemetry the ranks publish) whether the ranks are stuck, and say who is where.
+
+- **Mismatch**: ranks wait in the same numbered collective of one group with different fingerprints
+  (the ranks on one host already refuse that before it runs; across hosts it is seen here): named at once.
+- **Hang**: a rank waits in a collective, and every rank of its group either waits in one too, with no
+  change for ``STILL_S`` seconds, or has finished the call (or waits for such a rank, in turn): named
+  then. A rank that runs Python or a C++ op is busy, never hung, however long.
+
+Either way the watch releases the stuck ranks (``engine/collective_guard.py``), as the stop button
+does, and keeps the report for the error the call then raises; the session rebuilds the group. While a
+collective has waited ``STATUS_AFTER_S`` seconds it also keeps a live status line in the cell, which
+goes when the call ends. :func:`diagnose` is the pure decision; :class:`HangWatch` drives it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jupyter_mgpu.engine import collective_watch
+from jupyter_mgpu.errors import rank_list
+
+STILL_S = 2.0  # no change for this long, with every rank of the group blocked or done: stuck
+POLL_S = 0.25
+STATUS_AFTER_S = 10.0  # a collective waiting this long gets a live status line in the cell
+STALE_S = 2.0  # a rank whose last sample is older than this is not judged (it may be busy in C++)
+
+
+@dataclass
+class Diagnosis:
+    """What :func:`diagnose` found: ``kind`` (``mismatch`` or ``hang``), the ranks to release, the words."""
+
+    kind: str
+    release: list[int]
+    text: str
+
+
+def _waits(w: dict[str, Any] | None) -> bool:
+    return bool(w) and w.get("state") == "collective"  # type: ignore[union-attr]
+
+
+def _said(w: dict[str, Any]) -> str:
+    return f"{w.get('call') or w.get('collective')} at {w.get('line') or 'an unknown line'}"
+
+
+def _mismatch(where: dict[int, dict[str, Any]]) -> Diagnosis | None:
+    by_key: dict[tuple, dict[int, dict[str, Any]]] = {}
+    for r, w in where.items():
+        if _waits(w) and w.get("key"):
+            by_key.setdefault(tuple(w["key"]), {})[r] = w
+    for (group, number, _gen), calls in sorted(by_key.items(), key=lambda kv: kv[0][1]):
+        if len({w.get("fp") for w in calls.values()}) > 1:
+            said = "; ".join(f"rank {r}: {_said(w)}" for r, w in sorted(calls.items()))
+            return Diagnosis("mismatch", sorted(calls), f"the ranks called different collectives at #{number}: {said}")
+    return None
+
+
+def diagnose(
+    where: dict[int, dict[str, Any]], done: set[int], now: float, what: str = "the call", still: float = STILL_S
+) -> Diagnosis | None:
+    """Whether the ranks are stuck, from each rank's ``where`` (``collective_watch.where``) and the ranks
+    whose part of the call is ``done``; ``what`` names the call (``the cell``, ``the script``)."""
+    found = _mismatch(where)
+    if found:
+        return found
+    finished = set(done) | {r for r, w in where.items() if w and w.get("state") == "idle"}
+    still_waiting = {r for r, w in where.items() if _waits(w) and now - float(w.get("since") or now) >= still}
+    hopeless = {r for r in still_waiting if set(where[r].get("group") or ()) <= still_waiting | finished}
+    while True:  # a rank waiting for a rank that can still go on is not stuck
+        keep = {r for r in hopeless if set(where[r].get("group") or ()) <= hopeless | finished}
+        if keep == hopeless:
+            break
+        hopeless = keep
+    if not hopeless:
+        return None
+    involved = set().union(*(set(where[r].get("group") or ()) for r in hopeless))
+    parts: list[str] = []
+    by_call: dict[str, list[int]] = {}
+    for r in sorted(hopeless):
+        by_call.setdefault(_said(where[r]), []).append(r)
+    for said, ranks in by_call.items():
+        parts.append(f"{rank_list(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {said}")
+    gone = sorted(involved & finished)
+    if gone:
+        parts.append(f"{rank_list(gone)} finished {what} without calling it")
+    return Diagnosis("hang", sorted(hopeless), "the ranks are stuck: " + "; ".join(parts))
+
+
+def status_line(where: dict[int, dict[str, Any]], now: float) -> str:
+    """``rank 0 running line 3 of the cell for 45 s · ranks 1, 2, 3 waiting in barrier #7 for 44 s``."""
+    groups: dict[str, list[int]] = {}
+    for r, w in sorted(where.items()):
+        if w:
+            groups.setdefault(collective_watch.describe(w, now) or "done", []).append(r)
+    return "mgpu: " + " · ".join(f"{rank_list(ranks)} {text}" for text, ranks in groups.items())
+
+
+class HangWatch:
+    """The watch over one session's calls: ``watch`` from the wait loop, ``take_report`` for the error."""
+
+    def __init__(
+        self,
+        read_where: Callable[[], dict[int, dict[str, Any]]],
+        release: Callable[[list[int]], None],
+        still: float = STILL_S,
+    ):
+        self.read_where = read_where  # rank -> its latest ``where`` (telemetry), fresh ones only
+        self.release = release
+        self.still = still  # seconds blocked before stuck ranks are named; 0: never
+        self.report: Diagnosis | None = None
+        self._next = 0.0
+        self._status: Any = None
+        self._shown = ""
+        self.status_after = STATUS_AFTER_S
+        self.started = time.time()
+
+    def start_call(self) -> None:
+        self.report, self._next = None, 0.0
+        self.started = time.time()  # what the ranks said before this call is about the last one
+        self.end_call()
+
+    def watch(self, pending: list[int], done: set[int], what: str = "the call", live: bool = False) -> None:
+        """One look (at most every ``POLL_S``): release and report stuck ranks; keep the status line."""
+        now = time.monotonic()
+        if self.report is not None or now < self._next or not pending:
+            return
+        self._next = now + POLL_S
+        where = {r: w for r, w in self.read_where().items() if float(w.get("sampled", self.started)) >= self.started}
+        wall = time.time()
+        found = diagnose(where, set(done), wall, what, self.still) if self.still > 0 else None
+        if found is not None:
+            self.report = found
+            self.release(found.release)
+            return
+        if live:
+            waited = [wall - float(w.get("since") or wall) for w in where.values() if _waits(w)]
+            if waited and max(waited) >= self.status_after:
+                self._show(status_line({r: where.get(r) or {} for r in sorted(set(pending) | set(done))}, wall))
+
+    def _show(self, text: str) -> None:
+        from IPython.display import display
+
+        if text == self._shown:  # the seconds change once a second: so does the line
+            return
+        self._shown = text
+        bundle = {"text/plain": text}
+        if self._status is None:
+            self._status = display(bundle, raw=True, display_id=True)
+        else:
+            self._status.update(bundle, raw=True)
+
+    def end_call(self) -> None:
+        """The call is over: the status line goes."""
+        if self._status is not None:
+            try:
+                self._status.update({"text/plain": ""}, raw=True)
+            except Exception:
+                pass
+            self._status, self._shown = None, ""
+
+    def take_report(self) -> Diagnosis | None:
+        report, self.report = self.report, None
+        return report

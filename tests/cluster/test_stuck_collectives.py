@@ -1,0 +1,163 @@
+"""Busy is not hung (issue 34), on real clusters started with the default options (torch's own collective
+timeout, 30 min for gloo): a rank computing for a long time before a barrier is busy and the cell
+passes, while mg.where() shows who is where; a rank that skips a collective, or ranks that call
+different ones (op, shape, dtype, root), are named within seconds with every rank's call and line,
+and the next collective is right. The same in %mgpu_run scripts and in calls through Session.run."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+import time
+
+import pytest
+
+from jupyter_mgpu.errors import CollectiveHangError, CollectiveMismatchError
+
+pytestmark = pytest.mark.cluster
+
+NAMED_WITHIN = 5.0
+
+
+@pytest.fixture(scope="module")
+def default_sessions():
+    """``default_sessions(n)``: an n-rank session started with no options but cpu (one per size)."""
+    from processes import cluster_pids, wait_gone
+
+    from jupyter_mgpu.session.lifecycle import start_session
+
+    made: dict[int, object] = {}
+
+    def get(n: int):
+        if n not in made:
+            made[n] = start_session(n, cpu=True)
+        return made[n]
+
+    yield get
+    pids = [p for s in made.values() for p in cluster_pids(s)]
+    for s in made.values():
+        s.shutdown()
+    assert wait_gone(pids) == []
+
+
+def _sum_is_right(s) -> None:
+    n = s.world_size
+    out = s.run_cell("x = torch.ones(2) * (rank + 1)\ndist.all_reduce(x)\nx.tolist()", stream=False)
+    assert out == [str([float(n * (n + 1) // 2)] * 2)] * n
+
+
+def _fails_within(s, code: str, error: type, seconds: float = NAMED_WITHIN) -> str:
+    start = time.monotonic()
+    with pytest.raises(error) as info:
+        s.run_cell(textwrap.dedent(code), stream=False)
+    took = time.monotonic() - start
+    assert took < seconds, f"named after {took:.1f} s: {info.value}"
+    _sum_is_right(s)  # the group was rebuilt: the next collective is right
+    return str(info.value)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_skipped_all_reduce_is_named_with_each_ranks_place(default_sessions, n):
+    s = default_sessions(n)
+    msg = _fails_within(s, "x = torch.ones(4)\nif rank != 1:\n    dist.all_reduce(x)\n", CollectiveHangError)
+    waiting = "rank 0 waits" if n == 2 else "ranks 0, 2, 3 wait"
+    assert f"the ranks are stuck: {waiting} in all_reduce float32[4] at line 3 of the cell" in msg, msg
+    assert "rank 1 finished the cell without calling it" in msg, msg
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_barrier_skipped_inside_a_helper_names_the_helpers_line(default_sessions, n):
+    s = default_sessions(n)
+    code = "def sync():\n    dist.barrier()\n\nif rank != n - 1:\n    sync()\n".replace("n - 1", str(n - 1))
+    msg = _fails_within(s, code, CollectiveHangError)
+    assert "in barrier at line 2 of sync() in the cell" in msg, msg
+    assert f"rank {n - 1} finished the cell without calling it" in msg, msg
+
+
+MISMATCHES = {
+    "op": (
+        "x = torch.ones(4)\nif rank == 0:\n    dist.all_reduce(x)\nelse:\n    dist.broadcast(x, src=0)\n",
+        ["all_reduce float32[4] at line 3 of the cell", "broadcast float32[4] from rank 0 at line 5 of the cell"],
+    ),
+    "shape": (
+        "x = torch.ones(4 + (rank > 0))\ndist.all_reduce(x)\n",
+        ["all_reduce float32[4] at", "all_reduce float32[5] at"],
+    ),
+    "dtype": (
+        "x = torch.ones(4, dtype=torch.float64 if rank else torch.float32)\ndist.all_reduce(x)\n",
+        ["all_reduce float32[4] at line 2", "all_reduce float64[4] at line 2"],
+    ),
+    "src": (
+        "x = torch.ones(4)\ndist.broadcast(x, src=min(rank, 1))\n",
+        ["from rank 0 at line 2", "from rank 1 at line 2"],
+    ),
+}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("case", sorted(MISMATCHES))
+def test_ranks_calling_different_collectives_are_named_at_once(default_sessions, n, case):
+    s = default_sessions(n)
+    code, calls = MISMATCHES[case]
+    msg = _fails_within(s, code, CollectiveMismatchError)
+    assert msg.startswith("the ranks called different collectives at #"), msg
+    for call in calls:
+        assert call in msg, msg
+    assert "rank 0" in msg and ("rank 1" in msg or "ranks 1" in msg), msg
+
+
+def test_long_work_on_one_rank_before_a_barrier_is_busy_not_hung(default_sessions):
+    s = default_sessions(4)
+    seen: list[list[dict]] = []
+
+    def look() -> None:
+        time.sleep(6)  # rank 0 computes, the others have reached the barrier
+        seen.append(s.where())
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    start = time.monotonic()
+    out = s.run_cell(
+        "import time\nif rank == 0:\n    deadline = time.time() + 75\n    while time.time() < deadline:\n"
+        "        time.sleep(0.05)\ndist.barrier()\n'passed'",
+        stream=False,
+    )
+    watcher.join()
+    assert out == ["'passed'"] * 4 and time.monotonic() - start >= 75
+    rows = seen[0]
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3]
+    assert rows[0]["state"] == "running" and rows[0]["line"] in ("line 4 of the cell", "line 5 of the cell"), rows[0]
+    assert rows[0]["seconds"] >= 4 and rows[0]["stack"] == [rows[0]["line"]]
+    for row in rows[1:]:
+        assert row["state"] == "collective" and row["collective"].startswith("barrier #"), row
+        assert row["line"] == "line 6 of the cell" and row["seconds"] >= 4, row
+    assert [r["state"] for r in s.where()] == ["idle"] * 4
+
+
+def test_the_same_in_a_script_and_in_session_run(default_sessions, tmp_path):
+    s = default_sessions(2)
+    script = tmp_path / "skip.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\ndist.init_process_group()\n"
+        "if dist.get_rank() == 0:\n    dist.all_reduce(torch.ones(3))\n"
+    )
+    start = time.monotonic()
+    with pytest.raises(CollectiveHangError) as info:
+        s.run_script(str(script))
+    assert time.monotonic() - start < NAMED_WITHIN
+    assert f"rank 0 waits in all_reduce float32[3] at line 4 of {script}" in str(info.value), str(info.value)
+    assert "rank 1 finished the script without calling it" in str(info.value)
+    _sum_is_right(s)
+
+    def skip() -> None:
+        import torch
+        import torch.distributed as dist
+
+        if dist.get_rank() == 1:
+            dist.all_reduce(torch.ones(2))
+
+    start = time.monotonic()
+    with pytest.raises(CollectiveHangError, match=r"rank 1 waits in all_reduce float32\[2\] at line \d+ of skip\(\)"):
+        s.run(skip)
+    assert time.monotonic() - start < NAMED_WITHIN
+    _sum_is_right(s)

@@ -1,0 +1,128 @@
+"""The pure rules of "busy is not hung" (issue 34), without engines: what a collective's fingerprint
+holds, how a disagreement is said, the host's table of calls, and when ranks count as stuck — a rank
+that runs is never stuck; ranks all blocked (or done) with nothing moving for the still time are."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jupyter_mgpu.engine import collective_watch
+from jupyter_mgpu.engine.collective_table import CollectiveTable, crc
+from jupyter_mgpu.session.hang_watch import diagnose, status_line
+
+NOW = 1000.0
+
+
+def _waiting(call: str, line: str, group: list[int], since: float = NOW - 3, key=("0", 5, 0), fp: str = "a") -> dict:
+    label = f"{call.split()[0]} #{key[1]}"
+    return {
+        "state": "collective",
+        "since": since,
+        "collective": label,
+        "call": call,
+        "line": line,
+        "group": group,
+        "key": list(key),
+        "fp": fp,
+    }
+
+
+def _running(line: str, since: float = NOW - 40) -> dict:
+    return {"state": "running", "since": since, "collective": None, "line": line}
+
+
+def test_a_fingerprint_holds_what_must_agree_and_says_it_in_words():
+    x = torch.ones(4)
+    assert collective_watch.fingerprint("all_reduce", {"tensor": x, "op": torch.distributed.ReduceOp.SUM}) == (
+        "all_reduce|all_reduce float32[4]|sum",
+        "all_reduce float32[4]",
+    )
+    fp, words = collective_watch.fingerprint("all_reduce", {"tensor": x.double(), "op": torch.distributed.ReduceOp.MAX})
+    assert words == "all_reduce float64[4] (max)" and "max" in fp
+    assert collective_watch.fingerprint("broadcast", {"tensor": x, "src": 1})[1] == "broadcast float32[4] from rank 1"
+    assert collective_watch.fingerprint("gather", {"tensor": x, "dst": 0})[1] == "gather float32[4] to rank 0"
+    a2a = collective_watch.fingerprint("all_to_all_single", {"input": torch.ones(3, 2)})
+    assert a2a[1] == "all_to_all_single float32" and "[3" not in a2a[0]  # splits may differ across ranks
+    assert collective_watch.fingerprint("barrier", {}) == ("barrier", "barrier")
+
+
+def test_a_disagreement_groups_the_ranks_that_called_the_same():
+    calls = {r: {"call": "all_reduce float32[4]", "line": "line 3 of the cell"} for r in (0, 1, 3)}
+    calls[2] = {"call": "broadcast float32[4] from rank 0", "line": "line 5 of the cell"}
+    assert collective_watch.mismatch_text(7, [0, 1, 2, 3], calls, 4) == (
+        "the ranks called different collectives at #7: ranks 0, 1, 3: all_reduce float32[4] at line 3 of the "
+        "cell; rank 2: broadcast float32[4] from rank 0 at line 5 of the cell"
+    )
+    assert " of group [0, 2]" in collective_watch.mismatch_text(1, [0, 2], {0: calls[0], 2: calls[2]}, 4)
+
+
+def test_the_table_gives_a_peers_record_of_the_same_call_only(tmp_path):
+    a, b = CollectiveTable(tmp_path, 2), CollectiveTable(tmp_path, 2)  # two ranks map one file
+    a.write(0, "0", 3, 1, "all_reduce|f32[4]", "all_reduce float32[4]", "line 2 of the cell")
+    assert b.fingerprint(0, "0", 3, 1) == a.fingerprint(0, "0", 3, 1) is not None
+    assert b.record(0, "0", 3, 1) == {"call": "all_reduce float32[4]", "line": "line 2 of the cell"}
+    assert b.fingerprint(0, "0", 4, 1) is None and b.fingerprint(0, "0", 3, 2) is None  # another call, generation
+    assert b.fingerprint(1, "0", 3, 1) is None  # rank 1 wrote nothing
+    b.write(1, "0", 3, 1, "broadcast|f32[4]", "broadcast", "line 3 of the cell")
+    assert a.fingerprint(1, "0", 3, 1) != a.fingerprint(0, "0", 3, 1)
+    at = a._offset(0, crc("0"), 3)
+    a.map[at : at + 4] = b"\xff\xff\xff\x7f"  # a header caught half-written
+    assert b.record(0, "0", 3, 1) is None
+
+
+def test_a_rank_that_skipped_the_collective_and_finished_is_named():
+    where = {
+        0: _waiting("all_reduce float32[4]", "line 3 of the cell", [0, 1, 2]),
+        2: _waiting("all_reduce float32[4]", "line 3 of the cell", [0, 1, 2]),
+    }
+    found = diagnose(where, done={1}, now=NOW, what="the cell")
+    assert found is not None and found.kind == "hang" and found.release == [0, 2]
+    assert found.text == (
+        "the ranks are stuck: ranks 0, 2 wait in all_reduce float32[4] at line 3 of the cell; "
+        "rank 1 finished the cell without calling it"
+    )
+
+
+def test_a_running_rank_is_busy_however_long_and_a_fresh_wait_is_not_stuck_yet():
+    where = {0: _running("line 5 of the cell"), 1: _waiting("barrier", "line 6 of the cell", [0, 1])}
+    assert diagnose(where, done=set(), now=NOW) is None
+    young = {0: _waiting("barrier", "line 6", [0, 1], since=NOW - 1)}
+    assert diagnose(young, done={1}, now=NOW) is None  # still for 1 s of the 2
+    assert diagnose(young, done={1}, now=NOW + 1.5) is not None
+
+
+def test_a_wait_on_a_subgroup_is_judged_by_that_group_only():
+    where = {0: _waiting("barrier", "line 2", [0, 1], key=("1", 1, 0)), 2: _running("line 9")}
+    found = diagnose(where, done={1}, now=NOW)
+    assert found is not None and found.release == [0]  # rank 2 runs, but it is not in rank 0's group
+    chained = {
+        0: _waiting("barrier", "line 2", [0, 1], key=("1", 1, 0)),
+        1: _waiting("barrier", "line 4", [1, 2], key=("2", 1, 0)),
+        2: _running("line 9"),
+    }
+    assert diagnose(chained, done=set(), now=NOW) is None  # rank 1 may still go on once rank 2 joins
+
+
+def test_different_fingerprints_at_one_number_are_a_mismatch_at_once():
+    where = {
+        0: _waiting("all_reduce float32[4]", "line 3 of the cell", [0, 1], since=NOW, fp="x"),
+        1: _waiting("broadcast float32[4] from rank 0", "line 5 of the cell", [0, 1], since=NOW, fp="y"),
+    }
+    found = diagnose(where, done=set(), now=NOW)
+    assert found is not None and found.kind == "mismatch" and found.release == [0, 1]
+    assert found.text == (
+        "the ranks called different collectives at #5: rank 0: all_reduce float32[4] at line 3 of the cell; "
+        "rank 1: broadcast float32[4] from rank 0 at line 5 of the cell"
+    )
+
+
+@pytest.mark.parametrize("idle_as_done", [True])
+def test_the_status_line_says_who_runs_and_who_waits(idle_as_done):
+    where = {0: _running("line 3 of the cell", since=NOW - 45)}
+    where.update(
+        {r: _waiting("barrier", "line 6 of the cell", [0, 1, 2, 3], since=NOW - 44, key=("0", 7, 0)) for r in (1, 2, 3)}
+    )
+    assert status_line(where, NOW) == (
+        "mgpu: rank 0 running line 3 of the cell for 45 s · ranks 1, 2, 3 waiting in barrier #7 for 44 s"
+    )
