@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from jupyter_mgpu.magics.rank_table import RankTable
 from jupyter_mgpu.session import lifecycle
 
 
-class WhereTable:
+class WhereTable(RankTable):
     """The ranks' states: an HTML table in notebooks, aligned text elsewhere."""
 
     COLUMNS = ("rank", "state", "for", "collective", "line")
-
-    def __init__(self, rows: list[dict[str, Any]]):
-        self.rows = rows
+    CSS_CLASS = "mgpu-where"
 
     def _cells(self, row: dict[str, Any]) -> list[str]:
         seconds = row.get("seconds")
@@ -28,18 +26,6 @@ class WhereTable:
             row.get("collective") or "",
             row.get("line") or "",
         ]
-
-    def __repr__(self) -> str:
-        table = [list(self.COLUMNS)] + [self._cells(r) for r in self.rows]
-        widths = [max(len(r[i]) for r in table) for i in range(len(self.COLUMNS))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th>{c}</th>" for c in self.COLUMNS)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>" for r in self.rows
-        )
-        return f"<table class='mgpu-where'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 @magics_class

@@ -13,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from jupyter_mgpu.errors import Interrupted, MgpuError
 from jupyter_mgpu.init_options import InitOptions, argparse_arguments, option_names
 from jupyter_mgpu.magics.arguments import parse_line
+from jupyter_mgpu.magics.rank_table import RankTable
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.session.output_relay import grouped_by_rank
 from jupyter_mgpu.session.targets import parse_targets
@@ -49,13 +50,11 @@ def _init_request(args: Any) -> InitOptions:
     return InitOptions(n=n, **given)
 
 
-class StatusTable:
+class StatusTable(RankTable):
     """``%mgpu_status`` output: an HTML table in notebooks, aligned text elsewhere."""
 
     COLUMNS = ("rank", "engine_id", "pid", "device", "backend", "memory", "state")
-
-    def __init__(self, rows: list[dict[str, Any]]):
-        self.rows = rows
+    CSS_CLASS = "mgpu-status"
 
     def _cells(self, row: dict[str, Any]) -> list[str]:
         used, total = row.get("memory_used"), row.get("memory_total")
@@ -66,20 +65,6 @@ class StatusTable:
         )
         state = row["state"] + (f" ({row['op']})" if row.get("op") and row["state"] == "busy" else "")
         return [str(row["rank"]), str(row["engine_id"]), str(row["pid"]), row["device"], row["backend"], memory, state]
-
-    def __repr__(self) -> str:
-        table = [list(self.COLUMNS)] + [self._cells(r) for r in self.rows]
-        widths = [max(len(r[i]) for r in table) for i in range(len(self.COLUMNS))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
-
-    def _repr_html_(self) -> str:
-        import html
-
-        head = "".join(f"<th>{c}</th>" for c in self.COLUMNS)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>" for r in self.rows
-        )
-        return f"<table class='mgpu-status'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 @magics_class

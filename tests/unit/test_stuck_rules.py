@@ -126,3 +126,21 @@ def test_the_status_line_says_who_runs_and_who_waits(idle_as_done):
     assert status_line(where, NOW) == (
         "mgpu: rank 0 running line 3 of the cell for 45 s · ranks 1, 2, 3 waiting in barrier #7 for 44 s"
     )
+
+
+def test_mgpu_where_shows_one_row_per_rank_as_text_and_html():
+    from jupyter_mgpu.magics.rank_where import WhereTable
+
+    rows = [
+        {"rank": 0, "state": "running", "seconds": 45.2, "collective": None, "line": "line 3 of the cell", "stack": []},
+        {"rank": 1, "state": "collective", "seconds": 44.0, "collective": "barrier #7", "line": "line 6 of the cell"},
+        {"rank": 2, "state": "unknown", "seconds": None, "collective": None, "line": None},
+    ]
+    table = WhereTable(rows)
+    assert repr(table).splitlines() == [
+        "rank  state       for   collective  line",
+        "0     running     45 s              line 3 of the cell",
+        "1     collective  44 s  barrier #7  line 6 of the cell",
+        "2     unknown",
+    ]
+    assert table._repr_html_().startswith("<table class='mgpu-where'>") and "<td>barrier #7</td>" in table._repr_html_()
