@@ -115,6 +115,8 @@ def fingerprint(op: str, args: dict[str, Any], dist: Any = None) -> tuple[str, s
         key = (op, getattr(t, "dtype", None), tuple(getattr(t, "shape", ())), args.get("op"))
         found = _fingerprints.get(key)
         if found is None:
+            if len(_fingerprints) > 4096:  # shapes that change every step (sequence lengths) never fill memory
+                _fingerprints.clear()
             found = _fingerprints[key] = _fingerprint(op, args, dist)
         return found
     return _fingerprint(op, args, dist)
