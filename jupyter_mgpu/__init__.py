@@ -28,6 +28,7 @@ from jupyter_mgpu.layout.mesh import Partial
 from jupyter_mgpu.layout.placement import Block2D, Replicate, Shard
 from jupyter_mgpu.monitoring.memory_monitor import memory, memory_history, reset_peak
 from jupyter_mgpu.monitoring.metrics_log import clear_metrics, metrics
+from jupyter_mgpu.profiling.profile_run import Profile, profile
 from jupyter_mgpu.session.core import Session
 from jupyter_mgpu.session.lifecycle import current, init, shutdown
 from jupyter_mgpu.session.pending import PendingResult
@@ -58,6 +59,7 @@ __all__ = [
     "MgpuError",
     "Partial",
     "PendingResult",
+    "Profile",
     "RankError",
     "Replicate",
     "Session",
@@ -86,6 +88,7 @@ __all__ = [
     "ones",
     "plan_matmul",
     "prewarm",
+    "profile",
     "rand",
     "randn",
     "reset_peak",

@@ -62,6 +62,7 @@ class _CallScope:
         self.label = label
         self.st = rank_state.STATE
         self.seq0: int | None = None
+        self.started_ns = 0
 
     def __enter__(self) -> _CallScope:
         st = self.st
@@ -72,6 +73,7 @@ class _CallScope:
             if not st.call_depth:
                 st.call_seq0 = self.seq0
                 st.call_started = time.time()
+                self.started_ns = time.time_ns()
             st.call_depth += 1
         return self
 
@@ -83,6 +85,8 @@ class _CallScope:
             if not st.call_depth:
                 st.call_seq0 = None
                 st.call_ended = time.time()
+                if st.call_log is not None:  # mg.profile(): the calls this rank ran
+                    st.call_log.append((self.label, self.started_ns, time.time_ns()))
                 user_process_group.end_call()  # a timeout the call's init_process_group set ends with it
 
     def report(self, result: dict[str, Any]) -> dict[str, Any]:

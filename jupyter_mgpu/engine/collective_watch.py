@@ -31,6 +31,15 @@ from typing import Any
 
 from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine.collective_calls import (
+    POINT_TO_POINT,
+    SHAPED,
+    TYPED,
+    fingerprint,
+    message_bytes,
+    mismatch_text,
+    root,
+)
 from jupyter_mgpu.engine.collective_table import CollectiveTable, crc
 
 
@@ -38,22 +47,6 @@ class CollectiveMismatchError(RuntimeError):
     """Ranks of one group called different collectives at the same point; raised before it runs."""
 
 
-REDUCING = {"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor"}
-SHAPED = {  # the argument whose dtype and shape must agree across the group
-    "all_reduce": "tensor",
-    "broadcast": "tensor",
-    "reduce": "tensor",
-    "all_gather": "tensor",
-    "all_gather_into_tensor": "input_tensor",
-    "reduce_scatter": "output",
-    "reduce_scatter_tensor": "output",
-    "scatter": "tensor",
-    "gather": "tensor",
-}
-TYPED = {"all_to_all": "input_tensor_list", "all_to_all_single": "input"}  # dtype only: splits may differ
-ROOTED = {"broadcast": "src", "scatter": "src", "broadcast_object_list": "src", "reduce": "dst", "gather": "dst"}
-ROOTED.update({"gather_object": "dst", "scatter_object_list": "src"})
-POINT_TO_POINT = {"send": "dst", "recv": "src"}
 WATCHED = (
     *SHAPED,
     *TYPED,
@@ -79,70 +72,12 @@ _on_gpu = False  # nccl: collectives finish on the GPU after the call returns
 _pending: tuple[dict[str, Any], Any] | None = None  # nccl: the last collective issued and its work
 _main_ident: int | None = None
 _originals: dict[str, Any] = {}
-_fingerprints: dict[tuple, tuple[str, str]] = {}
 
 
 def set_checks(on: bool) -> None:
     """Compare fingerprints across ranks (the default) or not; waiting is watched either way."""
     global _checks
     _checks = bool(on)
-
-
-def _dtype_shape(t: Any) -> str:
-    shape = ",".join(str(d) for d in getattr(t, "shape", ()))
-    return f"{str(getattr(t, 'dtype', '?')).replace('torch.', '')}[{shape}]"
-
-
-def _op_name(op: Any) -> str:
-    return str(getattr(op, "name", None) or op).split(".")[-1].lower()
-
-
-def _root(dist: Any, args: dict[str, Any], key: str, group: Any) -> Any:
-    """The global rank of a ``src``/``dst`` given as a global rank or (``group_src``) within the group."""
-    local = args.get(f"group_{key}")
-    if local is not None and group is not None:
-        try:
-            return dist.get_global_rank(group, local)
-        except Exception:
-            return f"group rank {local}"
-    return args.get(key)
-
-
-def fingerprint(op: str, args: dict[str, Any], dist: Any = None) -> tuple[str, str]:
-    """What must agree across the group for this call, and how a message says it."""
-    t = args.get(SHAPED.get(op, ""))
-    if t is not None and op not in ROOTED and op in SHAPED:  # the common case, cached: dtype, shape, reduce op
-        key = (op, getattr(t, "dtype", None), tuple(getattr(t, "shape", ())), args.get("op"))
-        found = _fingerprints.get(key)
-        if found is None:
-            if len(_fingerprints) > 4096:  # shapes that change every step (sequence lengths) never fill memory
-                _fingerprints.clear()
-            found = _fingerprints[key] = _fingerprint(op, args, dist)
-        return found
-    return _fingerprint(op, args, dist)
-
-
-def _fingerprint(op: str, args: dict[str, Any], dist: Any) -> tuple[str, str]:
-    words, parts = op, [op]
-    if op in SHAPED and args.get(SHAPED[op]) is not None:
-        words += " " + _dtype_shape(args[SHAPED[op]])
-        parts.append(words)
-    elif op in TYPED and args.get(TYPED[op]) is not None:
-        first = args[TYPED[op]]
-        first = first[0] if isinstance(first, (list, tuple)) and first else first
-        dtype = str(getattr(first, "dtype", "?")).replace("torch.", "")
-        words += f" {dtype}"
-        parts.append(dtype)
-    if op in REDUCING:
-        name = _op_name(args.get("op"))
-        parts.append(name)
-        if name != "sum":
-            words += f" ({name})"
-    if op in ROOTED:
-        root = _root(dist, args, ROOTED[op], args.get("group"))
-        parts.append(f"root {root}")
-        words += f" {'from' if ROOTED[op] == 'src' else 'to'} rank {root}"
-    return "|".join(parts), words
 
 
 @functools.lru_cache(maxsize=4096)
@@ -185,19 +120,6 @@ def _group_facts(dist: Any, group: Any, generation: int) -> tuple[str, list[int]
     return name, _ranks[key]
 
 
-def mismatch_text(number: int, ranks: list[int], calls: dict[int, dict[str, Any]], world: int) -> str:
-    """``the ranks called different collectives at #5: ranks 0, 1: all_reduce float32[4] at line 3 of the
-    cell; rank 2: broadcast float32[4] from rank 0 at line 5 of the cell``."""
-    which = "" if ranks == list(range(world)) else f" of group {ranks}"
-    by_call: dict[str, list[int]] = {}
-    for r, c in sorted(calls.items()):
-        by_call.setdefault(f"{c.get('call', '?')} at {c.get('line', '?')}", []).append(r)
-    said = "; ".join(
-        f"{'rank' if len(rs) == 1 else 'ranks'} {', '.join(map(str, rs))}: {c}" for c, rs in by_call.items()
-    )
-    return f"the ranks called different collectives at #{number}{which}: {said}"
-
-
 def _calls_of(
     me: int, record: dict[str, Any], ranks: list[int], group: str, n: int, gen: int
 ) -> dict[int, dict[str, Any]]:
@@ -232,7 +154,7 @@ def _begin(op: str, args: dict[str, Any], caller: Any) -> dict[str, Any] | None:
     line = _user_line(caller)
     info: dict[str, Any] = {"op": op, "group": ranks, "line": line, "since": time.time(), "n": None}
     if op in POINT_TO_POINT:
-        peer = _root(dist, args, POINT_TO_POINT[op], args.get("group"))
+        peer = root(dist, args, POINT_TO_POINT[op], args.get("group"))
         info["call"] = f"{op} {'to' if op == 'send' else 'from'} rank {peer}"
         if peer is not None:
             info["group"] = sorted({st.rank, int(peer)})
@@ -274,6 +196,7 @@ def _wrap(op: str, original: Any) -> Any:
         _nested.depth = 1
         if waits:
             _current = info
+        entered = time.time_ns()
         try:
             if waits and info is not None and _on_gpu and "async_op" in bound:
                 return _issue_and_keep(original, bound, info)
@@ -282,9 +205,21 @@ def _wrap(op: str, original: Any) -> Any:
             _nested.depth = 0
             if waits:
                 _current, _last_end = None, time.time()
+            log = getattr(rank_state.STATE, "collective_log", None)
+            if log is not None and info is not None:  # mg.profile(): when this rank entered and left it
+                log.append(_logged(info, bound, entered))
 
     watched.__wrapped__ = original  # type: ignore[attr-defined]
     return watched
+
+
+def _logged(info: dict[str, Any], args: dict[str, Any], entered: int) -> dict[str, Any]:
+    """What ``mg.profile()`` keeps of a collective this rank ran: which, from where, its bytes, when."""
+    out = {k: info.get(k) for k in ("op", "n", "g", "gen", "call", "line", "group")}
+    out.update(
+        bytes=message_bytes(info["op"], args, len(info.get("group") or ())), enter_ns=entered, exit_ns=time.time_ns()
+    )
+    return out
 
 
 def _issue_and_keep(original: Any, bound: dict[str, Any], info: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ class CellMagics(Magics):
     @argument("--noblock", dest="block", action="store_false", help="return at once with a PendingResult")
     @argument("--stream", dest="stream", action="store_true", default=True, help="stream output live (default)")
     @argument("--no-stream", dest="stream", action="store_false", help="print output when the cell ends")
+    @argument("--profile", action="store_true", help="profile the cell on every rank (kept in _mgpu_profile)")
     @cell_magic
     def mgpu(self, line: str, cell: str) -> Any:
         """Run the cell on every rank (``rank``, ``world_size``, ``device``, ``torch``, ``dist`` defined);
@@ -58,14 +59,35 @@ class CellMagics(Magics):
         bound = bind_handles(self._user_ns, cell, s)
         lent = cell_names.lent_values(s, TransformerManager().transform_cell(cell), self._user_ns, ranks, bound)
         if not args.block:
+            if args.profile:
+                raise UsageError("--profile waits for the cell: leave out --noblock")
             return s.run_cell(cell, targets=ranks, block=False, stream=args.stream, lent=lent)
-        with grouped_by_rank():  # live lines as they come; at the end, the cell's output grouped by rank
+        with grouped_by_rank(), self._profiled(args.profile):  # live lines; at the end, grouped by rank
             reports = s.run_cell(cell, targets=ranks, block=True, stream=True, lent=lent, rich=True, show=show)
         if args.local:
             self._run_here(cell)
         if all(report is None for report in reports):
             return None
         return RankValues(ranks, reports, show)
+
+    def _profiled(self, on: bool) -> Any:
+        """``--profile``: the cell inside ``mg.profile()``, the result in ``_mgpu_profile``, a line saying so."""
+        import contextlib
+
+        if not on:
+            return contextlib.nullcontext()
+        from jupyter_mgpu.profiling.profile_run import profile
+
+        p = profile()
+        self._user_ns["_mgpu_profile"] = p
+
+        @contextlib.contextmanager
+        def around() -> Any:
+            with p:
+                yield
+            print("mgpu: profiled on every rank: _mgpu_profile.summary(), .collectives(), .timeline()")
+
+        return around()
 
     def _run_here(self, cell: str) -> None:
         """Run ``cell`` in the kernel's namespace (its last value not shown: the ranks' is)."""

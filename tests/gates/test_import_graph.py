@@ -44,9 +44,12 @@ ALLOWED: dict[str, set[str]] = {
         "ops.collective_schedule",
         "strategies.model_spec",
         "tracing.replay",
+        "profiling.profile_data",  # the data p.timeline() draws
     },
     "tensors": {"tensors", *LEAVES, "session", "cluster", "layout", "engine", "ops", "widgets"},
     "tracing": {"tracing", *LEAVES, "session", "layout", "engine", "ops", "monitoring", "tensors", "widgets"},
+    # mg.profile: the rank side in engine, busbw factors in ops, the timeline in widgets
+    "profiling": {"profiling", *LEAVES, "session", "engine", "ops", "widgets"},
     "collectives": {"collectives", *LEAVES, "session", "layout", "engine", "ops", "tensors", "widgets"},
     "comparison": {"comparison", *LEAVES, "session", "layout", "engine", "strategies", "tracing", "widgets"},
     "magics": {
@@ -63,6 +66,7 @@ ALLOWED: dict[str, set[str]] = {
         "tracing",
         "monitoring",
         "widgets",
+        "profiling",
     },
     # the server extension reads the files the ranks write; it never imports the notebook side
     # the telemetry record format; collective_watch.describe: how a rank's activity reads in the sidebar
@@ -89,6 +93,7 @@ ALLOWED: dict[str, set[str]] = {
         "monitoring",
         "magics",
         "widgets",
+        "profiling",
     },
 }
 # modules with no torch, no numpy and nothing of ours beyond the pure parts (mypy --strict checks them too)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jupyter_mgpu.engine import collective_watch
+from jupyter_mgpu.engine import collective_calls
 from jupyter_mgpu.engine.collective_table import CollectiveTable, crc
 from jupyter_mgpu.session.hang_watch import diagnose, status_line
 
@@ -34,27 +34,27 @@ def _running(line: str, since: float = NOW - 40) -> dict:
 
 def test_a_fingerprint_holds_what_must_agree_and_says_it_in_words():
     x = torch.ones(4)
-    assert collective_watch.fingerprint("all_reduce", {"tensor": x, "op": torch.distributed.ReduceOp.SUM}) == (
+    assert collective_calls.fingerprint("all_reduce", {"tensor": x, "op": torch.distributed.ReduceOp.SUM}) == (
         "all_reduce|all_reduce float32[4]|sum",
         "all_reduce float32[4]",
     )
-    fp, words = collective_watch.fingerprint("all_reduce", {"tensor": x.double(), "op": torch.distributed.ReduceOp.MAX})
+    fp, words = collective_calls.fingerprint("all_reduce", {"tensor": x.double(), "op": torch.distributed.ReduceOp.MAX})
     assert words == "all_reduce float64[4] (max)" and "max" in fp
-    assert collective_watch.fingerprint("broadcast", {"tensor": x, "src": 1})[1] == "broadcast float32[4] from rank 1"
-    assert collective_watch.fingerprint("gather", {"tensor": x, "dst": 0})[1] == "gather float32[4] to rank 0"
-    a2a = collective_watch.fingerprint("all_to_all_single", {"input": torch.ones(3, 2)})
+    assert collective_calls.fingerprint("broadcast", {"tensor": x, "src": 1})[1] == "broadcast float32[4] from rank 1"
+    assert collective_calls.fingerprint("gather", {"tensor": x, "dst": 0})[1] == "gather float32[4] to rank 0"
+    a2a = collective_calls.fingerprint("all_to_all_single", {"input": torch.ones(3, 2)})
     assert a2a[1] == "all_to_all_single float32" and "[3" not in a2a[0]  # splits may differ across ranks
-    assert collective_watch.fingerprint("barrier", {}) == ("barrier", "barrier")
+    assert collective_calls.fingerprint("barrier", {}) == ("barrier", "barrier")
 
 
 def test_a_disagreement_groups_the_ranks_that_called_the_same():
     calls = {r: {"call": "all_reduce float32[4]", "line": "line 3 of the cell"} for r in (0, 1, 3)}
     calls[2] = {"call": "broadcast float32[4] from rank 0", "line": "line 5 of the cell"}
-    assert collective_watch.mismatch_text(7, [0, 1, 2, 3], calls, 4) == (
+    assert collective_calls.mismatch_text(7, [0, 1, 2, 3], calls, 4) == (
         "the ranks called different collectives at #7: ranks 0, 1, 3: all_reduce float32[4] at line 3 of the "
         "cell; rank 2: broadcast float32[4] from rank 0 at line 5 of the cell"
     )
-    assert " of group [0, 2]" in collective_watch.mismatch_text(1, [0, 2], {0: calls[0], 2: calls[2]}, 4)
+    assert " of group [0, 2]" in collective_calls.mismatch_text(1, [0, 2], {0: calls[0], 2: calls[2]}, 4)
 
 
 def test_the_table_gives_a_peers_record_of_the_same_call_only(tmp_path):
@@ -144,3 +144,14 @@ def test_mgpu_where_shows_one_row_per_rank_as_text_and_html():
         "2     unknown",
     ]
     assert table._repr_html_().startswith("<table class='mgpu-where'>") and "<td>barrier #7</td>" in table._repr_html_()
+
+
+def test_a_collectives_bytes_are_counted_as_nccl_tests_counts_them():
+    x = torch.ones(4)  # 16 bytes
+    assert collective_calls.message_bytes("all_reduce", {"tensor": x}, 4) == 16
+    assert (
+        collective_calls.message_bytes("all_gather", {"tensor": x, "tensor_list": [x] * 4}, 4) == 64
+    )  # the whole output
+    assert collective_calls.message_bytes("reduce_scatter_tensor", {"input": torch.ones(16), "output": x}, 4) == 64
+    assert collective_calls.message_bytes("all_to_all", {"input_tensor_list": [x, x]}, 2) == 32
+    assert collective_calls.message_bytes("barrier", {}, 4) == 0

@@ -1,0 +1,237 @@
+"""The answers of a profile, from what the ranks recorded (pure: no torch, no session).
+
+Inputs, per rank: the Kineto trace torch.profiler wrote (``traceEvents`` with ``ts`` in µs from
+``baseTimeNanoseconds``), the calls it ran and the collectives its code called (``engine/rank_profiler.py``,
+times in ns since the epoch on the rank's clock) and the rank clock's offset from the notebook's.
+Every time here is the notebook's clock, in ns. The profile's answers:
+
+- :func:`summary_rows`: per rank ``compute_s`` (time in calls outside collectives), ``collective_s``
+  (time inside them), ``wait_s`` (the part of it before the group's last rank arrived) and
+  ``last_to_arrive`` (how many collectives this rank entered last);
+- :func:`collective_rows`: one row per collective instance — those the ranks' code called, numbered
+  as the ranks number them, with each rank's arrival skew, who came last and the bus bandwidth once
+  all had arrived; and those torch ran from C++ (DDP's gradient buckets), from the backend's events;
+- :func:`merged_chrome_trace`: one Chrome/Perfetto trace, a process per rank, on one time axis.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_mgpu.ops.collective_bench import BUS_FACTORS
+
+BACKEND_EVENT = re.compile(r"^(gloo|nccl|ucc|mpi):([a-z_]+)$")
+ELEMENT_BYTES = {
+    "float": 4,
+    "double": 8,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+}
+PROFILE_CALL = "mg.profile"  # the label of the profile's own start and stop calls: not the user's
+
+
+@dataclass
+class RankRecord:
+    """One rank's part of a profile, times moved onto the notebook's clock."""
+
+    rank: int
+    host: str
+    offset_ns: int  # the rank's clock minus the notebook's
+    trace: dict[str, Any]  # the Kineto trace as torch wrote it
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    collectives: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for c in self.calls:
+            c["start_ns"] -= self.offset_ns
+            c["end_ns"] -= self.offset_ns
+        self.calls = [c for c in self.calls if c["label"] != PROFILE_CALL]
+        for c in self.collectives:
+            c["enter_ns"] -= self.offset_ns
+            c["exit_ns"] -= self.offset_ns
+
+    @property
+    def base_ns(self) -> int:
+        """Where the trace's ``ts`` 0 is on the notebook's clock."""
+        return int(self.trace.get("baseTimeNanoseconds") or 0) - self.offset_ns
+
+    def events(self) -> list[dict[str, Any]]:
+        """The trace's complete events (``ph`` X) with ``start_ns``/``end_ns`` on the notebook's clock."""
+        out = []
+        for e in self.trace.get("traceEvents") or ():
+            if e.get("ph") != "X" or "ts" not in e:
+                continue
+            start = self.base_ns + int(float(e["ts"]) * 1000)
+            out.append({**e, "start_ns": start, "end_ns": start + int(float(e.get("dur") or 0) * 1000)})
+        return out
+
+
+def instances(ranks: list[RankRecord]) -> dict[tuple, dict[int, dict[str, Any]]]:
+    """The collectives the ranks' code called, by (generation, group, number): rank -> its record."""
+    out: dict[tuple, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for rec in ranks:
+        for c in rec.collectives:
+            if c.get("n") is not None:
+                out[(c.get("gen"), c.get("g"), c["n"])][rec.rank] = c
+    return dict(sorted(out.items(), key=lambda kv: min(c["enter_ns"] for c in kv[1].values())))
+
+
+def _bus_factor(op: str, n: int) -> float:
+    base = op.replace("_into_tensor", "").replace("_tensor", "").replace("_single", "")
+    return BUS_FACTORS.get(base, lambda n: 1.0)(n)
+
+
+def collective_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
+    """One row per collective instance, in the order they began (see the module's docstring)."""
+    rows = []
+    for (_gen, group, number), by_rank in instances(ranks).items():
+        first = min(c["enter_ns"] for c in by_rank.values())
+        last = max(c["enter_ns"] for c in by_rank.values())
+        done = max(c["exit_ns"] for c in by_rank.values())
+        sample = by_rank[min(by_rank)]
+        members = sample.get("group") or sorted(by_rank)
+        complete = set(members) <= set(by_rank)
+        moved = done - last
+        nbytes = int(sample.get("bytes") or 0)
+        busbw = nbytes * _bus_factor(sample["op"], len(members)) / (moved / 1e9) if complete and moved > 0 else None
+        rows.append(
+            {
+                "source": "your code",
+                "op": sample["op"],
+                "number": number,
+                "group": group,
+                "call": sample.get("call"),
+                "line": sample.get("line"),
+                "bytes": nbytes,
+                "start_ns": first,
+                "last_arrival_ns": last,
+                "end_ns": done,
+                "skew_ms": {r: (c["enter_ns"] - first) / 1e6 for r, c in sorted(by_rank.items())},
+                "last_rank": max(by_rank, key=lambda r: by_rank[r]["enter_ns"]) if len(by_rank) > 1 else None,
+                "busbw_gbps": None if busbw is None else busbw / 1e9,
+            }
+        )
+    return rows + _backend_rows(ranks)
+
+
+def _backend_bytes(e: dict[str, Any]) -> int:
+    args = e.get("args") or {}
+    dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+    total = 0
+    for d, t in zip(dims, types):
+        count = 1
+        for x in d if isinstance(d, list) else ():
+            count *= int(x) if not isinstance(x, list) else 1
+        total += count * ELEMENT_BYTES.get(str(t), 0)
+    return total
+
+
+def _backend_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
+    """The collectives torch ran from C++ (DDP's buckets): the backend's events outside every collective
+    the ranks' code called, matched across ranks by their order per op."""
+    per_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for rec in ranks:
+        watched = [(c["enter_ns"], c["exit_ns"]) for c in rec.collectives]
+        found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for e in sorted(rec.events(), key=lambda e: e["start_ns"]):
+            m = BACKEND_EVENT.match(str(e.get("name", "")))
+            if m and not any(a <= e["start_ns"] <= b for a, b in watched):
+                found[m.group(2)].append(e)
+        per_rank[rec.rank] = found
+    rows = []
+    for op in sorted({op for found in per_rank.values() for op in found}):
+        count = max(len(found.get(op, ())) for found in per_rank.values())
+        for k in range(count):
+            by_rank = {r: found[op][k] for r, found in per_rank.items() if k < len(found.get(op, ()))}
+            first = min(e["start_ns"] for e in by_rank.values())
+            rows.append(
+                {
+                    "source": "torch (C++)",
+                    "op": op,
+                    "number": k + 1,
+                    "group": None,
+                    "call": f"{op} issued by torch",
+                    "line": None,
+                    "bytes": _backend_bytes(by_rank[min(by_rank)]),
+                    "start_ns": first,
+                    "last_arrival_ns": max(e["start_ns"] for e in by_rank.values()),
+                    "end_ns": max(e["end_ns"] for e in by_rank.values()),
+                    "skew_ms": {r: (e["start_ns"] - first) / 1e6 for r, e in sorted(by_rank.items())},
+                    "last_rank": max(by_rank, key=lambda r: by_rank[r]["start_ns"]) if len(by_rank) > 1 else None,
+                    "busbw_gbps": None,
+                }
+            )
+    return sorted(rows, key=lambda r: r["start_ns"])
+
+
+def summary_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
+    """Per rank: compute_s, collective_s, wait_s, last_to_arrive, calls_s (see the module's docstring)."""
+    wait: dict[int, float] = defaultdict(float)
+    last: dict[int, int] = defaultdict(int)
+    for by_rank in instances(ranks).values():
+        latest = max(c["enter_ns"] for c in by_rank.values())
+        if len(by_rank) > 1:
+            last[max(by_rank, key=lambda r: by_rank[r]["enter_ns"])] += 1
+        for r, c in by_rank.items():
+            wait[r] += max(0, min(c["exit_ns"], latest) - c["enter_ns"]) / 1e9
+    rows = []
+    for rec in sorted(ranks, key=lambda x: x.rank):
+        calls_s = sum(c["end_ns"] - c["start_ns"] for c in rec.calls) / 1e9
+        collective_s = sum(c["exit_ns"] - c["enter_ns"] for c in rec.collectives) / 1e9
+        rows.append(
+            {
+                "rank": rec.rank,
+                "compute_s": max(0.0, calls_s - collective_s),
+                "collective_s": collective_s,
+                "wait_s": wait[rec.rank],
+                "last_to_arrive": last[rec.rank],
+                "calls_s": calls_s,
+            }
+        )
+    return rows
+
+
+def merged_chrome_trace(ranks: list[RankRecord]) -> dict[str, Any]:
+    """Every rank's events in one Chrome/Perfetto trace: a process per rank (``pid`` = rank), one time
+    axis (µs from the earliest event), the collectives the ranks' code called as events of their own."""
+    all_events = {rec.rank: rec.events() for rec in ranks}
+    starts = [e["start_ns"] for evs in all_events.values() for e in evs]
+    starts += [c["enter_ns"] for rec in ranks for c in rec.collectives]
+    t0 = min(starts) if starts else 0
+    out: list[dict[str, Any]] = []
+    for rec in sorted(ranks, key=lambda x: x.rank):
+        out.append({"ph": "M", "name": "process_name", "pid": rec.rank, "tid": 0, "args": {"name": f"rank {rec.rank}"}})
+        out.append(
+            {"ph": "M", "name": "process_sort_index", "pid": rec.rank, "tid": 0, "args": {"sort_index": rec.rank}}
+        )
+        for e in all_events[rec.rank]:
+            clean = {k: v for k, v in e.items() if k not in ("start_ns", "end_ns")}
+            out.append({**clean, "pid": rec.rank, "ts": (e["start_ns"] - t0) / 1000})
+        for c in rec.collectives:
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": "mgpu collective",
+                    "name": f"{c['op']} #{c.get('n')}",
+                    "pid": rec.rank,
+                    "tid": "collectives",
+                    "ts": (c["enter_ns"] - t0) / 1000,
+                    "dur": (c["exit_ns"] - c["enter_ns"]) / 1000,
+                    "args": {"call": c.get("call"), "line": c.get("line"), "bytes": c.get("bytes")},
+                }
+            )
+    return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+
+def dumps(trace: dict[str, Any]) -> str:
+    return json.dumps(trace, separators=(",", ":"))

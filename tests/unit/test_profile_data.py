@@ -1,0 +1,94 @@
+"""The pure answers of a profile (issue 36), from synthetic rank records: waiting is the time before the
+group's last rank arrived, the last rank is counted, busbw uses nccl-tests' factors, clocks are moved by
+each rank's offset, torch's own (C++) collectives come from the backend's events, and the merged trace
+puts every rank on one axis."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_mgpu.profiling.profile_data import RankRecord, collective_rows, merged_chrome_trace, summary_rows
+
+MS = 1_000_000  # ns
+
+
+def _rank(rank: int, arrivals: list[float], offset_ms: float = 0.0, events: list[dict] | None = None) -> RankRecord:
+    """A rank that ran one call of 1 s with an all_reduce #k entered at arrivals[k] ms; all of them end
+    at 10 ms after the latest arrival of that number (times on its own clock: + offset)."""
+    latest = [max(a) for a in zip(*ALL)] if ALL else arrivals
+    collectives = [
+        {
+            "op": "all_reduce",
+            "n": k + 1,
+            "g": "0",
+            "gen": 0,
+            "call": "all_reduce float32[1000]",
+            "line": "line 6 of the cell",
+            "group": [0, 1, 2],
+            "bytes": 4000,
+            "enter_ns": int((a + offset_ms) * MS),
+            "exit_ns": int((latest[k] + 10 + offset_ms) * MS),
+        }
+        for k, a in enumerate(arrivals)
+    ]
+    calls = [{"label": "%%mgpu cell", "start_ns": int(offset_ms * MS), "end_ns": int((1000 + offset_ms) * MS)}]
+    calls.append({"label": "mg.profile", "start_ns": 0, "end_ns": 5 * MS})  # the profile's own: left out
+    trace = {"baseTimeNanoseconds": int(offset_ms * MS), "traceEvents": events or []}
+    return RankRecord(rank, "host", int(offset_ms * MS), trace, calls, collectives)
+
+
+ALL = [[0.0, 100.0, 200.0], [0.0, 100.0, 200.0], [300.0, 400.0, 500.0]]  # rank 2 late by 300 ms each time
+
+
+@pytest.fixture
+def ranks() -> list[RankRecord]:
+    # rank 1's clock runs 40 ms ahead of the notebook's: its offset brings it back
+    return [_rank(0, ALL[0]), _rank(1, ALL[1], offset_ms=40.0), _rank(2, ALL[2])]
+
+
+def test_waiting_is_the_time_before_the_last_rank_arrived_and_the_last_rank_is_counted(ranks):
+    rows = {r["rank"]: r for r in summary_rows(ranks)}
+    for r in (0, 1):
+        assert rows[r]["wait_s"] == pytest.approx(3 * 0.3) and rows[r]["last_to_arrive"] == 0
+    assert rows[2]["wait_s"] == 0 and rows[2]["last_to_arrive"] == 3
+    assert rows[0]["calls_s"] == pytest.approx(1.0)  # mg.profile's own calls are not the user's
+    assert rows[0]["collective_s"] == pytest.approx(3 * 0.31)
+    assert rows[0]["compute_s"] == pytest.approx(1.0 - 3 * 0.31)
+
+
+def test_a_row_per_collective_with_skews_last_rank_and_busbw(ranks):
+    rows = [r for r in collective_rows(ranks) if r["source"] == "your code"]
+    assert [r["number"] for r in rows] == [1, 2, 3]
+    first = rows[0]
+    assert first["skew_ms"] == {0: 0.0, 1: 0.0, 2: 300.0} and first["last_rank"] == 2
+    # 4000 B, 2(n-1)/n = 4/3 for all_reduce on 3 ranks, moved in the 10 ms after the last arrival
+    assert first["busbw_gbps"] == pytest.approx(4000 * 4 / 3 / 0.010 / 1e9)
+    assert first["line"] == "line 6 of the cell"
+
+
+def test_torchs_own_collectives_come_from_the_backends_events():
+    def gloo(start_ms: float) -> dict:
+        return {
+            "ph": "X",
+            "name": "gloo:all_reduce",
+            "ts": start_ms * 1000,
+            "dur": 2000,
+            "tid": 9,
+            "args": {"Input Dims": [[1010]], "Input type": ["float"]},
+        }
+
+    ranks = [RankRecord(r, "h", 0, {"baseTimeNanoseconds": 0, "traceEvents": [gloo(10 + r)]}) for r in range(2)]
+    rows = collective_rows(ranks)
+    assert len(rows) == 1 and rows[0]["source"] == "torch (C++)"
+    assert rows[0]["op"] == "all_reduce" and rows[0]["bytes"] == 1010 * 4
+    assert rows[0]["skew_ms"] == {0: 0.0, 1: 1.0} and rows[0]["last_rank"] == 1
+
+
+def test_the_merged_trace_has_a_process_per_rank_on_one_axis(ranks):
+    ranks[1].trace["traceEvents"] = [{"ph": "X", "name": "aten::mm", "ts": 100.0, "dur": 5.0, "tid": 1, "pid": 777}]
+    merged = merged_chrome_trace(ranks)["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in merged if e.get("name") == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1", 2: "rank 2"}
+    mm = next(e for e in merged if e["name"] == "aten::mm")
+    assert mm["pid"] == 1 and mm["ts"] == pytest.approx(100.0 - 0)  # rank 1's base moved by its offset
+    assert min(e["ts"] for e in merged if e.get("ph") == "X") == 0
