@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 STATE_FILE = "cluster.json"
+PROFILE_FILE = "profile.json"  # the session's last mg.profile(), as the sidebar draws it
 
 
 def base_dir() -> Path:

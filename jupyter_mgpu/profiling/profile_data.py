@@ -233,5 +233,59 @@ def merged_chrome_trace(ranks: list[RankRecord]) -> dict[str, Any]:
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 
+SIDEBAR_SEGMENTS = 150  # per rank and kind, the longest first: what a 250 px wide row can show
+
+
+def waits(ranks: list[RankRecord]) -> list[dict[str, Any]]:
+    """Each watched collective on each rank, split where the group's last rank arrived: ``wait_end_ns``
+    (the rank waited from entering until then), the collective's ``number`` and the ``latest`` rank."""
+    out = []
+    for (_gen, _group, number), by_rank in instances(ranks).items():
+        last = max(c["enter_ns"] for c in by_rank.values())
+        latest = max(by_rank, key=lambda r: by_rank[r]["enter_ns"])
+        for r, c in by_rank.items():
+            out.append(
+                {
+                    "rank": r,
+                    "record": c,
+                    "number": number,
+                    "latest": latest,
+                    "wait_end_ns": max(c["enter_ns"], min(c["exit_ns"], last)),
+                }
+            )
+    return out
+
+
+def sidebar_data(ranks: list[RankRecord], profiled_at: float) -> dict[str, Any]:
+    """The last profile as the JupyterLab sidebar draws it: per rank its calls, collectives (once all had
+    arrived) and waiting as ``[start ms, length ms]`` from the first call, and the summary."""
+    starts = [c["start_ns"] for rec in ranks for c in rec.calls] + [
+        c["enter_ns"] for rec in ranks for c in rec.collectives
+    ]
+    ends = [c["end_ns"] for rec in ranks for c in rec.calls] + [c["exit_ns"] for rec in ranks for c in rec.collectives]
+    t0 = min(starts, default=0)
+    segs: dict[int, dict[str, list[list[float]]]] = {
+        rec.rank: {"calls": [], "collective": [], "wait": []} for rec in ranks
+    }
+
+    def add(rank: int, kind: str, a: int, b: int) -> None:
+        if b > a:
+            segs[rank][kind].append([round((a - t0) / 1e6, 3), round((b - a) / 1e6, 3)])
+
+    for rec in ranks:
+        for c in rec.calls:
+            add(rec.rank, "calls", c["start_ns"], c["end_ns"])
+    for w in waits(ranks):
+        add(w["rank"], "wait", w["record"]["enter_ns"], w["wait_end_ns"])
+        add(w["rank"], "collective", w["wait_end_ns"], w["record"]["exit_ns"])
+    rows = []
+    for rank in sorted(segs):
+        kinds = {k: sorted(v, key=lambda s: -s[1])[:SIDEBAR_SEGMENTS] for k, v in segs[rank].items()}
+        rows.append({"rank": rank, **kinds})
+    summary = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()} for row in summary_rows(ranks)]
+    window = (max(ends) - t0) / 1e6 if ends else 0.0
+    return {"profiled_at": profiled_at, "window_ms": round(window, 3), "ranks": rows, "summary": summary}
+
+
 def dumps(trace: dict[str, Any]) -> str:
     return json.dumps(trace, separators=(",", ":"))

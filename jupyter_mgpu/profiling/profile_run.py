@@ -20,6 +20,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from jupyter_mgpu import rundir as rd
 from jupyter_mgpu.engine import rank_profiler
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.profiling import profile_data
@@ -92,6 +93,11 @@ class Profile:
             for rep in reports
         ]
         self.seconds["collect"] = time.perf_counter() - start
+        try:  # the sidebar draws the session's last profile (server/manager.py reads it)
+            data = profile_data.sidebar_data(self.ranks, time.time())
+            rd.write_json(Path(self.session.runtime_dir) / rd.PROFILE_FILE, data)
+        except OSError:
+            pass
 
     def _need(self) -> None:
         if self.running:

@@ -4,6 +4,7 @@
 ``GET  {base_url}mgpu/api/clusters``         this user's running clusters, their ranks and memory
 ``GET  {base_url}mgpu/api/clusters/<id>``    one of them
 ``DELETE {base_url}mgpu/api/clusters/<id>``  stop it (404 with a message when it is not this user's)
+``GET  {base_url}mgpu/api/clusters/<id>/profile``  its last ``mg.profile()``, as the sidebar draws it
 ``WS   {base_url}mgpu/api/stream``           snapshots pushed at the rate the client asks for
 
 Stream protocol (JSON text frames). Client → server: ``{"type": "configure", "interval": 1.0,
@@ -78,6 +79,16 @@ class ClusterHandler(_ManagerMixin, APIHandler):
             raise tornado.web.HTTPError(404, str(exc)) from None
         self.log.info("jupyter_mgpu: stopped cluster %s (pids %s)", cluster_id, result.signalled)
         self.finish(json.dumps(result.to_dict()))
+
+
+class ProfileHandler(_ManagerMixin, APIHandler):
+    @tornado.web.authenticated
+    async def get(self, cluster_id: str) -> None:
+        try:
+            payload = self.manager.profile(cluster_id)
+        except ClusterNotFound as exc:
+            raise tornado.web.HTTPError(404, str(exc)) from None
+        self.finish(json.dumps(payload))
 
 
 def parse_stream_message(text: str | bytes, interval: float, paused: bool) -> tuple[float, bool, bool]:
@@ -191,6 +202,7 @@ def setup_handlers(web_app: Any, manager: ClusterManager | None = None) -> None:
             (url_path_join(base, "devices"), DevicesHandler),
             (url_path_join(base, "clusters"), ClustersHandler),
             (url_path_join(base, "clusters", r"([^/]+)"), ClusterHandler),
+            (url_path_join(base, "clusters", r"([^/]+)", "profile"), ProfileHandler),
             (url_path_join(base, "stream"), StreamHandler),
         ],
     )

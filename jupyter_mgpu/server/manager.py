@@ -109,6 +109,13 @@ def _rank_entry(
     return entry
 
 
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
 class ClusterManager:
     """Discovers and describes this user's jupyter_mgpu clusters; stops one on request.
 
@@ -197,7 +204,16 @@ class ClusterManager:
             "ranks": ranks,
             "used_bytes": sum(r["used_bytes"] for r in ranks),
             "total_bytes": sum(r["total_bytes"] for r in ranks),
+            "profile_time": _mtime(path / rd.PROFILE_FILE),
         }
+
+    def profile(self, cluster_id: str) -> dict[str, Any]:
+        """The last ``mg.profile()`` of cluster ``cluster_id`` as the sidebar draws it (``ProfilePayload``)."""
+        path, _ = self.locate(cluster_id)
+        data = rd.read_json(path / rd.PROFILE_FILE)
+        if data is None:
+            raise ClusterNotFound(f"cluster {cluster_id!r} has no profile yet: run one with mg.profile()")
+        return data
 
     def _replaces(self, state: dict[str, Any], now: float) -> bool:
         """Whether this starting cluster's kernel had another cluster moments ago (``%mgpu_init --restart``)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_mgpu.profiling.profile_data import BACKEND_EVENT, RankRecord, collective_rows, instances
+from jupyter_mgpu.profiling.profile_data import waits as split_at_last_arrival
 
 ROW_PX = 28
 MAX_OPS_PER_RANK = 1500
@@ -87,20 +88,19 @@ def timeline_figure(ranks: list[RankRecord]) -> Any:
             ops.append((y, _ms(e["start_ns"], t0), (e["end_ns"] - e["start_ns"]) / 1e6, text))
     lines_x: list[float | None] = []
     lines_y: list[str | None] = []
-    for (_gen, _group, number), by_rank in instances(ranks).items():
+    for w in split_at_last_arrival(ranks):
+        c, y, latest = w["record"], label[w["rank"]], w["latest"]
+        waited = (w["wait_end_ns"] - c["enter_ns"]) / 1e6
+        text = (
+            f"{y}: {c.get('call')} #{w['number']} ({c.get('bytes', 0)} B) at {c.get('line')}; "
+            f"{(c['exit_ns'] - c['enter_ns']) / 1e6:.2f} ms, {waited:.2f} ms waiting for rank {latest}"
+        )
+        moving = max(0.01, (c["exit_ns"] - w["wait_end_ns"]) / 1e6)  # once all have arrived
+        colls.append((y, _ms(w["wait_end_ns"], t0), moving, text))
+        if waited > 0:
+            waits.append((y, _ms(c["enter_ns"], t0), waited, f"{y} waits {waited:.2f} ms for rank {latest}"))
+    for by_rank in instances(ranks).values():
         last = max(c["enter_ns"] for c in by_rank.values())
-        latest = max(by_rank, key=lambda r: by_rank[r]["enter_ns"])
-        for r, c in by_rank.items():
-            y = label[r]
-            waited = max(0, min(c["exit_ns"], last) - c["enter_ns"]) / 1e6
-            text = (
-                f"{y}: {c.get('call')} #{number} ({c.get('bytes', 0)} B) at {c.get('line')}; "
-                f"{(c['exit_ns'] - c['enter_ns']) / 1e6:.2f} ms, {waited:.2f} ms waiting for rank {latest}"
-            )
-            moving = max(0.01, (c["exit_ns"] - c["enter_ns"]) / 1e6 - waited)  # once all have arrived
-            colls.append((y, _ms(c["enter_ns"], t0) + waited, moving, text))
-            if waited > 0:
-                waits.append((y, _ms(c["enter_ns"], t0), waited, f"{y} waits {waited:.2f} ms for rank {latest}"))
         if len(by_rank) > 1:
             lines_x += [_ms(last, t0), _ms(last, t0), None]
             lines_y += [label[min(by_rank)], label[max(by_rank)], None]

@@ -8,10 +8,17 @@ import { formatBytes, formatUsedTotal, fraction } from './format';
 import {
   ClusterInfo,
   DeviceEntry,
+  ProfilePayload,
   RankInfo,
   SnapshotMessage
 } from './payloads';
 import { hostHeading } from './hosts';
+import {
+  PROFILE_ROW,
+  PROFILE_W,
+  profileCaption,
+  profileRects
+} from './profile_view';
 import { rankLabel } from './rank_label';
 import { showOtherUsers } from './other_users';
 import { History, scalePoints, toPolyline } from './sparkline';
@@ -24,6 +31,7 @@ export interface IPanelActions {
   insertInit(): void;
   stopCluster(cluster: ClusterInfo): void;
   togglePause(): void;
+  loadProfile(cluster: ClusterInfo): Promise<ProfilePayload>;
 }
 
 function el<K extends keyof HTMLElementTagNameMap>(
@@ -74,6 +82,9 @@ interface ClusterView {
   lastHost?: string | null;
   stop: HTMLButtonElement;
   info: ClusterInfo;
+  /** The last profile's section (hidden until there is one) and the time of the profile it shows. */
+  profile: HTMLDivElement;
+  profileTime: number | null;
 }
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
@@ -222,6 +233,8 @@ export class MgpuPanel extends Widget {
     const sparkAxis = el('div', 'jp-mgpu-spark-axis');
     const ranks = el('div', 'jp-mgpu-ranks');
     const stop = el('button', 'jp-mgpu-button jp-mgpu-stop', 'Stop cluster');
+    const profile = el('div', 'jp-mgpu-profile');
+    profile.hidden = true;
     const view: ClusterView = {
       card,
       title,
@@ -231,10 +244,12 @@ export class MgpuPanel extends Widget {
       ranks,
       rankViews: new Map(),
       stop,
-      info: c
+      info: c,
+      profile,
+      profileTime: null
     };
     stop.onclick = () => this._actions.stopCluster(view.info);
-    card.append(title, meta, spark, sparkAxis, ranks, stop);
+    card.append(title, meta, spark, sparkAxis, profile, ranks, stop);
     this._clusters.appendChild(card);
     this._views.set(c.cluster_id, view);
     return view;
@@ -275,6 +290,44 @@ export class MgpuPanel extends Widget {
       }
     }
     this._renderSpark(view, c, now);
+    if (c.profile_time !== view.profileTime) {
+      view.profileTime = c.profile_time;
+      if (c.profile_time !== null) {
+        this._actions
+          .loadProfile(c)
+          .then(p => this._renderProfile(view, p))
+          .catch(() => (view.profileTime = null)); // the next snapshot tries again
+      }
+    }
+  }
+
+  private _renderProfile(view: ClusterView, p: ProfilePayload): void {
+    const height = Math.max(1, p.ranks.length) * PROFILE_ROW;
+    const svg = document.createElementNS(SVG_NS, 'svg');
+    svg.setAttribute('class', 'jp-mgpu-profile-plot');
+    svg.setAttribute('viewBox', `0 0 ${PROFILE_W} ${height}`);
+    svg.setAttribute('preserveAspectRatio', 'none');
+    svg.style.height = `${height}px`;
+    const title = document.createElementNS(SVG_NS, 'title');
+    title.textContent =
+      'last profile: a row per rank; grey calls, blue collectives, orange waiting for the last rank';
+    svg.appendChild(title);
+    for (const r of profileRects(p)) {
+      const rect = document.createElementNS(SVG_NS, 'rect');
+      rect.setAttribute('class', `jp-mgpu-profile-${r.kind}`);
+      rect.setAttribute('x', r.x.toFixed(2));
+      rect.setAttribute('y', String(r.y));
+      rect.setAttribute('width', r.width.toFixed(2));
+      rect.setAttribute('height', String(r.height));
+      svg.appendChild(rect);
+    }
+    view.profile.replaceChildren(
+      el('div', 'jp-mgpu-profile-heading', 'Last profile'),
+      svg,
+      el('div', 'jp-mgpu-profile-caption', profileCaption(p))
+    );
+    view.profile.dataset.ranks = String(p.ranks.length);
+    view.profile.hidden = false;
   }
 
   private _makeRankView(view: ClusterView, r: RankInfo): RankView {

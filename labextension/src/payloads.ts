@@ -48,6 +48,34 @@ export interface ClusterInfo {
   ranks: RankInfo[];
   used_bytes: number;
   total_bytes: number;
+  /** When the cluster's last `mg.profile()` ended (s since the epoch), null before the first. */
+  profile_time: number | null;
+}
+
+/** One rank of a profile as the sidebar draws it: `[start ms, length ms]` from the profile's first call. */
+export interface ProfileRank {
+  rank: number;
+  calls: [number, number][];
+  collective: [number, number][];
+  wait: [number, number][];
+}
+
+/** One rank's row of a profile's summary (`summary_rows` in profiling/profile_data.py). */
+export interface ProfileSummaryRow {
+  rank: number;
+  compute_s: number;
+  collective_s: number;
+  wait_s: number;
+  last_to_arrive: number;
+  calls_s: number;
+}
+
+/** `GET /mgpu/api/clusters/<id>/profile` (`sidebar_data` in profiling/profile_data.py). */
+export interface ProfilePayload {
+  profiled_at: number;
+  window_ms: number;
+  ranks: ProfileRank[];
+  summary: ProfileSummaryRow[];
 }
 
 /** `GET /mgpu/api/clusters`. */
@@ -201,7 +229,54 @@ export function parseCluster(value: unknown): ClusterInfo {
     }),
     ranks: arr(o, 'ranks', what).map(parseRank),
     used_bytes: num(o, 'used_bytes', what),
-    total_bytes: num(o, 'total_bytes', what)
+    total_bytes: num(o, 'total_bytes', what),
+    profile_time:
+      o.profile_time === undefined ? null : numOrNull(o, 'profile_time', what)
+  };
+}
+
+function segments(o: Obj, key: string, what: string): [number, number][] {
+  return arr(o, key, what).map((s, i) => {
+    if (
+      !Array.isArray(s) ||
+      s.length !== 2 ||
+      typeof s[0] !== 'number' ||
+      typeof s[1] !== 'number'
+    ) {
+      throw new PayloadError(`${what}.${key}[${i}] is not [start, length]`);
+    }
+    return [s[0], s[1]];
+  });
+}
+
+export function parseProfile(value: unknown): ProfilePayload {
+  const o = obj(value, 'profile payload');
+  const what = 'profile payload';
+  return {
+    profiled_at: num(o, 'profiled_at', what),
+    window_ms: num(o, 'window_ms', what),
+    ranks: arr(o, 'ranks', what).map((r, i) => {
+      const rr = obj(r, `profile rank ${i}`);
+      const w = `profile rank ${String(rr.rank)}`;
+      return {
+        rank: num(rr, 'rank', w),
+        calls: segments(rr, 'calls', w),
+        collective: segments(rr, 'collective', w),
+        wait: segments(rr, 'wait', w)
+      };
+    }),
+    summary: arr(o, 'summary', what).map((r, i) => {
+      const rr = obj(r, `profile summary ${i}`);
+      const w = `profile summary of rank ${String(rr.rank)}`;
+      return {
+        rank: num(rr, 'rank', w),
+        compute_s: num(rr, 'compute_s', w),
+        collective_s: num(rr, 'collective_s', w),
+        wait_s: num(rr, 'wait_s', w),
+        last_to_arrive: num(rr, 'last_to_arrive', w),
+        calls_s: num(rr, 'calls_s', w)
+      };
+    })
   };
 }
 

@@ -40,7 +40,8 @@ const cluster = {
   ],
   ranks: [rank(0), rank(1)],
   used_bytes: 2001,
-  total_bytes: 8000
+  total_bytes: 8000,
+  profile_time: null
 };
 
 describe('parseClusters', () => {

@@ -33,8 +33,27 @@ const plot = (index, trace) => page.evaluate(([i, name]) => {
 
 try {
   await openNotebook(page, STEP_TIMEOUT);
+  await page.waitForSelector('.jp-mgpu-status', { timeout: STEP_TIMEOUT });
+  await page.click('.jp-mgpu-status');  // the sidebar, where the last profile shows too
+  await page.waitForSelector('#jupyter-mgpu-panel:not(.lm-mod-hidden)', { timeout: 10000 });
   await runCell(page, C.init);
   await runCell(page, C.profiled);
+  let sidebar = null;
+  try {
+    await page.waitForSelector('#jupyter-mgpu-panel .jp-mgpu-profile:not([hidden]) svg', { timeout: 15000 });
+    sidebar = await page.evaluate(() => {
+      const p = document.querySelector('#jupyter-mgpu-panel .jp-mgpu-profile');
+      const count = k => p.querySelectorAll(`rect.jp-mgpu-profile-${k}`).length;
+      const box = p.getBoundingClientRect(), panel = document.querySelector('#jupyter-mgpu-panel').getBoundingClientRect();
+      return { ranks: Number(p.dataset.ranks), calls: count('calls'), collective: count('collective'), wait: count('wait'),
+        caption: p.querySelector('.jp-mgpu-profile-caption')?.textContent ?? '', right: box.right, panelRight: panel.right };
+    });
+  } catch { /* the assertions say what is missing */ }
+  const section = await page.$('#jupyter-mgpu-panel .jp-mgpu-profile');
+  if (section) {
+    await section.scrollIntoViewIfNeeded();
+    await section.screenshot({ path: path.join(cfg.artifacts, '00_sidebar_profile.png') });
+  }
   await runCell(page, C.timeline);
   await page.waitForFunction(i => !!window.jupyterapp.shell.currentWidget.content.widgets[i].node
     .querySelector('.js-plotly-plot .bars'), C.timeline, { timeout: 30000, polling: 200 });
@@ -65,7 +84,7 @@ try {
   await page.waitForTimeout(800);
   const after = await plot(C.timeline, 'waiting for the last rank');
   await shot(C.timeline, '03_zoomed');
-  report('timeline', { before, hover, after, layout, summary: await outputText(C.summary) });
+  report('timeline', { before, hover, after, layout, summary: await outputText(C.summary), sidebar });
 
   await runCell(page, C.shutdown);
   const shutdown = await outputText(C.shutdown);

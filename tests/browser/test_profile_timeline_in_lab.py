@@ -2,7 +2,8 @@
 in the shared ``lab`` (tests/lab_server.py) with Debian's Chromium — 16 CPU ranks, rank 5 late to each of
 three all_reduces, ``%%mgpu --profile`` — and checks the plotly timeline: a row per rank, a hover that
 names the waiting and the rank waited for, a drag that zooms the time axis, nothing past the cell's edge,
-no console errors. Screenshots go to test-artifacts/browser-profile/."""
+no console errors; the Multi-GPU sidebar draws the last profile and names the late rank. Screenshots go
+to test-artifacts/browser-profile/."""
 
 from __future__ import annotations
 
@@ -51,6 +52,15 @@ def test_the_summary_names_the_late_rank(steps):
     lines = steps["timeline"]["summary"].splitlines()
     row5 = next(line for line in lines if line.split()[:1] == ["5"])
     assert row5.split()[-1] == "3", lines
+
+
+def test_the_sidebar_shows_the_last_profile(steps):
+    side = steps["timeline"]["sidebar"]
+    assert side is not None, "the sidebar showed no profile"
+    assert side["ranks"] == 16 and side["calls"] >= 16 and side["collective"] == 16 * 3
+    assert side["wait"] == 15 * 3  # every rank but the late one waited at each all_reduce
+    assert side["caption"].startswith("rank 5 came last to 3 collectives · the others waited "), side["caption"]
+    assert side["right"] <= side["panelRight"] + 1
 
 
 def test_nothing_past_the_cells_edge_and_no_console_errors(steps):

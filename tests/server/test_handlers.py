@@ -96,3 +96,22 @@ async def test_no_gpu_means_no_warnings_or_errors_in_the_log(jp_fetch, fake_clus
         await jp_fetch("mgpu", "api", "clusters")
     bad = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert bad == []
+
+
+async def test_the_last_profile_is_served_when_there_is_one(jp_fetch, fake_clusters):
+    from jupyter_mgpu import rundir as rd
+
+    path = fake_clusters.make("222-bbbb0009", world_size=2)
+    clusters = json.loads((await jp_fetch("mgpu", "api", "clusters")).body)["clusters"]
+    assert clusters[0]["profile_time"] is None
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("mgpu", "api", "clusters", "222-bbbb0009", "profile")
+    assert err.value.code == 404
+    data = {"profiled_at": 1.0, "window_ms": 10.0, "ranks": [], "summary": []}
+    rd.write_json(path / rd.PROFILE_FILE, data)  # what mg.profile() leaves when it ends
+    clusters = json.loads((await jp_fetch("mgpu", "api", "clusters")).body)["clusters"]
+    assert clusters[0]["profile_time"] == pytest.approx((path / rd.PROFILE_FILE).stat().st_mtime)
+    assert json.loads((await jp_fetch("mgpu", "api", "clusters", "222-bbbb0009", "profile")).body) == data
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("mgpu", "api", "clusters", "222-bbbb0009", "profile", headers=NO_AUTH)
+    assert err.value.code == 403

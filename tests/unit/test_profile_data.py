@@ -92,3 +92,15 @@ def test_the_merged_trace_has_a_process_per_rank_on_one_axis(ranks):
     mm = next(e for e in merged if e["name"] == "aten::mm")
     assert mm["pid"] == 1 and mm["ts"] == pytest.approx(100.0 - 0)  # rank 1's base moved by its offset
     assert min(e["ts"] for e in merged if e.get("ph") == "X") == 0
+
+
+def test_the_sidebar_gets_each_ranks_calls_collectives_and_waiting(ranks):
+    from jupyter_mgpu.profiling.profile_data import sidebar_data
+
+    data = sidebar_data(ranks, profiled_at=5.0)
+    assert data["profiled_at"] == 5.0 and data["window_ms"] == pytest.approx(1000.0)
+    rows = {r["rank"]: r for r in data["ranks"]}
+    assert sorted(rows[0]["wait"]) == [[0.0, 300.0], [100.0, 300.0], [200.0, 300.0]]
+    assert rows[2]["wait"] == [] and sorted(rows[2]["collective"]) == [[300.0, 10.0], [400.0, 10.0], [500.0, 10.0]]
+    assert rows[0]["calls"] == [[0.0, 1000.0]]  # the profile's own calls are left out
+    assert [s["last_to_arrive"] for s in data["summary"]] == [0, 0, 3]

@@ -1,0 +1,66 @@
+import { parseProfile, PayloadError, ProfilePayload } from '../src/payloads';
+import { profileCaption, profileRects } from '../src/profile_view';
+
+const payload: ProfilePayload = {
+  profiled_at: 1700000000,
+  window_ms: 1000,
+  ranks: [
+    { rank: 0, calls: [[0, 1000]], collective: [[900, 10]], wait: [[0, 900]] },
+    { rank: 1, calls: [[0, 1000]], collective: [[900, 10]], wait: [] }
+  ],
+  summary: [
+    {
+      rank: 0,
+      compute_s: 0.09,
+      collective_s: 0.91,
+      wait_s: 0.9,
+      last_to_arrive: 0,
+      calls_s: 1
+    },
+    {
+      rank: 1,
+      compute_s: 0.99,
+      collective_s: 0.01,
+      wait_s: 0,
+      last_to_arrive: 3,
+      calls_s: 1
+    }
+  ]
+};
+
+describe('the last profile in the sidebar', () => {
+  it('parses the payload and refuses a malformed segment, naming it', () => {
+    expect(parseProfile(payload)).toEqual(payload);
+    const bad = { ...payload, ranks: [{ ...payload.ranks[0], wait: [[1]] }] };
+    expect(() => parseProfile(bad)).toThrow(PayloadError);
+    expect(() => parseProfile(bad)).toThrow(
+      /profile rank 0.wait\[0\] is not \[start, length\]/
+    );
+  });
+  it('draws a row per rank on one time axis', () => {
+    const rects = profileRects(payload, 200, 8);
+    const waits = rects.filter(r => r.kind === 'wait');
+    expect(waits).toEqual([
+      { kind: 'wait', x: 0, y: 1, width: 180, height: 5 }
+    ]);
+    const calls = rects.filter(r => r.kind === 'calls');
+    expect(calls.map(r => [r.y, r.width])).toEqual([
+      [0, 200],
+      [8, 200]
+    ]);
+    const collectives = rects.filter(r => r.kind === 'collective');
+    expect(collectives.map(r => r.x)).toEqual([180, 180]);
+  });
+  it('names the rank the others waited for', () => {
+    expect(profileCaption(payload)).toBe(
+      'rank 1 came last to 3 collectives · the others waited 0.90 s'
+    );
+    const even = {
+      ...payload,
+      summary: payload.summary.map(r => ({ ...r, last_to_arrive: 0 }))
+    };
+    expect(profileCaption(even)).toBe(
+      '1000 ms profiled · no rank was waited for'
+    );
+  });
+});
