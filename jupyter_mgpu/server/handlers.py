@@ -4,13 +4,14 @@
 ``GET  {base_url}mgpu/api/clusters``         this user's running clusters, their ranks and memory
 ``GET  {base_url}mgpu/api/clusters/<id>``    one of them
 ``DELETE {base_url}mgpu/api/clusters/<id>``  stop it (404 with a message when it is not this user's)
-``GET  {base_url}mgpu/api/clusters/<id>/profile``  its last ``mg.profile()``, as the sidebar draws it
+``GET  {base_url}mgpu/api/clusters/<id>/profile``  its last ``mg.profile()`` (the stream carries it too)
 ``WS   {base_url}mgpu/api/stream``           snapshots pushed at the rate the client asks for
 
 Stream protocol (JSON text frames). Client → server: ``{"type": "configure", "interval": 1.0,
 "paused": false}`` (either key optional), ``{"type": "pause"}``, ``{"type": "resume"}``,
 ``{"type": "refresh"}``. Server → client: ``{"type": "snapshot", "time", "clusters", "devices",
-"interval", "paused"}`` and, for a malformed message, ``{"type": "error", "message": "..."}`` (the
+"interval", "paused"}`` (a cluster whose last profile this connection has not carried yet has it as
+``profile``, the payload of the profile route) and, for a malformed message, ``{"type": "error", "message": "..."}`` (the
 stream stays open). Closing the socket ends its loop at once; nothing keeps running.
 """
 
@@ -153,11 +154,12 @@ class StreamHandler(_ManagerMixin, WebSocketMixin, tornado.websocket.WebSocketHa
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._wake is not None
+        profiles_sent: dict[str, float] = {}  # each cluster's last profile goes out once per connection
         while True:
             if not self.paused or self._force:
                 self._force = False
                 try:
-                    snap = await loop.run_in_executor(None, self.manager.snapshot)
+                    snap = await loop.run_in_executor(None, self.manager.snapshot, profiles_sent)
                     if self.ws_connection is None:
                         return
                     await self.write_message(

@@ -228,14 +228,30 @@ class ClusterManager:
     def _note(self, state: dict[str, Any], now: float) -> None:
         self._seen.setdefault(state.get("kernel_pid"), {})[state.get("cluster_id")] = now
 
-    def clusters(self) -> dict[str, Any]:
-        """``{"time", "clusters": [...]}`` for every running cluster of this user."""
+    def clusters(self, profiles_sent: dict[str, float] | None = None) -> dict[str, Any]:
+        """``{"time", "clusters": [...]}`` for every running cluster of this user.
+
+        With ``profiles_sent`` (cluster id -> the ``profile_time`` a stream connection last carried; updated
+        here), a cluster whose last profile is newer carries it as ``profile``, read along with the rest: the
+        sidebar never asks for a profile of a cluster that has ended since (a 404 in the browser's console).
+        """
         now = time.time()
         out = []
         for path in self._live_dirs():
             state = rd.read_json(path / rd.STATE_FILE)
-            if state is not None:
-                out.append(self.describe(path, state, now))
+            if state is None:
+                continue
+            info = self.describe(path, state, now)
+            cid, when = info["cluster_id"], info["profile_time"]
+            if profiles_sent is not None and when is not None and profiles_sent.get(cid) != when:
+                data = rd.read_json(path / rd.PROFILE_FILE)
+                if data is not None:
+                    info["profile"] = data
+                    profiles_sent[cid] = when
+            out.append(info)
+        if profiles_sent is not None:
+            for gone in set(profiles_sent) - {c["cluster_id"] for c in out}:
+                del profiles_sent[gone]
         return {"time": now, "clusters": out}
 
     def cluster(self, cluster_id: str) -> dict[str, Any]:
@@ -277,9 +293,10 @@ class ClusterManager:
                 )
         return {"time": time.time(), "host": socket.gethostname(), "source": "clusters", "devices": out}
 
-    def snapshot(self) -> dict[str, Any]:
-        """Clusters and devices at once (what one websocket frame carries)."""
-        clusters = self.clusters()
+    def snapshot(self, profiles_sent: dict[str, float] | None = None) -> dict[str, Any]:
+        """Clusters and devices at once (what one websocket frame carries); see :meth:`clusters` for
+        ``profiles_sent``."""
+        clusters = self.clusters(profiles_sent)
         return {"time": clusters["time"], "clusters": clusters["clusters"], "devices": self.devices(clusters)}
 
     # -- stopping ------------------------------------------------------------------------------

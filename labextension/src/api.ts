@@ -4,12 +4,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import {
-  parseProfile,
-  parseStop,
-  ProfilePayload,
-  StopPayload
-} from './payloads';
+import { parseStop, StopPayload } from './payloads';
 
 /** `DELETE /mgpu/api/clusters/<id>`: stop one of this user's clusters; throws with the server's message. */
 export async function stopCluster(
@@ -43,24 +38,4 @@ export async function stopCluster(
     throw new Error(message);
   }
   return parseStop(body);
-}
-
-/** `GET /mgpu/api/clusters/<id>/profile`: the cluster's last `mg.profile()`, as the sidebar draws it. */
-export async function fetchProfile(
-  clusterId: string,
-  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
-): Promise<ProfilePayload> {
-  const url = URLExt.join(
-    settings.baseUrl,
-    'mgpu',
-    'api',
-    'clusters',
-    encodeURIComponent(clusterId),
-    'profile'
-  );
-  const response = await ServerConnection.makeRequest(url, {}, settings);
-  if (!response.ok) {
-    throw new Error(`${response.status} ${response.statusText}`);
-  }
-  return parseProfile(await response.json());
 }

@@ -12,7 +12,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
-import { fetchProfile, stopCluster } from './api';
+import { stopCluster } from './api';
 import { initCommand } from './format';
 import { MgpuPanel } from './panel';
 import { ClusterInfo } from './payloads';
@@ -81,7 +81,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const panel = new MgpuPanel({
       insertInit: () => void app.commands.execute(CommandIDs.insertInit),
       stopCluster: cluster => void confirmStop(cluster),
-      loadProfile: cluster => fetchProfile(cluster.cluster_id),
       togglePause: () => {
         paused = !paused;
         stream.configure(interval, paused);

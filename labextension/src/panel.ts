@@ -31,7 +31,6 @@ export interface IPanelActions {
   insertInit(): void;
   stopCluster(cluster: ClusterInfo): void;
   togglePause(): void;
-  loadProfile(cluster: ClusterInfo): Promise<ProfilePayload>;
 }
 
 function el<K extends keyof HTMLElementTagNameMap>(
@@ -82,9 +81,8 @@ interface ClusterView {
   lastHost?: string | null;
   stop: HTMLButtonElement;
   info: ClusterInfo;
-  /** The last profile's section (hidden until there is one) and the time of the profile it shows. */
+  /** The last profile's section (hidden until there is one). */
   profile: HTMLDivElement;
-  profileTime: number | null;
 }
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
@@ -245,8 +243,7 @@ export class MgpuPanel extends Widget {
       rankViews: new Map(),
       stop,
       info: c,
-      profile,
-      profileTime: null
+      profile
     };
     stop.onclick = () => this._actions.stopCluster(view.info);
     card.append(title, meta, spark, sparkAxis, profile, ranks, stop);
@@ -290,14 +287,8 @@ export class MgpuPanel extends Widget {
       }
     }
     this._renderSpark(view, c, now);
-    if (c.profile_time !== view.profileTime) {
-      view.profileTime = c.profile_time;
-      if (c.profile_time !== null) {
-        this._actions
-          .loadProfile(c)
-          .then(p => this._renderProfile(view, p))
-          .catch(() => (view.profileTime = null)); // the next snapshot tries again
-      }
+    if (c.profile !== null) {
+      this._renderProfile(view, c.profile); // the stream carries each new profile once
     }
   }
 

@@ -50,6 +50,8 @@ export interface ClusterInfo {
   total_bytes: number;
   /** When the cluster's last `mg.profile()` ended (s since the epoch), null before the first. */
   profile_time: number | null;
+  /** That profile, in the first snapshot of a stream connection after it ended (else null). */
+  profile: ProfilePayload | null;
 }
 
 /** One rank of a profile as the sidebar draws it: `[start ms, length ms]` from the profile's first call. */
@@ -70,7 +72,7 @@ export interface ProfileSummaryRow {
   calls_s: number;
 }
 
-/** `GET /mgpu/api/clusters/<id>/profile` (`sidebar_data` in profiling/profile_data.py). */
+/** A cluster's last profile: `ClusterInfo.profile`, `GET /mgpu/api/clusters/<id>/profile` (`sidebar_data` in profiling/profile_data.py). */
 export interface ProfilePayload {
   profiled_at: number;
   window_ms: number;
@@ -231,7 +233,11 @@ export function parseCluster(value: unknown): ClusterInfo {
     used_bytes: num(o, 'used_bytes', what),
     total_bytes: num(o, 'total_bytes', what),
     profile_time:
-      o.profile_time === undefined ? null : numOrNull(o, 'profile_time', what)
+      o.profile_time === undefined ? null : numOrNull(o, 'profile_time', what),
+    profile:
+      o.profile === undefined || o.profile === null
+        ? null
+        : parseProfile(o.profile)
   };
 }
 

@@ -41,7 +41,8 @@ const cluster = {
   ranks: [rank(0), rank(1)],
   used_bytes: 2001,
   total_bytes: 8000,
-  profile_time: null
+  profile_time: null,
+  profile: null
 };
 
 describe('parseClusters', () => {

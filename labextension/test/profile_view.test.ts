@@ -1,4 +1,9 @@
-import { parseProfile, PayloadError, ProfilePayload } from '../src/payloads';
+import {
+  parseClusters,
+  parseProfile,
+  PayloadError,
+  ProfilePayload
+} from '../src/payloads';
 import { profileCaption, profileRects } from '../src/profile_view';
 
 const payload: ProfilePayload = {
@@ -35,6 +40,39 @@ describe('the last profile in the sidebar', () => {
     expect(() => parseProfile(bad)).toThrow(PayloadError);
     expect(() => parseProfile(bad)).toThrow(
       /profile rank 0.wait\[0\] is not \[start, length\]/
+    );
+  });
+  it('comes with the snapshot of its cluster, checked like the rest', () => {
+    const base = parseClusters({ time: 1, clusters: [] });
+    expect(base.clusters).toEqual([]);
+    const cluster = {
+      cluster_id: '1-abcd0001',
+      status: 'running',
+      notebook: null,
+      kernel_pid: null,
+      controller_pid: null,
+      supervisor_pid: null,
+      world_size: 1,
+      backend: 'gloo',
+      kind: 'cpu',
+      started_at: null,
+      devices: [],
+      ranks: [],
+      used_bytes: 0,
+      total_bytes: 0,
+      profile_time: 5,
+      profile: payload
+    };
+    expect(
+      parseClusters({ time: 1, clusters: [cluster] }).clusters[0].profile
+    ).toEqual(payload);
+    expect(
+      parseClusters({ time: 1, clusters: [{ ...cluster, profile: undefined }] })
+        .clusters[0].profile
+    ).toBeNull();
+    const bad = { ...cluster, profile: { ...payload, window_ms: 'long' } };
+    expect(() => parseClusters({ time: 1, clusters: [bad] })).toThrow(
+      /profile payload.window_ms is not a number/
     );
   });
   it('draws a row per rank on one time axis', () => {

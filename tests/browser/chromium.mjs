@@ -61,6 +61,12 @@ export async function openNotebook(page, timeout) {
   await notebookReady(page, timeout);
 }
 
+// Shut the current notebook's kernel down (its cluster with it), so that later tests in the shared lab
+// neither wait behind its engines nor see its card in the sidebar; errors are ignored (a closing page).
+export async function shutdownKernel(page) {
+  await page.evaluate(() => window.jupyterapp?.shell.currentWidget?.sessionContext?.shutdown()).catch(() => {});
+}
+
 // A step threw: report 'error' with its stack and the console errors so far, save the page as `shot` in
 // cfg.artifacts, and make the script exit non-zero.
 export async function reportError(err, page, shot, consoleErrors) {

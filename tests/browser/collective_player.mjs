@@ -3,7 +3,7 @@
 // what it shows. Called by tests/browser/test_collective_player.py with one JSON argument
 // {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
 import path from 'node:path';
-import { cfg, report, openBrowser, openNotebook, runCell as runCellIn, reportError, untilLastStep } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, runCell as runCellIn, reportError, untilLastStep, shutdownKernel } from './chromium.mjs';
 
 const T = 90000;
 const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 1000 } });
@@ -60,5 +60,6 @@ try {
 } catch (err) {
   await reportError(err, page, 'player_error.png', consoleErrors);
 } finally {
+  await shutdownKernel(page);
   await context.close();
 }

@@ -3,7 +3,7 @@
 // JSON argument: {url, token, notebook, artifacts, docsShot, chromium, profile}. Prints one JSON line
 // per step ({"step": ..., ...observations}) and a final {"step": "done"}; the pytest asserts on them.
 import path from 'node:path';
-import { cfg, report, openBrowser, openNotebook, runCell, reportError, sidebar } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, runCell, reportError, sidebar, shutdownKernel } from './chromium.mjs';
 
 const STEP_TIMEOUT = 90000;
 
@@ -179,5 +179,6 @@ try {
 } catch (err) {
   await reportError(err, page, '99_failure.png', consoleErrors);
 } finally {
+  await shutdownKernel(page);
   await context.close();
 }

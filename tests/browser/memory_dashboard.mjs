@@ -4,7 +4,7 @@
 // the second view and checks the first froze too. Called by tests/browser/test_memory_dashboard.py with
 // one JSON argument {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
 import path from 'node:path';
-import { cfg, report, openBrowser, openNotebook, runCell as runCellIn, reportError } from './chromium.mjs';
+import { cfg, report, openBrowser, openNotebook, runCell as runCellIn, reportError, shutdownKernel } from './chromium.mjs';
 
 const T = 90000;
 const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 900 } });
@@ -78,5 +78,6 @@ try {
 } catch (err) {
   await reportError(err, page, 'dashboard_error.png', consoleErrors);
 } finally {
+  await shutdownKernel(page);
   await context.close();
 }

@@ -6,7 +6,7 @@
 import path from 'node:path';
 import {
   cfg, report, openBrowser, openNotebook, runCell as runCellIn, reportError, stepForward, lastAndBack, offlinePage,
-  playToEnd
+  playToEnd, shutdownKernel
 } from './chromium.mjs';
 
 const T = 120000;
@@ -97,5 +97,6 @@ try {
 } catch (err) {
   await reportError(err, page, 'error.png', consoleErrors);
 } finally {
+  await shutdownKernel(page);
   await context.close();
 }

@@ -38,18 +38,21 @@ try {
   await page.waitForSelector('#jupyter-mgpu-panel:not(.lm-mod-hidden)', { timeout: 10000 });
   await runCell(page, C.init);
   await runCell(page, C.profiled);
+  // what the two cells printed: a failure further on (no plot, no sidebar) then says why
+  report('cells', { init: await outputText(C.init), profiled: await outputText(C.profiled) });
   let sidebar = null;
   try {
-    await page.waitForSelector('#jupyter-mgpu-panel .jp-mgpu-profile:not([hidden]) svg', { timeout: 15000 });
+    await page.waitForSelector('#jupyter-mgpu-panel .jp-mgpu-profile:not([hidden]) svg', { timeout: 30000 });
     sidebar = await page.evaluate(() => {
-      const p = document.querySelector('#jupyter-mgpu-panel .jp-mgpu-profile');
+      const p = document.querySelector('#jupyter-mgpu-panel .jp-mgpu-profile:not([hidden])');
       const count = k => p.querySelectorAll(`rect.jp-mgpu-profile-${k}`).length;
       const box = p.getBoundingClientRect(), panel = document.querySelector('#jupyter-mgpu-panel').getBoundingClientRect();
       return { ranks: Number(p.dataset.ranks), calls: count('calls'), collective: count('collective'), wait: count('wait'),
-        caption: p.querySelector('.jp-mgpu-profile-caption')?.textContent ?? '', right: box.right, panelRight: panel.right };
+        caption: p.querySelector('.jp-mgpu-profile-caption')?.textContent ?? '', right: box.right, panelRight: panel.right,
+        cards: [...document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-cluster')].map(c => c.dataset.clusterId) };
     });
   } catch { /* the assertions say what is missing */ }
-  const section = await page.$('#jupyter-mgpu-panel .jp-mgpu-profile');
+  const section = await page.$('#jupyter-mgpu-panel .jp-mgpu-profile:not([hidden])');
   if (section) {
     await section.scrollIntoViewIfNeeded();
     await section.screenshot({ path: path.join(cfg.artifacts, '00_sidebar_profile.png') });

@@ -31,6 +31,10 @@ def steps(lab):
     )
 
 
+def test_the_cell_profiled_every_rank(steps):
+    assert "mgpu: profiled on every rank" in steps["cells"]["profiled"], steps["cells"]
+
+
 def test_a_row_per_rank(steps):
     before = steps["timeline"]["before"]
     assert before["ticks"] == [f"rank {r}" for r in range(16)], before["ticks"]
@@ -56,7 +60,7 @@ def test_the_summary_names_the_late_rank(steps):
 
 def test_the_sidebar_shows_the_last_profile(steps):
     side = steps["timeline"]["sidebar"]
-    assert side is not None, "the sidebar showed no profile"
+    assert side is not None, f"the sidebar showed no profile; the cells printed {steps['cells']}"
     assert side["ranks"] == 16 and side["calls"] >= 16 and side["collective"] == 16 * 3
     assert side["wait"] == 15 * 3  # every rank but the late one waited at each all_reduce
     assert side["caption"].startswith("rank 5 came last to 3 collectives · the others waited "), side["caption"]

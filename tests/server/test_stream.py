@@ -105,3 +105,30 @@ async def test_closing_the_stream_ends_its_loop(jp_ws_fetch, jp_serverapp, mgpu_
         await asyncio.sleep(0.05)
     assert not streams
     assert all(t.done() for t in tasks)
+
+
+async def test_a_new_profile_rides_the_next_snapshot_once(jp_ws_fetch, fake_clusters):
+    """The sidebar gets each profile with the snapshot that first lists it (never by a second request that a
+    cluster ending in between would answer with a 404), once per connection, and again after a newer one."""
+    import os
+
+    from jupyter_mgpu import rundir as rd
+
+    path = fake_clusters.make("444-dddd0002", world_size=2)
+    ws = await jp_ws_fetch("mgpu", "api", "stream")
+    assert "profile" not in (await recv(ws))["clusters"][0]
+    ws.write_message(json.dumps({"type": "configure", "interval": 0.2}))
+    data = {"profiled_at": 1.0, "window_ms": 10.0, "ranks": [], "summary": []}
+    rd.write_json(path / rd.PROFILE_FILE, data)
+    frames = [await recv(ws) for _ in range(5)]
+    carried = [f["clusters"][0]["profile"] for f in frames if "profile" in f["clusters"][0]]
+    assert carried == [data]
+    newer = {**data, "profiled_at": 2.0}
+    rd.write_json(path / rd.PROFILE_FILE, newer)
+    os.utime(path / rd.PROFILE_FILE, (time.time() + 5, time.time() + 5))  # a later mtime, whatever the clock's grain
+    frames = [await recv(ws) for _ in range(5)]
+    assert [f["clusters"][0]["profile"] for f in frames if "profile" in f["clusters"][0]] == [newer]
+    ws.close()
+    again = await jp_ws_fetch("mgpu", "api", "stream")  # a new page gets the last profile at once
+    assert (await recv(again))["clusters"][0]["profile"] == newer
+    again.close()
