@@ -1,5 +1,5 @@
 """What watching every collective costs (issue 34): each rank numbers, fingerprints and compares every
-collective its code calls, and says which one it waits in (``engine/collective_watch.py``). Measured
+collective its code calls, and says which one it waits in (``engine/watch/collective_watch.py``). Measured
 side by side on the same ranks, in one run: torch.distributed's own function (the baseline), the
 watched one with the fingerprint comparison (the default), and the watched one with
 ``--no-collective-checks``; the goals are at most 3 % on a 1 MiB all_reduce and 50 µs a call.
@@ -32,7 +32,7 @@ def _per_call(op: str, numel: int, iters: int, variant: str) -> float:
     import torch
     import torch.distributed as dist
 
-    from jupyter_mgpu.engine import collective_watch as watch
+    from jupyter_mgpu.engine.watch import collective_watch as watch
 
     fn = watch._originals[op] if variant == "plain" else getattr(dist, op)
     watch.set_checks(variant != "unchecked")
@@ -57,7 +57,7 @@ def _watch_alone(iters: int, checks: bool) -> float:
 
     import torch
 
-    from jupyter_mgpu.engine import collective_watch as watch
+    from jupyter_mgpu.engine.watch import collective_watch as watch
 
     def nothing(tensor, op=None, group=None, async_op=False):  # all_reduce's parameters
         return None

@@ -50,7 +50,7 @@ def _plain_worker(rank: int, n: int, port: int, threads: int, conn) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # as the engines' group (engine/process_group.py)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # as the engines' group (engine/group/process_group.py)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
     while True:
         command = conn.recv()
@@ -219,7 +219,7 @@ def main() -> None:
     _captured_text(ip, f"mgpu_init {args.ranks} --cpu --no-dashboard")
     s = mg.current()
     if args.no_telemetry:  # to see what the memory sampler costs the numbers
-        from jupyter_mgpu.engine import telemetry
+        from jupyter_mgpu.engine.records import telemetry
 
         s.run(telemetry.set_period, 0)
     batches: dict = {}

@@ -144,7 +144,7 @@ def with_mgpu(folder: str, ranks: int, repeat: int, session: object = None) -> d
     import torch.nn.functional as F
 
     import jupyter_mgpu as mg
-    from jupyter_mgpu.engine import telemetry
+    from jupyter_mgpu.engine.records import telemetry
     from jupyter_mgpu.session.lifecycle import start_session
 
     s = session or mg.current(required=False)

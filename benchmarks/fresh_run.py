@@ -46,8 +46,9 @@ def _reset_alone() -> float:
     """Seconds the rank side spends entering and leaving a fresh program around nothing."""
     import time
 
-    from jupyter_mgpu.engine import fresh_program, namespace_transfer
     from jupyter_mgpu.engine import state as rank_state
+    from jupyter_mgpu.engine.execution import namespace_transfer
+    from jupyter_mgpu.engine.program import fresh_program
 
     st = rank_state.get()
     env = fresh_program.run_environment(False, st.rank, st.rundir)

@@ -27,8 +27,8 @@ os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.engine import shard_store as store
-from jupyter_mgpu.engine import telemetry
+from jupyter_mgpu.engine.records import telemetry
+from jupyter_mgpu.engine.shards import shard_store as store
 from jupyter_mgpu.ops import matmul_baselines as base
 from jupyter_mgpu.ops.matmul_plan import required_placements
 

@@ -8,7 +8,7 @@ trials of the recipes alternate, and the tables show medians of ``--repeat`` tri
 
 The phase table says when each phase began and ended, in seconds from the call (negative: before it,
 in the spare supervisor at ``%load_ext``), from the marks every process of the start writes
-(``jupyter_mgpu/engine/startup_marks.py``); the naive recipe's steps are timed in its script.
+(``jupyter_mgpu/engine/startup/startup_marks.py``); the naive recipe's steps are timed in its script.
 
 ``--first-start`` adds "mg.init first start": a cold ``mg.init`` as right after ``pip install``, with
 an empty shim cache (its own ``XDG_CACHE_HOME`` per trial, so other users of ~/.cache are untouched)
@@ -37,7 +37,7 @@ assert s.run_cell("x = torch.ones(1); dist.all_reduce(x); x.item()") == [repr(fl
 took = time.perf_counter() - t
 time.sleep(0.3)  # let every rank's sampler write its first record (marked, not timed)
 marks = s.cluster.startup_marks(); marks["kernel.ready"] = ready; marks["end"] = t0 + took
-budget = s.run_cell("from jupyter_mgpu.engine import budget as _b; _b.mode()", stream=False)
+budget = s.run_cell("from jupyter_mgpu.engine.shards import budget as _b; _b.mode()", stream=False)
 s.shutdown()
 print("MARKS", json.dumps({{k: v - t0 for k, v in marks.items()}}))
 print("BUDGET", json.dumps(budget))

@@ -28,7 +28,7 @@ os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 import psutil
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.engine import telemetry as tele
+from jupyter_mgpu.engine.records import telemetry as tele
 from jupyter_mgpu.monitoring.memory_monitor import monitor
 from jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard
 
@@ -65,7 +65,7 @@ def cpu_seconds(s: mg.Session) -> float:
 
 
 def _sampler_tid() -> int | None:
-    from jupyter_mgpu.engine import telemetry
+    from jupyter_mgpu.engine.records import telemetry
 
     sampler = telemetry._sampler
     return sampler.native_id if sampler is not None and sampler.is_alive() else None

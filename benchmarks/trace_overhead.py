@@ -28,7 +28,7 @@ from jupyter_mgpu.ops.matmul_plan import required_placements
 
 def per_event_cost(n: int = 200_000) -> tuple[float, float]:
     """Seconds to record one event (the tuple append ops do) and to publish one (a JSON line), in this process."""
-    from jupyter_mgpu.engine import trace as etrace
+    from jupyter_mgpu.engine.records import trace as etrace
 
     etrace.start("bench", live=False)
     blk = [etrace.block("t1.1", ((0, 512), (0, 4096)), "slot1")]

@@ -96,8 +96,8 @@ def _dtensor_check(n: int) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    from jupyter_mgpu.engine import namespace_transfer
     from jupyter_mgpu.engine import state as rank_state
+    from jupyter_mgpu.engine.execution import namespace_transfer
 
     st = rank_state.get()
     g = torch.arange(n * n, dtype=torch.float32).reshape(n, n)

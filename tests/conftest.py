@@ -18,7 +18,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     live for the whole run (the first-start test checks that path with a cache of its own)."""
     if os.environ.get("JUPYTER_MGPU_BUDGET_SHIM", "1") == "0":
         return
-    from jupyter_mgpu.engine import allocator_budget
+    from jupyter_mgpu.engine.shards import allocator_budget
 
     try:
         allocator_budget.build()

@@ -57,7 +57,7 @@ def ranks_now() -> dict[str, list[tuple[int, str, str | None, float]]]:
     """What every cluster of this user reports (rank, state, op, age of the sample in s), read from its
     telemetry records: says where a kernel that did not come back from the stop button was waiting."""
     from jupyter_mgpu import rundir
-    from jupyter_mgpu.engine import telemetry
+    from jupyter_mgpu.engine.records import telemetry
 
     found = {}
     for path in sorted(rundir.base_dir().iterdir()):

@@ -4,7 +4,7 @@ The controller (stock ipyparallel, schedulers in threads, a short heartbeat) and
 warm fork server that imports torch once and forks every engine) start at the same time in their
 own sessions; every process watches the kernel's pid and ends within a second of it. ``%load_ext``
 (``cluster/spare.py``) starts both ahead as a spare, which the next start takes over: it then only forks
-the engines. Every process marks its moments of the start (``engine/startup_marks.py``).
+the engines. Every process marks its moments of the start (``engine/startup/startup_marks.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from jupyter_mgpu.cluster.processes import kernel_identity, kill_group, spawn, s
 from jupyter_mgpu.cluster.spare import take as take_spare
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.devices import DeviceInfo
-from jupyter_mgpu.engine.startup_marks import mark
-from jupyter_mgpu.engine.startup_marks import read as read_marks
+from jupyter_mgpu.engine.startup.startup_marks import mark
+from jupyter_mgpu.engine.startup.startup_marks import read as read_marks
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 
 STOP_GRACE = 3.0  # seconds a stopped process gets before SIGKILL
@@ -156,7 +156,7 @@ class Cluster:
                 try:
                     rd.write_json(path / "launch.json", config)
                     if supervisor is None:
-                        supervisor = spawn(path, ["jupyter_mgpu.engine.launcher", str(path)])
+                        supervisor = spawn(path, ["jupyter_mgpu.engine.startup.launcher", str(path)])
                         mark(path, "supervisor.spawned")
                 except BaseException:
                     kill_group(controller.pid)
@@ -170,7 +170,7 @@ class Cluster:
             raise
         cluster._write_state("running")
         mark(path, "kernel.ready")
-        from jupyter_mgpu.engine import allocator_budget
+        from jupyter_mgpu.engine.shards import allocator_budget
 
         # a missing budget shim (a first start after install, without %load_ext) is compiled from now
         # on, in the background: this cluster did not wait for it, the next one uses it
@@ -178,7 +178,7 @@ class Cluster:
         return cluster
 
     def startup_marks(self) -> dict[str, float]:
-        """The start's timeline so far (``engine/startup_marks.py``): mark name -> epoch seconds."""
+        """The start's timeline so far (``engine/startup/startup_marks.py``): mark name -> epoch seconds."""
         return read_marks(self.path)
 
     def _connect(self) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jupyter_mgpu.engine.startup_marks import mark
+from jupyter_mgpu.engine.startup.startup_marks import mark
 
 # heartbeat period: an engine counts as registered at the first beat after it starts its heart, so a
 # shorter period is a quicker start; the misses allowed before the controller drops an engine keep its
@@ -29,7 +29,7 @@ def spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subpro
     proc = spawn(
         path,
         [
-            "jupyter_mgpu.engine.controller",
+            "jupyter_mgpu.engine.startup.controller",
             str(kernel_pid),
             repr(kernel_ctime),
             "--usethreads",

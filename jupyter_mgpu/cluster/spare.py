@@ -49,7 +49,7 @@ def prewarm() -> None:
     if _spare is not None and _spare.usable():
         return
     discard_spare()
-    from jupyter_mgpu.engine import allocator_budget
+    from jupyter_mgpu.engine.shards import allocator_budget
 
     allocator_budget.build_in_background()
     kernel_pid, kernel_ctime = kernel_identity()
@@ -61,7 +61,9 @@ def prewarm() -> None:
         {"cluster_id": cluster_id, "status": "spare", "kernel_pid": kernel_pid, "kernel_create_time": kernel_ctime},
     )
     with deferred_interrupt():  # both processes start and are known, or neither
-        supervisor = spawn(path, ["jupyter_mgpu.engine.launcher", str(path), str(kernel_pid), repr(kernel_ctime)])
+        supervisor = spawn(
+            path, ["jupyter_mgpu.engine.startup.launcher", str(path), str(kernel_pid), repr(kernel_ctime)]
+        )
         try:
             controller = spawn_controller(path, kernel_pid, kernel_ctime)
         except BaseException:

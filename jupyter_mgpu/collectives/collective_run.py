@@ -16,7 +16,7 @@ import itertools
 import math
 from typing import Any
 
-from jupyter_mgpu.engine.shipped_function import ship
+from jupyter_mgpu.engine.execution.shipped_function import ship
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.ops import collective_run as coll
 from jupyter_mgpu.ops import collective_schedule as sched

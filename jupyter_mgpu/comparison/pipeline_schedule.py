@@ -1,7 +1,7 @@
 """A pipeline schedule as the ranks really ran it: ``r.schedule("pp")`` of an ``mg.compare`` result.
 
 The pipeline ranks record every ``forward(mb)`` and ``backward(mb)`` (with start and end times) and
-every activation/gradient ``send`` and ``recv`` in the trace format of ``engine/trace.py``; this
+every activation/gradient ``send`` and ``recv`` in the trace format of ``engine/records/trace.py``; this
 module groups those events by training step into the stages × time grid of the GPipe/1F1B diagrams,
 splits each stage's time into computing, the bubble and the rest (``pipeline_idle.py``) and replays
 it: ``.play()`` is the player

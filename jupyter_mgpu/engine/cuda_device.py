@@ -1,7 +1,7 @@
 """The thin GPU-only path of an engine: bind its device, cap that device's memory, read allocator stats.
 
 Only ever called inside an engine after ``CUDA_VISIBLE_DEVICES`` names its host's ranks' GPUs (as
-torchrun does, ``engine/gpu_plan.py``); the rank uses ``cuda:LOCAL_RANK``. No machine without a GPU
+torchrun does, ``engine/startup/gpu_plan.py``); the rank uses ``cuda:LOCAL_RANK``. No machine without a GPU
 reaches this code, so it stays small.
 """
 

@@ -36,7 +36,7 @@ class EngineState:
     local_rank: int | None = None
     store: dict | None = None  # the TCP rendezvous store across hosts (None: the FileStore in rundir)
     collective_timeout: float | None = None  # the group's, as the user gave it (None: torch's default)
-    # while mg.profile() records (engine/rank_profiler.py): the outermost calls and the collectives watched
+    # while mg.profile() records (engine/records/rank_profiler.py): the outermost calls and the collectives watched
     call_log: list[tuple[str, int, int]] | None = None
     collective_log: list[dict[str, Any]] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -4,7 +4,7 @@ engines' hosts, or the default route)."""
 
 from __future__ import annotations
 
-from jupyter_mgpu.engine import netif
+from jupyter_mgpu.engine.wire import netif
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.launch import ipp_cluster
 from jupyter_mgpu.launch.options import LaunchOptions

@@ -4,7 +4,7 @@ unchanged.
 
 Start: pick the interface (``--interface``, else the one that reaches the engines' hosts), start
 ipyparallel's controller there and the engines with the user's launcher, wait for them to register,
-ask each where it runs (``engine/launched_setup.identify``), order ranks by host then local device,
+ask each where it runs (``engine/startup/launched_setup.identify``), order ranks by host then local device,
 start the relay (``launch/relay.py``) and the rendezvous store on rank 0, set every engine up, then
 close the store to newcomers. Anything wrong stops everything that was started, on every host, and
 says so in one sentence naming the host.
@@ -24,7 +24,8 @@ from typing import Any
 from jupyter_mgpu import rundir as rd
 from jupyter_mgpu.cluster.local import ClusterSpec, state_record
 from jupyter_mgpu.cluster.processes import kernel_identity, kill_group, spawn
-from jupyter_mgpu.engine import launched_setup, link
+from jupyter_mgpu.engine.startup import launched_setup
+from jupyter_mgpu.engine.wire import link
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.init_options import InitOptions
 from jupyter_mgpu.launch import ipp_cluster, ranks, relay
@@ -54,7 +55,7 @@ class HostCluster:
     rank_to_engine: dict[int, int] = field(default_factory=dict)
     hosts: dict[int, str] = field(default_factory=dict)
     local_ranks: set[int] = field(default_factory=set)  # ranks on this host, in this PID/IPC/mount namespace
-    link_key: bytes = b""  # derived from ipyparallel's key (engine/link.py); authenticates links and transfers
+    link_key: bytes = b""  # derived from ipyparallel's key (engine/wire/link.py); authenticates links and transfers
     relay_port: int = 0  # the relay's port on ``address``
     started_at: float = field(default_factory=time.time)
     timeline: list[tuple[str, float]] = field(default_factory=list)  # (phase, seconds since start) for launch.log
@@ -97,7 +98,7 @@ class HostCluster:
     def _start(self, host: str, init: InitOptions) -> None:
         import ipyparallel as ipp
 
-        from jupyter_mgpu.engine import process_group
+        from jupyter_mgpu.engine.group import process_group
 
         opts = self.opts
         timeout = float(init.timeout if init.timeout is not None else process_group.DEFAULT_TIMEOUT)

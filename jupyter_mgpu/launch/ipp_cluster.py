@@ -1,11 +1,11 @@
 """ipyparallel's own ``Cluster`` and launchers, configured for one jupyter_mgpu cluster.
 
 Nothing here starts a process itself: the controller runs through ipyparallel's local controller
-launcher (its command wrapped in our kernel watchdog, ``engine/controller.py``), the engines
+launcher (its command wrapped in our kernel watchdog, ``engine/startup/controller.py``), the engines
 through the launcher the user named (``local``, ``ssh``, ``mpi``, ``slurm``, ``pbs``) with
 ipyparallel's own options, or ``--connect`` joins a running cluster. The engines are stock
 ``ipengine``; what makes them ranks happens afterwards, through ipyparallel
-(``engine/launched_setup.py``).
+(``engine/startup/launched_setup.py``).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def make_cluster(
     cfg.LocalControllerLauncher.controller_cmd = [
         sys.executable,
         "-m",
-        "jupyter_mgpu.engine.controller",
+        "jupyter_mgpu.engine.startup.controller",
         str(kernel[0]),
         repr(kernel[1]),
     ]
@@ -188,7 +188,7 @@ def make_cluster(
             + (_mpi_per_host(opts.per_host) if opts.per_host else [])
         )
         if "engine_cmd" not in cfg.get("MPIEngineSetLauncher", {}) and not _has_mpi4py():
-            cfg.MPIEngineSetLauncher.engine_cmd = [sys.executable, "-m", "jupyter_mgpu.engine.mpi_ipengine"]
+            cfg.MPIEngineSetLauncher.engine_cmd = [sys.executable, "-m", "jupyter_mgpu.engine.startup.mpi_ipengine"]
     elif opts.launcher == "slurm":
         sbatch = ["sbatch", *opts.launcher_args]
         if opts.per_host:

@@ -1,11 +1,11 @@
 """Ranks and devices for engines that ipyparallel started anywhere: by host, then local device.
 
-Each engine reported its host (``engine/launched_setup.identify``). Hosts are ordered as ``--hosts``
+Each engine reported its host (``engine/startup/launched_setup.identify``). Hosts are ordered as ``--hosts``
 lists them (else by name, naturally: ``node2`` before ``node10``); on each host the engines take
 local ranks 0, 1, … (in the order MPI or Slurm numbered them where they did, else by engine id) and
 local rank ``i`` drives the host's device ``i``. As under torchrun, every engine on a host sees the
 GPUs of that host's ranks and uses ``cuda:LOCAL_RANK``: each engine sets its own ``CUDA_VISIBLE_DEVICES``
-before CUDA starts, from the devices and hosts of the ranks (``engine/gpu_plan.py``), because
+before CUDA starts, from the devices and hosts of the ranks (``engine/startup/gpu_plan.py``), because
 ipyparallel gives one environment per engine *set*, and one set per device would multiply SSH
 sessions, batch jobs and MPI launches by the devices per host (and cannot work for ``mpiexec`` or
 ``--connect`` at all).

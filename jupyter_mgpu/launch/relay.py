@@ -2,7 +2,7 @@
 
 Run as ``python -m jupyter_mgpu.launch.relay RUNDIR``. It reads ``relay.json`` (0600: the link key,
 the address to listen on, the kernel's pid), listens on that address only (a port the OS picks,
-written to ``relay.port``) and accepts one authenticated link per rank (``engine/link.py``). For each
+written to ``relay.port``) and accepts one authenticated link per rank (``engine/wire/link.py``). For each
 linked rank it makes the cluster directory look as it does on one host, so the kernel, its memory
 monitor, trace and metrics readers and the server extension need no second code path:
 
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_mgpu import rundir as rd
-from jupyter_mgpu.engine import link as lk
-from jupyter_mgpu.engine import unix_socket
+from jupyter_mgpu.engine.wire import link as lk
+from jupyter_mgpu.engine.wire import unix_socket
 
 PORT_FILE = "relay.port"
 CONFIG_FILE = "relay.json"
@@ -340,7 +340,7 @@ def main(rundir_arg: str) -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
-    from jupyter_mgpu.engine import watchdog
+    from jupyter_mgpu.engine.startup import watchdog
 
     watchdog.start(int(config["kernel_pid"]), config.get("kernel_create_time"), on_gone=relay.stop)
     for target in (relay.accept, relay.watch_control):

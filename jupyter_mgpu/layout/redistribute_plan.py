@@ -3,7 +3,7 @@
 Torch runs a redistribute as transform steps, one mesh dim each (``_gen_transform_infos``); for each
 step this plans what a rank sends, receives, reduces, holds and frees so that it ends holding exactly
 its box of the result, with boxes from ``layout/mesh.py`` (which splits as torch does). The trace hook
-(``engine/dtensor_trace.py``) records these events around torch's real call. Pure: no torch.
+(``engine/records/dtensor_trace.py``) records these events around torch's real call. Pure: no torch.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The body of a ``%%mgpu`` cell runs on the ranks, so its completions and tooltips come from there:
 ``install`` wraps the ipykernel's ``do_complete`` and ``do_inspect``; for a cell whose first line is
 ``%%mgpu ...`` and a cursor below that line, the body is sent to rank 0 (the first rank of
-``--targets``, if the line names some) on its completion socket (``engine/completion_server.py``,
+``--targets``, if the line names some) on its completion socket (``engine/execution/completion_server.py``,
 answered from a thread while the rank runs a cell), and the reply's positions are moved back into the
 cell. Within :data:`BUDGET` seconds or not at all: without a session, with a dead or stuck rank, with
 ranks on another host (their sockets are not mirrored here), or on any error, the kernel's own answer
@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_mgpu.engine import completion_server, unix_socket
-from jupyter_mgpu.engine.direct_channel import recv_frames, send_frames
+from jupyter_mgpu.engine.execution import completion_server
+from jupyter_mgpu.engine.execution.direct_channel import recv_frames, send_frames
+from jupyter_mgpu.engine.wire import unix_socket
 
 BUDGET = 0.2  # seconds a Tab may wait for a rank, connecting included
 _TARGETS = re.compile(r"(?:--targets|-t)(?:[ \t]+|=)(\S+)")

@@ -1,7 +1,7 @@
 """The ranks' failures in the notebook: one line, each failed rank's whole traceback folded under it,
 and ``%mgpu_tb [--rank R]`` to print those tracebacks again.
 
-The rank side formats a traceback as IPython colours one (``engine/rank_traceback.py``); here it
+The rank side formats a traceback as IPython colours one (``engine/execution/rank_traceback.py``); here it
 becomes a ``<details>`` block per group of ranks with the same traceback (ANSI colours as HTML), shown
 under the one-line error in a notebook. A terminal gets a hint to ``%mgpu_tb`` instead.
 """

@@ -150,7 +150,7 @@ class MgpuMagics(Magics):
     @line_magic
     def mgpu_push(self, line: str = "") -> None:
         """Send notebook values to the ranks by name: ``%mgpu_push lr model_config``."""
-        from jupyter_mgpu.engine import namespace_transfer
+        from jupyter_mgpu.engine.execution import namespace_transfer
 
         args = parse_line(self.mgpu_push, line)
         missing = [name for name in args.names if name not in self._user_ns]
@@ -170,7 +170,7 @@ class MgpuMagics(Magics):
     def mgpu_pull(self, line: str = "") -> None:
         """Bring a rank's value into the notebook by name: ``%mgpu_pull loss --rank 0`` (without
         ``--rank``, the list of every rank's value)."""
-        from jupyter_mgpu.engine import namespace_transfer
+        from jupyter_mgpu.engine.execution import namespace_transfer
 
         args = parse_line(self.mgpu_pull, line)
         if not args.name.isidentifier():

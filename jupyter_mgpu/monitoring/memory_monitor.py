@@ -1,7 +1,7 @@
 """Live per-device memory in the kernel: a reader thread over the engines' telemetry, with history.
 
 Every session gets one :class:`MemoryMonitor`. Its thread reads the ranks' telemetry files (written
-out of band by ``engine/telemetry.py``, so they keep coming while an engine is busy) once per sampling
+out of band by ``engine/records/telemetry.py``, so they keep coming while an engine is busy) once per sampling
 tick, just after the ranks wrote, marks dead ranks within 0.1 s, keeps the last minutes in a ring
 buffer and tells subscribers (the dashboard) about every new sample. ``mg.memory()``,
 ``mg.memory_history()`` and ``mg.reset_peak()`` read it.
@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from jupyter_mgpu.engine import telemetry as tele
+from jupyter_mgpu.engine.records import telemetry as tele
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.session import core as sessmod
 from jupyter_mgpu.session import lifecycle

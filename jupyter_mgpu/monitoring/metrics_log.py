@@ -1,6 +1,6 @@
 """Metrics logged with ``mgpu.log`` on the ranks, read in the controller while cells still run.
 
-Each rank appends JSON lines to ``<rundir>/metrics/rank<r>.jsonl`` (see ``engine/training.py``);
+Each rank appends JSON lines to ``<rundir>/metrics/rank<r>.jsonl`` (see ``engine/records/training.py``);
 :class:`MetricsReader` follows those files incrementally (complete lines only), so a busy engine
 never has to answer anything. ``mg.metrics()`` returns every record so far; ``mg.metrics_plot()``
 is the live plot (``widgets/metrics_plot.py``).
@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Any
 
-from jupyter_mgpu.engine import training
+from jupyter_mgpu.engine.records import training
 from jupyter_mgpu.session import lifecycle as sessmod
 
 RESERVED = ("rank", "step", "time")

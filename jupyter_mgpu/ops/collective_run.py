@@ -119,7 +119,7 @@ def _build(spec: tuple, rank: int, device: Any) -> Any:
     if kind == "value":  # one tensor per rank, sent from the controller
         return spec[1][rank]
     if kind == "shard":  # a DistTensor's local shard from the engine's shard store (not copied)
-        from jupyter_mgpu.engine import shard_store as store
+        from jupyter_mgpu.engine.shards import shard_store as store
 
         return store.get(spec[1])
     raise ValueError(f"unknown input kind {kind!r}")
@@ -290,7 +290,7 @@ def execute(
 
 
 def _run_and_capture(name: str, x: Any, op: str, src: int, capture: bool, run_id: int, device: Any) -> dict[str, Any]:
-    from jupyter_mgpu.engine import trace as etrace
+    from jupyter_mgpu.engine.records import trace as etrace
 
     tracing = etrace.active()
     if tracing:

@@ -97,7 +97,7 @@ def names(tag: str) -> dict[str, str]:
 def begin(name: str, x: Any, tag: str, op: str) -> None:
     """Before the collective: name the tensors and record that this rank holds its input."""
     from jupyter_mgpu.engine import state as rank_state
-    from jupyter_mgpu.engine import trace as etrace
+    from jupyter_mgpu.engine.records import trace as etrace
 
     st = rank_state.get()
     shape, item = tuple(x.shape), x.element_size()
@@ -113,7 +113,7 @@ def end(name: str, x: Any, tag: str, src: int) -> None:
     import math
 
     from jupyter_mgpu.engine import state as rank_state
-    from jupyter_mgpu.engine import trace as etrace
+    from jupyter_mgpu.engine.records import trace as etrace
 
     st = rank_state.get()
     shape, item = tuple(x.shape), x.element_size()

@@ -13,10 +13,11 @@ import os
 import warnings
 from typing import Any
 
-from jupyter_mgpu.engine import seeding, shared_blocks, telemetry
-from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.engine.records import telemetry
+from jupyter_mgpu.engine.records import trace as etrace
+from jupyter_mgpu.engine.shards import seeding, shared_blocks
+from jupyter_mgpu.engine.shards import shard_store as store
 from jupyter_mgpu.layout import placement as pl
 
 
@@ -362,7 +363,7 @@ def memory_status() -> dict[str, Any]:
 
         free_b, total = torch.cuda.mem_get_info(st.device)
         return {"free": int(free_b), "total": int(total), "budget": st.budget_bytes}
-    from jupyter_mgpu.engine import budget
+    from jupyter_mgpu.engine.shards import budget
 
     shared_blocks.empty_cache()  # cached shard blocks hold budget a plain allocation cannot reclaim
     room = budget.room(st.budget_bytes)

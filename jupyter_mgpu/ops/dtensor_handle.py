@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jupyter_mgpu.engine import namespace_transfer
-from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.engine.execution import namespace_transfer
+from jupyter_mgpu.engine.records import trace as etrace
+from jupyter_mgpu.engine.shards import shard_store as store
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.layout.dtensor_layout import DTensorLayout
 from jupyter_mgpu.layout.mesh import Mesh, MeshPlacement, Partial

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine.shards import shard_store as store
 from jupyter_mgpu.layout import placement as pl
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine import telemetry
+from jupyter_mgpu.engine.records import telemetry
+from jupyter_mgpu.engine.shards import shard_store as store
 
 
 def _probe() -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.engine.records import trace as etrace
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops.matmul_plan import RING_SLOTS, summa_panels
 

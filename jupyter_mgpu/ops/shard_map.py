@@ -1,7 +1,7 @@
 """Rank side of ``mg.map``: call the user's function on this rank's aligned shards.
 
 The function arrives as a ``ShippedFunction`` (by value for notebook functions, so what they use
-travels with them, see ``engine/shipped_function.py``); it is loaded here, called on the local shards, and its result is either stored as
+travels with them, see ``engine/execution/shipped_function.py``); it is loaded here, called on the local shards, and its result is either stored as
 this rank's shard of a new DistTensor or returned as a small Python value. A failure is returned
 as data (which rank, which rows, the user's line) so the controller can say it in one sentence.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine.shipped_function import ShippedFunction
+from jupyter_mgpu.engine.execution.shipped_function import ShippedFunction
+from jupyter_mgpu.engine.shards import shard_store as store
 
 
 def _user_line(tb: Any) -> str:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
-from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine import telemetry
+from jupyter_mgpu.engine.records import telemetry
+from jupyter_mgpu.engine.shards import shard_store as store
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.ops import matmul_trace
@@ -278,7 +278,7 @@ def _peak_probe() -> Callable[[], int]:
 
         base = torch.cuda.memory_allocated(st.device)
         return lambda: int(torch.cuda.max_memory_allocated(st.device) - base)
-    from jupyter_mgpu.engine import allocator_budget, budget
+    from jupyter_mgpu.engine.shards import allocator_budget, budget
 
     if budget.mode() == "allocator":  # the budget's own count: tensor bytes, exact
         base = allocator_budget.allocated()
@@ -370,7 +370,7 @@ def check_against(c_id: str, shapes: Any, c_pl: pl.Placement, a_seed: int, b_see
     """
     import torch
 
-    from jupyter_mgpu.engine import seeding
+    from jupyter_mgpu.engine.shards import seeding
 
     st = rank_state.get()
     (m, k), (_, n) = shapes

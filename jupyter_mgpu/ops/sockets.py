@@ -2,7 +2,7 @@
 
 The kernel opens a listener for one transfer (``tensors/sockets.py``) and sends each such rank its
 address and the transfer's id; the rank connects, both prove they hold the cluster's link key
-(``engine/link.py``), then the shard's bytes go over the socket straight into their place: received
+(``engine/wire/link.py``), then the shard's bytes go over the socket straight into their place: received
 into the new shard's memory, sent from the shard's. Ranks on the kernel's host take today's path in
 the same call (``rank_tensor.scatter_place`` / ``gather_address``: the kernel copies by address).
 """
@@ -13,9 +13,10 @@ import ctypes
 import socket
 from typing import Any
 
-from jupyter_mgpu.engine import launched_setup, link
-from jupyter_mgpu.engine import shard_store as store
 from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine.shards import shard_store as store
+from jupyter_mgpu.engine.startup import launched_setup
+from jupyter_mgpu.engine.wire import link
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
 

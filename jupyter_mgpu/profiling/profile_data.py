@@ -1,7 +1,7 @@
 """The answers of a profile, from what the ranks recorded (pure: no torch, no session).
 
 Inputs, per rank: the Kineto trace torch.profiler wrote (``traceEvents`` with ``ts`` in µs from
-``baseTimeNanoseconds``), the calls it ran and the collectives its code called (``engine/rank_profiler.py``,
+``baseTimeNanoseconds``), the calls it ran and the collectives its code called (``engine/records/rank_profiler.py``,
 times in ns since the epoch on the rank's clock) and the rank clock's offset from the notebook's.
 Every time here is the notebook's clock, in ns. The profile's answers:
 

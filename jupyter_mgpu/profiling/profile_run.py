@@ -1,6 +1,6 @@
 """``with mg.profile() as p:`` — torch.profiler on every rank around anything that runs there (``%%mgpu``
 cells, ``mg.*`` calls, ``%mgpu_run`` scripts), collected into the notebook without touching files, every
-rank's clock mapped onto the notebook's (the rank side is ``engine/rank_profiler.py``).
+rank's clock mapped onto the notebook's (the rank side is ``engine/records/rank_profiler.py``).
 
 After the block: ``p.summary()`` (a DataFrame by rank: compute, collective and waiting time, how often the
 rank came last), ``p.collectives()`` (a row per collective instance), ``p.timeline()`` (every rank on one
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_mgpu import rundir as rd
-from jupyter_mgpu.engine import rank_profiler
+from jupyter_mgpu.engine.records import rank_profiler
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.profiling import profile_data
 from jupyter_mgpu.profiling.profile_data import PROFILE_CALL, RankRecord

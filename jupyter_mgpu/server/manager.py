@@ -24,9 +24,9 @@ from typing import Any
 import psutil
 
 from jupyter_mgpu import rundir as rd
-from jupyter_mgpu.engine import collective_watch
-from jupyter_mgpu.engine.memory_figures import figures, used_of_limit
-from jupyter_mgpu.engine.telemetry import read_samples
+from jupyter_mgpu.engine.records.memory_figures import figures, used_of_limit
+from jupyter_mgpu.engine.records.telemetry import read_samples
+from jupyter_mgpu.engine.watch import collective_watch
 from jupyter_mgpu.server import gpu_memory
 
 CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -71,7 +71,7 @@ def _rank_entry(
     rank: int, pid: Any, sample: dict[str, Any] | None, alive: bool, now: float, host: str | None = None
 ) -> dict[str, Any]:
     """One rank of a cluster payload: memory used/limit in bytes (the convention of every view, see
-    ``engine/memory_figures``) and as text, state, what it does now (``activity``: running which line,
+    ``engine/records/memory_figures``) and as text, state, what it does now (``activity``: running which line,
     waiting in which collective, for how long), age of the telemetry sample; ``host`` in a cluster
     across hosts (the sidebar groups ranks under it)."""
     entry: dict[str, Any] = {

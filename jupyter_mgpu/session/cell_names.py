@@ -4,7 +4,7 @@ A name the cell reads that the ranks lack but the notebook has (``lr = 3e-4`` in
 ``opt = SGD(model.parameters(), lr)`` on the ranks) goes to the ranks by value and is in their
 namespace only while the cell runs (``%mgpu_push`` leaves one there for good). A name defined on
 both sides keeps the ranks' value, and the notebook says so once. Functions go as
-``Session.run`` sends them (``engine/shipped_function.py``): they run in the ranks' namespace.
+``Session.run`` sends them (``engine/execution/shipped_function.py``): they run in the ranks' namespace.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-from jupyter_mgpu.engine import namespace_transfer
-from jupyter_mgpu.engine.rank_namespace import both_sides_line
+from jupyter_mgpu.engine.execution import namespace_transfer
+from jupyter_mgpu.engine.execution.rank_namespace import both_sides_line
 
 if TYPE_CHECKING:
     from jupyter_mgpu.session.core import Session
 
-# names every rank has (engine/runtime.py namespace) or IPython's own: never sent
+# names every rank has (engine/startup/runtime.py namespace) or IPython's own: never sent
 _RANK_NAMES = frozenset(
     {"rank", "world_size", "device", "torch", "dist", "mgpu", "In", "Out", "get_ipython", "exit", "quit"}
 )
@@ -63,7 +63,7 @@ def _pickled(name: str, value: Any) -> bytes | None:
     """The value as it travels, or None (said on stderr) when it cannot."""
     import cloudpickle
 
-    from jupyter_mgpu.engine.shipped_function import ship
+    from jupyter_mgpu.engine.execution.shipped_function import ship
 
     if isinstance(value, types.FunctionType):
         value = ship(value)

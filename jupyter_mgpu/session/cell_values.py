@@ -1,7 +1,7 @@
 """A ``%%mgpu`` cell's value in the notebook: the list of each rank's last value, shown the way the
 notebook shows a value, labelled by rank.
 
-A value that travelled (see ``engine/cell_value.py``) is itself in the list and shown by the
+A value that travelled (see ``engine/execution/cell_value.py``) is itself in the list and shown by the
 notebook's own display machinery, so a DataFrame, an image or a plotly figure renders as it would in
 a plain cell; one that could not (a widget, a value too big to copy) is shown from the rank's mime
 bundle and is its repr in the list. When every shown rank's output is the same it is shown once

@@ -15,8 +15,9 @@ from typing import Any
 from jupyter_mgpu import devices as devmod
 from jupyter_mgpu.cluster.local import Cluster, describe_exit
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
-from jupyter_mgpu.engine import calls, process_group
-from jupyter_mgpu.engine.shipped_function import ship
+from jupyter_mgpu.engine.execution import calls
+from jupyter_mgpu.engine.execution.shipped_function import ship
+from jupyter_mgpu.engine.group import process_group
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 from jupyter_mgpu.session import call_wait, cell_names, group_notes, rank_status, scripts
 from jupyter_mgpu.session.direct_channel import ChannelClosed, DirectChannel
@@ -42,7 +43,9 @@ class Session:
         self.broken: str | None = None
         self.handles: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.shutdown_callbacks: list[Callable[[], None]] = []  # run first by shutdown(), errors ignored
-        self.direct = DirectChannel(cluster.path)  # blocking calls skip the controller (engine/direct_channel.py)
+        self.direct = DirectChannel(
+            cluster.path
+        )  # blocking calls skip the controller (engine/execution/direct_channel.py)
         # no stale collective outlives an interrupt or a failed call
         self.recovery = GroupRecovery(
             self.runtime_dir, self.world_size, self.timeout, self._run_on_all, self._mark_broken
@@ -237,7 +240,7 @@ class Session:
         show: list[int] | None = None,
     ) -> Any:
         """Run notebook cell source on the ranks (what ``%%mgpu`` does); the reprs of its last value (with
-        ``rich``, what ``engine/cell_value.py`` describes). ``lent``: notebook values (``cell_names``);
+        ``rich``, what ``engine/execution/cell_value.py`` describes). ``lent``: notebook values (``cell_names``);
         ``show``: the ranks whose output shows (the others' a click away)."""
         ranks = parse_targets(targets, self.world_size)
         ar = self._submit(calls.run_cell, (code, None, lent, rich), ranks)

@@ -1,4 +1,4 @@
-"""The kernel's end of the direct channel (see ``engine/direct_channel.py``): blocking calls, one hop.
+"""The kernel's end of the direct channel (see ``engine/execution/direct_channel.py``): blocking calls, one hop.
 
 ``Session.run`` sends a blocking, non-streaming call here when no ipyparallel task is still queued on
 those ranks, so calls keep their order whichever path they take. Everything else (``%%mgpu`` cells
@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_mgpu.engine import direct_channel as rank_channel
-from jupyter_mgpu.engine import unix_socket
+from jupyter_mgpu.engine.execution import direct_channel as rank_channel
+from jupyter_mgpu.engine.wire import unix_socket
 
 CONNECT_TIMEOUT = 5.0
 

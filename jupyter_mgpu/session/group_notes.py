@@ -1,6 +1,6 @@
 """What the user's own ``init_process_group`` / ``destroy_process_group`` did during a call, said once.
 
-The rank side (``engine/user_process_group.py``) notes it per call; every rank notes the same, so the
+The rank side (``engine/group/user_process_group.py``) notes it per call; every rank notes the same, so the
 notebook prints one informational line for the call, on stdout (not as an error).
 """
 

@@ -1,4 +1,4 @@
-"""Busy is not hung: while a call runs, decide from what every rank does (``engine/collective_watch.py``,
+"""Busy is not hung: while a call runs, decide from what every rank does (``engine/watch/collective_watch.py``,
 read from the telemetry the ranks publish) whether the ranks are stuck, and say who is where.
 
 - **Mismatch**: ranks wait in the same numbered collective of one group with different fingerprints
@@ -7,7 +7,7 @@ read from the telemetry the ranks publish) whether the ranks are stuck, and say 
   change for ``STILL_S`` seconds, or has finished the call (or waits for such a rank, in turn): named
   then. A rank that runs Python or a C++ op is busy, never hung, however long.
 
-Either way the watch releases the stuck ranks (``engine/collective_guard.py``), as the stop button
+Either way the watch releases the stuck ranks (``engine/watch/collective_guard.py``), as the stop button
 does, and keeps the report for the error the call then raises; the session rebuilds the group. While a
 collective has waited ``STATUS_AFTER_S`` seconds it also keeps a live status line in the cell, which
 goes when the call ends. :func:`diagnose` is the pure decision; :class:`HangWatch` drives it.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_mgpu.engine import collective_watch
+from jupyter_mgpu.engine.watch import collective_watch
 from jupyter_mgpu.errors import rank_list
 
 STILL_S = 2.0  # no change for this long, with every rank of the group blocked or done: stuck

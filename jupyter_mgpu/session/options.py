@@ -7,7 +7,7 @@ from __future__ import annotations
 from jupyter_mgpu import devices as devmod
 from jupyter_mgpu import launch
 from jupyter_mgpu.cluster.local import ClusterSpec
-from jupyter_mgpu.engine import process_group
+from jupyter_mgpu.engine.group import process_group
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.init_options import LAUNCH, InitOptions
 from jupyter_mgpu.units import parse_size

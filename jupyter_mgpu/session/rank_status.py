@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_mgpu.devices import DeviceInfo
-from jupyter_mgpu.engine import memory_figures
-from jupyter_mgpu.engine import telemetry as tele
+from jupyter_mgpu.engine.records import memory_figures
+from jupyter_mgpu.engine.records import telemetry as tele
 
 
 def memory(cluster: Any, world_size: int) -> list[dict[str, Any]]:
@@ -57,7 +57,7 @@ def where(cluster: Any, world_size: int, timeout: float = 2.0) -> list[dict[str,
     outermost first). Each rank's guard thread answers, so a busy rank answers too."""
     import time
 
-    from jupyter_mgpu.engine import collective_guard
+    from jupyter_mgpu.engine.watch import collective_guard
 
     dead = cluster.exits()
     out: list[dict[str, Any]] = []

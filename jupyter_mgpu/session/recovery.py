@@ -6,7 +6,7 @@ rank directory, size and timeout, a way to run a function on every rank, and a w
 
 - **while waiting** for a call in which some ranks already failed: a rank still running that has
   entered more collectives than a failed rank did waits for a partner that will never come; it is
-  released at once (``engine/collective_guard.py``) instead of after the collective timeout;
+  released at once (``engine/watch/collective_guard.py``) instead of after the collective timeout;
 - **after the stop button**: ranks in Python code stop on SIGINT; ranks still busy a moment later
   (blocked in C++) are released; then every rank leaves its old process group and joins a new one;
 - **before the next call**, when that rebuild could not run yet (a rank still busy, or the stop button
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jupyter_mgpu.engine import collective_guard as guard
+from jupyter_mgpu.engine.watch import collective_guard as guard
 from jupyter_mgpu.errors import Interrupted, MgpuError, rank_list
 from jupyter_mgpu.session.rank_errors import REBUILT_NOTE
 
@@ -161,7 +161,7 @@ class GroupRecovery:
     # -- rebuilding ---------------------------------------------------------------------------
     def rebuild(self) -> bool:
         """Every rank leaves its process group and joins a fresh one (all ranks must be idle)."""
-        from jupyter_mgpu.engine import runtime
+        from jupyter_mgpu.engine.startup import runtime
 
         self.generation += 1
         ar = self.run_on_all(runtime.rebuild_process_group, self.generation)

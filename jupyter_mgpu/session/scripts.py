@@ -1,7 +1,7 @@
 """``Session.run_script`` / ``%mgpu_run``: a script or module run on the ranks as torchrun runs it on
-its workers, its output streamed rank-prefixed; the rank side is ``engine/script_run.py``.
+its workers, its output streamed rank-prefixed; the rank side is ``engine/program/script_run.py``.
 
-Each run starts as a fresh program on the session's ranks (``engine/fresh_program.py``); with
+Each run starts as a fresh program on the session's ranks (``engine/program/fresh_program.py``); with
 ``fresh=True`` it runs on brand-new engine processes instead, started for the run (from the spare
 ``%load_ext`` keeps warm) and stopped after it, the session's ranks untouched.
 """
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jupyter_mgpu.engine import script_run
+from jupyter_mgpu.engine.program import script_run
 from jupyter_mgpu.errors import MgpuError
 
 if TYPE_CHECKING:

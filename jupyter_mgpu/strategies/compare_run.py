@@ -28,9 +28,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from jupyter_mgpu.engine import budget, telemetry
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.engine.records import telemetry
+from jupyter_mgpu.engine.records import trace as etrace
+from jupyter_mgpu.engine.shards import budget
 from jupyter_mgpu.strategies import ddp, fsdp, measure, pp, single, tp
 from jupyter_mgpu.strategies import weights as wmod
 from jupyter_mgpu.strategies.plan import MEASURED_STEP

@@ -233,8 +233,9 @@ def set_backward(t: Any, on: bool) -> None:
 
 def device_bytes() -> dict[str, int]:
     """This process's device memory now: ``current``, ``peak`` and ``data`` (VmData; CPU) in bytes."""
-    from jupyter_mgpu.engine import allocator_budget, budget, telemetry
     from jupyter_mgpu.engine import state as rank_state
+    from jupyter_mgpu.engine.records import telemetry
+    from jupyter_mgpu.engine.shards import allocator_budget, budget
 
     st = rank_state.STATE
     if st is not None and st.device_kind == "cuda":

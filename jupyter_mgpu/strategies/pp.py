@@ -5,7 +5,7 @@ in micro-batches, sending activations forward and their gradients back.
 
 The stage's own methods are wrapped so every ``forward(mb)`` and ``backward(mb)`` (start and end) and
 every activation/gradient ``send`` and ``recv`` is recorded with real times in the existing trace format
-(``engine/trace.py``): the player replays the stages × time grid from them, and each stage's idle time
+(``engine/records/trace.py``): the player replays the stages × time grid from them, and each stage's idle time
 is split from them into the bubble and the rest (``comparison/pipeline_idle.py``). On a CPU virtual
 device whose torch runs one thread (as when ranks outnumber cores), each forward/backward also records
 ``wait``: its wall time less its thread's CPU time, the part it was not running (waiting for a core, or
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.engine.records import trace as etrace
 from jupyter_mgpu.strategies import measure, weights
 from jupyter_mgpu.strategies.step import Context, Prepared, loss_fn, make_optimizer, set_dropout_rows
 

@@ -223,7 +223,7 @@ def bind_handles(user_ns: dict, code: str, session: Any) -> list[str]:
         if isinstance(value, DistTensor) and value.session is session and value._state == "live":
             refs[name] = (value.handle_id, value.shape, value.placement.label)
     if refs:
-        from jupyter_mgpu.engine import shard_store as store
+        from jupyter_mgpu.engine.shards import shard_store as store
 
         session.run(store.bind_names, refs, label="bind names")
     return sorted(refs)

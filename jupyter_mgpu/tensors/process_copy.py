@@ -4,7 +4,7 @@ On one host the kernel may read and write the memory of the processes it started
 descendants: what ``ptrace`` allows), so a scatter writes each slice of the controller tensor straight
 into the rank's shard block and a gather reads each shard straight into its place in the result: one
 copy, no shared file. The blocks are the rank's private memory advised as transparent huge pages
-(``engine/shared_blocks.py``), where fresh pages cost a fraction of shared-memory pages. (Not torch's
+(``engine/shards/shared_blocks.py``), where fresh pages cost a fraction of shared-memory pages. (Not torch's
 ``THP_MEM_ALLOC_ENABLE`` for all of a rank's tensors: measured here, it made gloo's 16 MiB all_gather
 30% slower.) Where the system forbids the calls (a hardened ``ptrace`` policy, a container without
 them) :func:`usable` turns false for the session and transfers take shared memfd blocks instead.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from jupyter_mgpu.engine.shipped_function import ShippedFunction, function_name
+from jupyter_mgpu.engine.execution.shipped_function import ShippedFunction, function_name
 from jupyter_mgpu.errors import MgpuError, RankError
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as rank_tensor

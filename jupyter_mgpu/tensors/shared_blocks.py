@@ -169,7 +169,7 @@ def new_tensor(shape: tuple[int, ...], dtype: Any) -> Any:
 
 
 class RankBlocks:
-    """The kernel's mappings of the ranks' shard blocks (``engine/shared_blocks.py``), kept while the
+    """The kernel's mappings of the ranks' shard blocks (``engine/shards/shared_blocks.py``), kept while the
     ranks keep the blocks, so a block reused for the next scatter is written through warm mappings."""
 
     def __init__(self) -> None:

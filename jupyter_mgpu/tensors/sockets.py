@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jupyter_mgpu.engine import link
+from jupyter_mgpu.engine.wire import link
 from jupyter_mgpu.errors import MgpuError
 
 ACCEPT_TIMEOUT = 60.0

@@ -1,7 +1,7 @@
 """``with mg.trace() as t:`` — record what the ranks really do, then replay it.
 
 Inside the block every traced op (scatter, gather, redistribute, every matmul strategy, every
-collective) records its events on each rank (``engine/trace.py``). When the block ends the ranks'
+collective) records its events on each rank (``engine/records/trace.py``). When the block ends the ranks'
 events are merged into one timeline, ``t.events``: dicts with ``rank``, ``step``, ``action``
 (hold, send, recv, compute, reduce, free), ``blocks`` (tensor, global index box), ``bytes``, ``time``
 (and ``op``, ``label``, ``peer``). ``t.play()`` is the animated replay, ``t.save_html(path)`` a page
@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from jupyter_mgpu.engine import trace as etrace
+from jupyter_mgpu.engine.records import trace as etrace
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tracing import replay as tr

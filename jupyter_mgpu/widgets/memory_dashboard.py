@@ -18,7 +18,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from jupyter_mgpu.engine.memory_figures import figures
+from jupyter_mgpu.engine.records.memory_figures import figures
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.units import format_bytes
@@ -67,7 +67,7 @@ def fill_color(fraction: float | None, state: str) -> str:
 
 
 def device_row(sample: dict[str, Any]) -> dict[str, Any]:
-    """What one bar shows, from one telemetry sample: used, reserved, peak, limit (``engine/memory_figures``:
+    """What one bar shows, from one telemetry sample: used, reserved, peak, limit (``engine/records/memory_figures``:
     the convention of every view), fraction, colours, and the texts (formatted here, never in the browser)."""
     rank = int(sample["rank"])
     state = sample.get("state") or "unknown"

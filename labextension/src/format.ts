@@ -1,7 +1,7 @@
 /**
  * Pure formatting of memory figures and the status-bar text ("mgpu 4× cpu · 1.5 GiB / 20.8 GiB").
  *
- * One convention with every other view (jupyter_mgpu/engine/memory_figures.py `format_bytes`, used by
+ * One convention with every other view (jupyter_mgpu/engine/records/memory_figures.py `format_bytes`, used by
  * the dashboard, `%mgpu_status` and the server): binary units, one decimal, bytes without decimals,
  * "used / limit" with each size in its own unit. tests/frontend checks both against one fixture.
  */

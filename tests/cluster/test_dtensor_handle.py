@@ -32,7 +32,7 @@ def _bind_on_rank(mesh_shape, names, cases):
     from torch.distributed.tensor import distribute_tensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    from jupyter_mgpu.engine import namespace_transfer
+    from jupyter_mgpu.engine.execution import namespace_transfer
 
     mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=names)
     ns, real = namespace_transfer.user_ns(), {}
@@ -85,7 +85,7 @@ def test_from_dtensor_sees_every_mesh_and_gathers_the_global_tensor(session_of, 
 
 
 def _drop_names(names):
-    from jupyter_mgpu.engine import namespace_transfer
+    from jupyter_mgpu.engine.execution import namespace_transfer
 
     ns = namespace_transfer.user_ns()
     for name in list(ns):
@@ -108,8 +108,8 @@ def test_partial_and_replicas_are_drawn_as_such_and_the_text_needs_no_rich(s4):
 
 
 def _local_ptr(hid, name):
-    from jupyter_mgpu.engine import namespace_transfer
-    from jupyter_mgpu.engine import shard_store as store
+    from jupyter_mgpu.engine.execution import namespace_transfer
+    from jupyter_mgpu.engine.shards import shard_store as store
 
     dt = namespace_transfer.user_ns()[name]
     return dt.to_local().data_ptr() == store.get(hid).data_ptr(), dt.full_tensor().sum().item()
@@ -156,7 +156,7 @@ def test_bad_names_and_mixed_bindings_are_one_sentence(s2):
 
 
 def _bind_local(name):
-    from jupyter_mgpu.engine import namespace_transfer
+    from jupyter_mgpu.engine.execution import namespace_transfer
 
     namespace_transfer.put({name: 3})
 

@@ -44,7 +44,7 @@ def _boxes(t):
 def _keep(*tensors):
     """Keep a rank function's DTensors alive past its return (in the rank's namespace, the last few calls'),
     so the trace ends with them held; what Python frees, the trace frees too."""
-    from jupyter_mgpu.engine import namespace_transfer
+    from jupyter_mgpu.engine.execution import namespace_transfer
 
     kept = namespace_transfer.user_ns().setdefault("_trace_kept", [])
     kept[:] = [*kept[-3:], tensors]
@@ -59,7 +59,7 @@ def _redistribute_on_rank(mesh_shape, shape, src, dst):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, distribute_tensor
 
-    from jupyter_mgpu.engine.dtensor_trace import tensor_name
+    from jupyter_mgpu.engine.records.dtensor_trace import tensor_name
 
     mesh = init_device_mesh("cpu", mesh_shape)
     g = torch.arange(math.prod(shape), dtype=torch.float64).reshape(shape)
@@ -252,7 +252,7 @@ def _hook_state():
     import torch.distributed.tensor._dispatch as dispatch
     import torch.distributed.tensor._redistribute as redistribute
 
-    from jupyter_mgpu.engine import dtensor_trace, trace
+    from jupyter_mgpu.engine.records import dtensor_trace, trace
 
     fns = [m.redistribute_local_tensor for m in (redistribute, api, dispatch)]
     return {"ours": [f is dtensor_trace._traced for f in fns], "ids": [id(f) for f in fns], "recording": trace.active()}
@@ -278,7 +278,7 @@ def test_off_means_torch_functions_and_no_events_even_after_an_error(s2):
 
 HOOK_BEFORE_IMPORT = """
 import sys
-from jupyter_mgpu.engine import dtensor_trace as dt
+from jupyter_mgpu.engine.records import dtensor_trace as dt
 
 class Sink:
     def active(self):
@@ -314,7 +314,7 @@ def _delete_between_on_rank():
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    from jupyter_mgpu.engine.dtensor_trace import tensor_name
+    from jupyter_mgpu.engine.records.dtensor_trace import tensor_name
 
     mesh = init_device_mesh("cpu", (torch.distributed.get_world_size(),))
     x = distribute_tensor(torch.ones(8, 4), mesh, [Shard(0)])

@@ -16,7 +16,7 @@ ROWS, DIM = 1001, 24
 
 
 def _shard_ids():
-    from jupyter_mgpu.engine import shard_store as store
+    from jupyter_mgpu.engine.shards import shard_store as store
 
     return store.ids()
 
@@ -152,14 +152,14 @@ def test_save_and_load_round_trip_in_every_format(s4, tmp_path, placement):
 
 
 def _reset_peak():
-    from jupyter_mgpu.engine import telemetry
+    from jupyter_mgpu.engine.records import telemetry
 
     telemetry.reset_peak()
     return telemetry._proc_status()["VmRSS"]
 
 
 def _peak():
-    from jupyter_mgpu.engine import telemetry
+    from jupyter_mgpu.engine.records import telemetry
 
     return telemetry._proc_status()["VmHWM"]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.engine import seeding
+from jupyter_mgpu.engine.shards import seeding
 from jupyter_mgpu.errors import DeviceOutOfMemoryError, MgpuError
 from jupyter_mgpu.ops import matmul_baselines
 from jupyter_mgpu.ops.matmul_plan import tolerance
@@ -24,7 +24,7 @@ SHAPES = {
 
 
 def _ids():
-    from jupyter_mgpu.engine import shard_store as store
+    from jupyter_mgpu.engine.shards import shard_store as store
 
     return store.ids()
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.engine import shard_store as store
-from jupyter_mgpu.engine import shared_blocks
+from jupyter_mgpu.engine.shards import shard_store as store
+from jupyter_mgpu.engine.shards import shared_blocks
 from jupyter_mgpu.errors import DeviceOutOfMemoryError
 from jupyter_mgpu.tensors import process_copy
 from jupyter_mgpu.tensors import shared_blocks as transfer

@@ -177,13 +177,15 @@ def test_the_startup_timeline_names_every_phase(no_current):
 
 
 def _budget_modes(s) -> list[str]:
-    return s.run_cell("from jupyter_mgpu.engine import budget as _b; _b.mode(), _b.fallback_reason()", stream=False)
+    return s.run_cell(
+        "from jupyter_mgpu.engine.shards import budget as _b; _b.mode(), _b.fallback_reason()", stream=False
+    )
 
 
 def test_first_start_after_install_does_not_wait_for_the_compiler(no_current, tmp_path, monkeypatch):
     """An empty shim cache: the start compiles in the background, its ranks use the OS limit and say
     why; once the compile is done the next cluster uses the shim."""
-    from jupyter_mgpu.engine import allocator_budget as ab
+    from jupyter_mgpu.engine.shards import allocator_budget as ab
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     if not ab._compiler():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.engine import seeding
+from jupyter_mgpu.engine.shards import seeding
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.tensors import shared_blocks
 
@@ -16,13 +16,13 @@ PLACEMENTS = [mg.Shard(0), mg.Shard(1), mg.Replicate(), mg.Block2D()]
 
 
 def _shard_ids():
-    from jupyter_mgpu.engine import shard_store as store
+    from jupyter_mgpu.engine.shards import shard_store as store
 
     return store.ids()
 
 
 def _rss():
-    from jupyter_mgpu.engine import telemetry
+    from jupyter_mgpu.engine.records import telemetry
 
     return telemetry._proc_status()["VmRSS"]
 

@@ -136,7 +136,7 @@ def test_live_player_follows_events_while_the_block_runs(s2):
 
 
 def test_tracing_off_records_nothing_and_costs_one_check(s2):
-    from jupyter_mgpu.engine import trace as etrace
+    from jupyter_mgpu.engine.records import trace as etrace
 
     assert s2.run(etrace.active) == [False, False]
     with mg.trace() as t:

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from jupyter_mgpu.engine import runtime
+from jupyter_mgpu.engine.startup import runtime
 
 pytestmark = pytest.mark.cluster
 

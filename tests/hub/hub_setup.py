@@ -163,7 +163,7 @@ class HubRun:
         self.private = self.root / "hub"
         self.private.mkdir(mode=0o700)
         # deep on purpose, as homes on clusters often are: the cluster's Unix sockets under it are longer
-        # than AF_UNIX addresses hold (engine/unix_socket.py reaches them)
+        # than AF_UNIX addresses hold (engine/wire/unix_socket.py reaches them)
         self.homes = self.root / "home" / "research-computing"
         self.homes.mkdir(mode=0o755, parents=True)
         os.chmod(self.homes.parent, 0o755)

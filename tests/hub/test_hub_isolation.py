@@ -192,7 +192,7 @@ for path in ({a_cluster["path"] + "/cluster.json"!r}, {a_cluster["path"] + "/pro
         open(path).read(); print("READ", path)
     except PermissionError:
         print("DENIED")
-from jupyter_mgpu.engine import unix_socket  # the path is longer than AF_UNIX holds: as the kernel reaches it
+from jupyter_mgpu.engine.wire import unix_socket  # the path is longer than AF_UNIX holds: as the kernel reaches it
 try:
     unix_socket.connect(socket.socket(socket.AF_UNIX), {a_cluster["path"] + "/direct.0.sock"!r}); print("CONNECTED")
 except PermissionError:

@@ -179,10 +179,10 @@ def test_interrupting_init_and_shutdown_leaves_nothing_running():
         assert reply["status"] == "ok", out
 
         def controller_started() -> bool:
-            return any("engine.controller" in c for c in _descendants(kernel_pid))
+            return any("engine.startup.controller" in c for c in _descendants(kernel_pid))
 
         def engines_forked() -> bool:  # forked engines show their supervisor's command line
-            return sum("engine.launcher" in c for c in _descendants(kernel_pid)) > 1
+            return sum("engine.startup.launcher" in c for c in _descendants(kernel_pid)) > 1
 
         # the press lands while the cluster starts: its controller runs (%load_ext started it with the
         # spare supervisor), its engines are forked and on their way to registering
@@ -195,7 +195,7 @@ def test_interrupting_init_and_shutdown_leaves_nothing_running():
         while time.monotonic() < end and controller_started():
             time.sleep(0.1)
         left = _descendants(kernel_pid)
-        assert not any("engine.controller" in c for c in left), left
+        assert not any("engine.startup.controller" in c for c in left), left
         assert len(left) <= 1, left  # at most the idle spare supervisor that %load_ext keeps ready
         reply, out = k.execute("%mgpu_init 2 --timeout 30 --no-dashboard")
         assert reply["status"] == "ok", out

@@ -1,6 +1,6 @@
 """Tab and Shift-Tab in ``%%mgpu`` cells of a real ipykernel come from rank 0's namespace, within the
 budget, also while rank 0 runs a cell; elsewhere the kernel answers as before
-(``magics/rank_completion.py``, ``engine/completion_server.py``)."""
+(``magics/rank_completion.py``, ``engine/execution/completion_server.py``)."""
 
 from __future__ import annotations
 

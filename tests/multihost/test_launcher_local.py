@@ -75,7 +75,7 @@ def test_ranks_are_labelled_by_host_and_meet_over_the_tcp_store(local2):
 
 def _store_state():
     from jupyter_mgpu.engine import state as rank_state
-    from jupyter_mgpu.engine import tcp_rendezvous
+    from jupyter_mgpu.engine.group import tcp_rendezvous
 
     return rank_state.get().store, tcp_rendezvous.listening()
 
@@ -91,7 +91,7 @@ def test_the_rendezvous_store_refuses_newcomers_once_the_group_met(local2):
 def test_magic_cells_blocking_calls_and_the_guard_go_through_the_relay(local2):
     from ipshell import shell
 
-    from jupyter_mgpu.engine import collective_guard
+    from jupyter_mgpu.engine.watch import collective_guard
 
     ip = shell()
     ip.run_cell(
@@ -120,7 +120,7 @@ def test_telemetry_crosses_the_link_often_and_fast(local2):
 
         import torch
 
-        from jupyter_mgpu.engine import shard_store as store
+        from jupyter_mgpu.engine.shards import shard_store as store
 
         store.put("held-by-test", torch.ones(nbytes // 4))
         return time.time()
@@ -156,7 +156,7 @@ def test_live_traces_and_metrics_are_mirrored(local2):
 
     def log_loss():
         from jupyter_mgpu.engine import state as rank_state
-        from jupyter_mgpu.engine import training
+        from jupyter_mgpu.engine.records import training
 
         for step in range(3):
             training.log(step=step, loss=float(rank_state.get().rank + step))

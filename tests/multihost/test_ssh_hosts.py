@@ -120,7 +120,7 @@ ok += [torch.allclose(sims.gather(), ref, atol=1e-6)]
 def ddp_step():
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from jupyter_mgpu.engine import training
+    from jupyter_mgpu.engine.records import training
     from jupyter_mgpu.engine import state as rank_state
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(4, 1))
@@ -157,7 +157,7 @@ rates = [len(seqs[r]) / 2.0 for r in range(3)]
 
 def hold(nbytes):
     import time, torch
-    from jupyter_mgpu.engine import shard_store as store
+    from jupyter_mgpu.engine.shards import shard_store as store
     store.put('held-by-test', torch.ones(nbytes // 4))
     return time.time()
 
@@ -270,7 +270,7 @@ def test_shutdown_leaves_nothing_on_any_host(started, kernel, ssh_lab):
     ours = [
         p
         for p in a.processes()
-        if any(m in " ".join(p.cmdline()) for m in ("ipyparallel", "launch.relay", "engine.controller"))
+        if any(m in " ".join(p.cmdline()) for m in ("ipyparallel", "launch.relay", "engine.startup.controller"))
     ]
     assert ours == []
 
@@ -297,5 +297,5 @@ def test_bad_input_names_the_host_and_leaves_nothing(kernel, ssh_lab, line, mess
     assert not [
         p
         for p in python_processes(ssh_lab.first)
-        if "launch.relay" in " ".join(p.cmdline()) or "engine.controller" in " ".join(p.cmdline())
+        if "launch.relay" in " ".join(p.cmdline()) or "engine.startup.controller" in " ".join(p.cmdline())
     ]

@@ -57,10 +57,13 @@ class FakeClusters:
         pid = os.getpid() if kernel_pid is None else kernel_pid
         if kernel_create_time is None:
             kernel_create_time = psutil.Process(pid).create_time() if psutil.pid_exists(pid) else 0.0
-        sup = self.sleeper("-m", "jupyter_mgpu.engine.launcher", str(path)) if processes else None
+        sup = self.sleeper("-m", "jupyter_mgpu.engine.startup.launcher", str(path)) if processes else None
         ctl = self.sleeper(f"--profile-dir={path / 'profile'}") if processes else None
         engines = (
-            {str(r): self.sleeper("-m", "jupyter_mgpu.engine.launcher", str(path)).pid for r in range(world_size)}
+            {
+                str(r): self.sleeper("-m", "jupyter_mgpu.engine.startup.launcher", str(path)).pid
+                for r in range(world_size)
+            }
             if processes and ranks_up
             else {}
         )

@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from jupyter_mgpu.engine import direct_channel
+from jupyter_mgpu.engine.execution import direct_channel
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from jupyter_mgpu.engine import launched_setup
+from jupyter_mgpu.engine.startup import launched_setup
 
 
 def _dead_pid() -> int:

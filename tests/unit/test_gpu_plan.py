@@ -1,4 +1,4 @@
-"""torchrun's GPU convention (``engine/gpu_plan.py``): every engine sees its host's ranks' GPUs, in
+"""torchrun's GPU convention (``engine/startup/gpu_plan.py``): every engine sees its host's ranks' GPUs, in
 local-rank order and named as its parent names them, and uses ``cuda:LOCAL_RANK``. The configs are
 built the way ``cluster/local.py`` (one host) and ``launch/host_cluster.py`` (several hosts) build them,
 from the real device pickers (``devices.discover``, ``launch/ranks.py``)."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from jupyter_mgpu import devices as devmod
-from jupyter_mgpu.engine import gpu_plan, torchrun_env
+from jupyter_mgpu.engine.group import torchrun_env
+from jupyter_mgpu.engine.startup import gpu_plan
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.launch import ranks
 

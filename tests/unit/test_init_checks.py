@@ -1,6 +1,6 @@
 """A user's init_process_group(...) on a rank of the session is refused exactly as torch refuses it:
 each case goes through torch's own init_process_group in a new one-rank process, and through
-engine/init_checks.py here; the exception types and words must be the same."""
+engine/group/init_checks.py here; the exception types and words must be the same."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _ours(case: str) -> list[str]:
     import torch
     import torch.distributed as dist
 
-    from jupyter_mgpu.engine import init_checks
+    from jupyter_mgpu.engine.group import init_checks
 
     kwargs = eval(f"dict({case})", {"timedelta": timedelta, "torch": torch, "dist": dist})
     try:
@@ -101,7 +101,7 @@ def test_the_cases_cover_both_outcomes(torch_says):
 def test_what_a_checked_call_asks_for():
     from datetime import timedelta
 
-    from jupyter_mgpu.engine import init_checks
+    from jupyter_mgpu.engine.group import init_checks
 
     request = init_checks.check("gloo", "tcp://127.0.0.1:1234?rank=1&world_size=4", timedelta(seconds=90))
     assert (request.backend, request.timeout_s, request.rank, request.world_size) == ("gloo", 90.0, 1, 4)

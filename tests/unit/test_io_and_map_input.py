@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.engine.shipped_function import pickle_function
+from jupyter_mgpu.engine.execution.shipped_function import pickle_function
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.tensors import shard_map
 

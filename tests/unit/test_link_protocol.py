@@ -1,4 +1,4 @@
-"""The authenticated link between engines on other hosts and the relay (``engine/link.py``), over real sockets."""
+"""The authenticated link between engines on other hosts and the relay (``engine/wire/link.py``), over real sockets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from jupyter_mgpu.engine import link as lk
+from jupyter_mgpu.engine.wire import link as lk
 
 KEY = lk.derive_key(b"ipyparallel-session-key", "123-abcd")
 

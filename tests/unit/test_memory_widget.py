@@ -10,7 +10,7 @@ import pytest
 import traitlets
 
 import jupyter_mgpu.monitoring.memory_monitor  # noqa: F401  (the module, for _frame)
-from jupyter_mgpu.engine import telemetry as tele
+from jupyter_mgpu.engine.records import telemetry as tele
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.widgets import memory_dashboard as wm
 from jupyter_mgpu.widgets.colors import rank_color
@@ -171,7 +171,7 @@ def test_dataframe_view_needs_pandas():
 
 
 def test_rows_carry_their_texts_in_the_one_size_format_and_the_timelines_a_labelled_axis():
-    from jupyter_mgpu.engine.memory_figures import used_of_limit
+    from jupyter_mgpu.engine.records.memory_figures import used_of_limit
     from jupyter_mgpu.units import format_bytes
 
     cpu = {

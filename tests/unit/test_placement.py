@@ -186,7 +186,7 @@ def test_summa_panels_respect_both_block_edges():
 def test_seeded_shards_are_slices_of_one_global_tensor(shape, p):
     import torch
 
-    from jupyter_mgpu.engine import seeding
+    from jupyter_mgpu.engine.shards import seeding
 
     full = seeding.global_tensor("randn", shape, seed=7)
     for placement in [pl.Shard(0), pl.Shard(-1)] if shape else [pl.Replicate()]:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jupyter_mgpu.engine import allocator_budget as ab
+from jupyter_mgpu.engine.shards import allocator_budget as ab
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_library_path_does_not_import_torch():
         [
             sys.executable,
             "-c",
-            "import sys; from jupyter_mgpu.engine import allocator_budget as a; "
+            "import sys; from jupyter_mgpu.engine.shards import allocator_budget as a; "
             "p = a.library_path(); print('torch' in sys.modules, p.name)",
         ],
         capture_output=True,

@@ -27,7 +27,7 @@ CHECKS = """
 import inspect
 p = sys.modules['jupyter_mgpu']
 from jupyter_mgpu import devices                     # a submodule by name: alone
-import jupyter_mgpu.engine.startup_marks
+import jupyter_mgpu.engine.startup.startup_marks
 assert inspect.ismodule(devices) and 'jupyter_mgpu.session.core' not in sys.modules, 'package loaded too early'
 import jupyter_mgpu as mg
 assert inspect.isfunction(mg.memory)                 # an API name over a submodule: the API's
@@ -49,7 +49,7 @@ def test_the_bootstrap_defers_the_package_and_keeps_its_meaning():
 
 def test_the_bootstrap_runs_the_module_as_main_with_its_arguments(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-c", _BOOTSTRAP, "jupyter_mgpu.engine.allocator_budget", "--x"],
+        [sys.executable, "-c", _BOOTSTRAP, "jupyter_mgpu.engine.shards.allocator_budget", "--x"],
         capture_output=True,
         text=True,
         env={"JUPYTER_MGPU_BUDGET_SHIM": "0", "XDG_CACHE_HOME": str(tmp_path), "PATH": ""},

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jupyter_mgpu.engine import collective_calls
-from jupyter_mgpu.engine.collective_table import CollectiveTable, crc
+from jupyter_mgpu.engine.watch import collective_calls
+from jupyter_mgpu.engine.watch.collective_table import CollectiveTable, crc
 from jupyter_mgpu.session.hang_watch import diagnose, status_line
 
 NOW = 1000.0

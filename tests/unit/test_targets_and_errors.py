@@ -1,6 +1,6 @@
 import pytest
 
-from jupyter_mgpu.engine.process_group import check_timeout, choose_backend
+from jupyter_mgpu.engine.group.process_group import check_timeout, choose_backend
 from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, MgpuError, RankError
 from jupyter_mgpu.session.rank_errors import build_error
 from jupyter_mgpu.session.targets import parse_targets

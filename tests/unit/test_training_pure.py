@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler
 
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine import training
+from jupyter_mgpu.engine.records import training
 from jupyter_mgpu.monitoring.metrics_log import MetricRecords, MetricsReader
 
 

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from jupyter_mgpu.engine import unix_socket
+from jupyter_mgpu.engine.wire import unix_socket
 
 
 @pytest.mark.parametrize("depth", [10, 160])

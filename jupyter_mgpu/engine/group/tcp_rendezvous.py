@@ -1,0 +1,111 @@
+"""The process group's rendezvous across hosts: a TCPStore that rank 0 hosts on one interface only.
+
+torch's TCPStore has no authentication and, left to itself, listens on every interface. Rank 0 binds
+the listening socket itself, on its address of the chosen interface, and hands it to the store
+(``master_listen_fd``). Once every rank has connected, :func:`close_listener` shuts that socket: the
+store keeps serving the ranks' open connections (later process groups and rebuilds use them through
+a prefix per generation), and nobody else can connect any more.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+_master: Any = None  # rank 0's store (server and its own client)
+_listen_fd: int | None = None
+_client: Any = None
+_client_key: tuple | None = None
+
+
+def open_master(address: str, world_size: int, timeout: float) -> int:
+    """Rank 0: listen on ``address`` (port chosen by the OS) and serve the store there; returns the port."""
+    global _master, _listen_fd, _client_key
+    import torch.distributed as dist
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((address, 0))
+        sock.listen(max(64, 2 * world_size))
+        port = sock.getsockname()[1]
+        _master = dist.TCPStore(
+            address,
+            port,
+            world_size,
+            True,
+            timedelta(seconds=timeout),
+            wait_for_workers=False,
+            master_listen_fd=sock.fileno(),
+        )
+    except BaseException:
+        sock.close()
+        raise
+    _listen_fd = sock.detach()  # the store owns the descriptor now
+    _client_key = (address, port)
+    _exclude_from_release()
+    return port
+
+
+def _exclude_from_release() -> None:
+    from jupyter_mgpu.engine.watch import collective_guard
+
+    if store_socket_inodes not in collective_guard.exclusions:
+        collective_guard.exclusions.append(store_socket_inodes)
+
+
+def connect(config: dict[str, Any], timeout: float) -> Any:
+    """This rank's store client for ``config`` (``{"host", "port"}``), made once and reused."""
+    global _client, _client_key
+    import torch.distributed as dist
+
+    key = (config["host"], int(config["port"]))
+    if _master is not None and key == _client_key:
+        return _master
+    if _client is None or key != _client_key:
+        _client = dist.TCPStore(
+            config["host"], int(config["port"]), int(config["world_size"]), False, timedelta(seconds=timeout)
+        )
+        _client_key = key
+        _exclude_from_release()
+    return _client
+
+
+def store_socket_inodes() -> set[int]:
+    """Inodes of this process's connections to or from the store (never released with a group's sockets)."""
+    import psutil
+
+    if _client_key is None:
+        return set()
+    port = _client_key[1]
+    out = set()
+    for conn in psutil.Process().net_connections("tcp"):
+        ends = [conn.laddr, conn.raddr]
+        if any(e and e.port == port for e in ends) and conn.fd >= 0:
+            try:
+                target = os.readlink(f"/proc/self/fd/{conn.fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                out.add(int(target[8:-1]))
+    return out
+
+
+def close_listener() -> bool:
+    """Rank 0: refuse new connections to the store from now on; True if there was a listener to close."""
+    global _listen_fd
+    fd, _listen_fd = _listen_fd, None
+    if fd is None:
+        return False
+    with socket.socket(fileno=os.dup(fd)) as s:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    return True
+
+
+def listening() -> bool:
+    """Whether rank 0's store still accepts new connections."""
+    return _listen_fd is not None

@@ -1,0 +1,82 @@
+"""Rank side of ``mg.profile()`` (the notebook's side is ``profiling/profile_run.py``): torch.profiler on
+this rank from :func:`start` to :func:`stop`, across the calls in between (cells, scripts, ``mg.*``
+ops), plus what the profiler does not know and the collective watch does (``engine/watch/collective_watch.py``):
+each Python-level collective's group, number, bytes and user's line with the times this rank entered
+and left it, and the calls it ran. :func:`stop` hands everything back, the Kineto trace included
+(compressed: ranks on other hosts cannot share a file with the notebook).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+import zlib
+from typing import Any
+
+from jupyter_mgpu.engine import state as rank_state
+
+_prof: Any = None
+
+
+def start(record_shapes: bool = True, with_stack: bool = False, profile_memory: bool = False) -> dict[str, Any]:
+    """Start torch.profiler on this rank (CPU ops; CUDA kernels and memory on a GPU) and the logs of
+    calls and collectives; a profile already running here is dropped."""
+    global _prof
+    from torch.profiler import ProfilerActivity, profile
+
+    st = rank_state.get()
+    if _prof is not None:
+        _discard()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if st.device_kind == "cuda" else [])
+    _prof = profile(
+        activities=activities, record_shapes=record_shapes, with_stack=with_stack, profile_memory=profile_memory
+    )
+    st.call_log, st.collective_log = [], []
+    _prof.start()
+    return {"rank": st.rank, "time_ns": time.time_ns()}
+
+
+def clock() -> int:
+    """This rank's wall clock (ns since the epoch): the notebook maps it onto its own."""
+    return time.time_ns()
+
+
+def _discard() -> None:
+    global _prof
+    prof, _prof = _prof, None
+    st = rank_state.get()
+    st.call_log = st.collective_log = None
+    if prof is not None:
+        try:
+            prof.stop()
+        except Exception:
+            pass
+
+
+def stop() -> dict[str, Any]:
+    """Stop profiling here; this rank's Kineto trace (zlib-compressed JSON), calls and collectives."""
+    global _prof
+    st = rank_state.get()
+    prof, _prof = _prof, None
+    calls, collectives = st.call_log or [], st.collective_log or []
+    st.call_log = st.collective_log = None
+    if prof is None:
+        raise RuntimeError(f"rank {st.rank} is not profiling (mg.profile() was not started here)")
+    prof.stop()
+    fd, path = tempfile.mkstemp(prefix=f"mgpu-profile-rank{st.rank}-", suffix=".json", dir=st.rundir)
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as f:
+            trace = zlib.compress(f.read(), 1)
+    finally:
+        os.unlink(path)
+    return {
+        "rank": st.rank,
+        "host": st.host or socket.gethostname(),
+        "trace": trace,
+        "calls": [{"label": label, "start_ns": a, "end_ns": b} for label, a, b in calls],
+        "collectives": collectives,
+    }

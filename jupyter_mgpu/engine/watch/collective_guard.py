@@ -1,0 +1,188 @@
+"""Release this rank from collectives that can never complete, without ending the engine.
+
+A rank blocked inside a gloo collective sits in C++ and never sees the stop button's SIGINT; left
+alone it would later be matched with a *different* collective of another rank and return wrong
+numbers. The kernel asks each rank, over a private Unix socket served by a thread of this module,
+how far its current call has got and, when the call must end, to release it: the rank half-closes
+(``SHUT_WR``) every socket its process groups opened, so each pending gloo operation on either end
+fails at once with "Connection closed by peer" while the engine, its shards and its variables live
+on; nccl communicators are aborted instead. The kernel then rebuilds the process group on every rank.
+
+Which sockets belong to gloo is learned when a group is made: ``_new_process_group_helper`` (the one
+function every ``init_process_group``/``new_group``/``DeviceMesh`` goes through) is wrapped to note the
+socket inodes a group creation added to this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jupyter_mgpu.engine.wire import unix_socket
+
+SOCKET_NAME = "guard.{rank}.sock"
+REQUEST_TIMEOUT = 2.0
+_group_sockets: set[int] = set()  # inodes of sockets opened while making process groups
+# callables returning inodes of sockets that are never the group's own, even when opened meanwhile
+# (the rendezvous store's connections across hosts, which later groups still need)
+exclusions: list[Callable[[], set[int]]] = []
+_lock = threading.Lock()
+_installed = False
+
+
+def socket_path(rundir: str | Path, rank: int) -> Path:
+    return Path(rundir) / SOCKET_NAME.format(rank=rank)
+
+
+def _socket_inodes() -> dict[int, int]:
+    """This process's open sockets: inode -> fd."""
+    out: dict[int, int] = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out[int(target[8:-1])] = int(name)
+    return out
+
+
+def install() -> None:
+    """Note the sockets of every process group made from now on (run before the first group)."""
+    global _installed
+    if _installed:
+        return
+    import torch.distributed.distributed_c10d as c10d
+
+    original: Callable[..., Any] | None = getattr(c10d, "_new_process_group_helper", None)
+    if original is None:  # another torch: only groups made through note_group_sockets() are known
+        _installed = True
+        return
+
+    def tracked(*args: Any, **kwargs: Any) -> Any:
+        with note_group_sockets():
+            return original(*args, **kwargs)
+
+    tracked.__wrapped__ = original  # type: ignore[attr-defined]
+    c10d._new_process_group_helper = tracked
+    _installed = True
+
+
+@contextlib.contextmanager
+def note_group_sockets():
+    """Remember the sockets opened inside the block as process-group sockets."""
+    before = set(_socket_inodes())
+    try:
+        yield
+    finally:
+        added = set(_socket_inodes()) - before
+        for excluded in exclusions:
+            added -= excluded()
+        with _lock:
+            _group_sockets.update(added)
+
+
+def release(backend: str | None = None) -> int:
+    """Make every pending collective of this process fail now; returns how many sockets were closed."""
+    released = 0
+    if backend == "nccl":
+        with contextlib.suppress(Exception):
+            import torch.distributed.distributed_c10d as c10d
+
+            c10d._abort_process_group()
+            released += 1
+    with _lock:
+        wanted = set(_group_sockets)
+    for inode, fd in _socket_inodes().items():
+        if inode not in wanted:
+            continue
+        try:
+            with socket.socket(fileno=os.dup(fd)) as s:
+                if s.type == socket.SOCK_STREAM and s.family in (socket.AF_INET, socket.AF_INET6):
+                    s.shutdown(socket.SHUT_WR)  # the peer reads EOF and closes: both ends fail cleanly
+                    released += 1
+        except OSError:  # a listening or already closed socket
+            pass
+    return released
+
+
+def progress(state: Any) -> dict[str, Any]:
+    """Whether this rank is inside a call, and how many collectives it has entered during it."""
+    from jupyter_mgpu.engine import state as rank_state
+
+    seq0 = getattr(state, "call_seq0", None)
+    seq = rank_state.sequence_number()
+    return {
+        "rank": state.rank,
+        "in_call": bool(getattr(state, "call_depth", 0)),
+        "collectives": None if seq0 is None or seq is None else seq - seq0,
+        "generation": state.pg_generation,
+    }
+
+
+class Listener(threading.Thread):
+    """Answers the kernel's ``progress``, ``where`` and ``release`` requests while the main thread is busy."""
+
+    def __init__(self, rundir: str, state: Any) -> None:
+        super().__init__(name="mgpu-collective-guard", daemon=True)
+        self.state = state
+        self.path = socket_path(rundir, state.rank)
+        self.sock = unix_socket.listen_private(self.path, 8)
+
+    def run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    self._serve(conn)
+                except Exception:
+                    pass
+
+    def _serve(self, conn: socket.socket) -> None:
+        if not unix_socket.same_user(conn):
+            return
+        conn.settimeout(REQUEST_TIMEOUT)
+        command = conn.recv(64).decode().strip()
+        if command == "release":
+            reply = {"released": release(self.state.backend), **progress(self.state)}
+        elif command == "progress":
+            reply = progress(self.state)
+        elif command == "where":
+            from jupyter_mgpu.engine.watch import collective_watch
+
+            reply = {**collective_watch.where(self.state), "stack": collective_watch.stack(), "rank": self.state.rank}
+        else:
+            reply = {"error": f"unknown request {command!r}"}
+        conn.sendall(json.dumps(reply).encode())
+
+
+def start(rundir: str, state: Any) -> Listener:
+    """Serve this rank's guard socket from a daemon thread."""
+    listener = Listener(rundir, state)
+    listener.start()
+    return listener
+
+
+def ask(rundir: str | Path, rank: int, command: str, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any] | None:
+    """Kernel side: send ``command`` to ``rank``'s guard; its reply, or None if it cannot be reached."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            unix_socket.connect(s, socket_path(rundir, rank))
+            s.sendall(command.encode())
+            s.shutdown(socket.SHUT_WR)
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+        return json.loads(data)
+    except (OSError, ValueError):
+        return None
