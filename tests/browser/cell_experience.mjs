@@ -7,24 +7,43 @@
 // (what each cell shows) and a final {"step": "done"} with the console errors and the layout.
 import fs from 'node:fs';
 import path from 'node:path';
-import { cfg, report, openBrowser, openNotebook, runCell, reportError, notebookLayout, shotCell } from './chromium.mjs';
+import {
+  cfg,
+  report,
+  openBrowser,
+  openNotebook,
+  runCell,
+  reportError,
+  notebookLayout,
+  shotCell
+} from './chromium.mjs';
 
 const STEP_TIMEOUT = 90000;
 const C = cfg.cells;
 
 // report, and keep the step's name in progress.log: the last step a run that hung got to
 function step(name, data) {
-  fs.appendFileSync(path.join(cfg.artifacts, 'progress.log'), `${new Date().toISOString()} ${name}\n`);
+  fs.appendFileSync(
+    path.join(cfg.artifacts, 'progress.log'),
+    `${new Date().toISOString()} ${name}\n`
+  );
   report(name, data);
 }
 
-const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 900 } });
+const { context, page, consoleErrors } = await openBrowser({
+  viewport: { width: 1280, height: 900 }
+});
 
 // Run cell `index` and wait for it, failing with the cell's name after STEP_TIMEOUT (not hanging).
 async function run(index) {
   const name = Object.keys(C).find(k => C[k] === index);
   let timer;
-  const late = new Promise((_, no) => { timer = setTimeout(() => no(new Error(`cell ${name} still runs after ${STEP_TIMEOUT} ms`)), STEP_TIMEOUT); });
+  const late = new Promise((_, no) => {
+    timer = setTimeout(
+      () => no(new Error(`cell ${name} still runs after ${STEP_TIMEOUT} ms`)),
+      STEP_TIMEOUT
+    );
+  });
   try {
     await Promise.race([runCell(page, index), late]);
   } finally {
@@ -33,47 +52,80 @@ async function run(index) {
 }
 
 // A picture of cell `index` (its input and outputs) in the artifacts.
-const shot = (index, name) => shotCell(page, index, path.join(cfg.artifacts, `${name}.png`));
+const shot = (index, name) =>
+  shotCell(page, index, path.join(cfg.artifacts, `${name}.png`));
 
 // What cell `index` shows: its whole text, and each output in order (its mime type, text, the rank
 // label it is, the rows of a table it holds, the data of a plotly plot it holds, a widget progress bar).
 async function cellOutputs(index) {
   return page.evaluate(i => {
     const cell = window.jupyterapp.shell.currentWidget.content.widgets[i];
-    const items = Array.from(cell.node.querySelectorAll('.jp-OutputArea-output')).map(o => {
-      const plot = o.matches('.js-plotly-plot') ? o : o.querySelector('.js-plotly-plot');
+    const items = Array.from(
+      cell.node.querySelectorAll('.jp-OutputArea-output')
+    ).map(o => {
+      const plot = o.matches('.js-plotly-plot')
+        ? o
+        : o.querySelector('.js-plotly-plot');
       return {
         mime: o.dataset.mimeType ?? null,
         text: o.innerText,
         label: o.querySelector('.mgpu-rank-label')?.textContent ?? null,
         table: Array.from(o.querySelectorAll('table.dataframe tr')).map(tr =>
-          Array.from(tr.children).map(td => td.textContent.trim())),
-        plot: plot ? { y: Array.from(plot.data?.[0]?.y ?? []), type: plot.data?.[0]?.type ?? null,
-          bars: plot.querySelectorAll('.bars .point').length, width: plot.getBoundingClientRect().width } : null,
-        progress: o.querySelector('.widget-hprogress') ? { text: o.innerText,
-          width: o.querySelector('.widget-hprogress .progress-bar')?.style.width ?? null,
-          success: !!o.querySelector('.widget-hprogress .progress-bar-success') } : null,
+          Array.from(tr.children).map(td => td.textContent.trim())
+        ),
+        plot: plot
+          ? {
+              y: Array.from(plot.data?.[0]?.y ?? []),
+              type: plot.data?.[0]?.type ?? null,
+              bars: plot.querySelectorAll('.bars .point').length,
+              width: plot.getBoundingClientRect().width
+            }
+          : null,
+        progress: o.querySelector('.widget-hprogress')
+          ? {
+              text: o.innerText,
+              width:
+                o.querySelector('.widget-hprogress .progress-bar')?.style
+                  .width ?? null,
+              success: !!o.querySelector(
+                '.widget-hprogress .progress-bar-success'
+              )
+            }
+          : null,
         live: o.querySelector('.mgpu-live')?.textContent ?? null
       };
     });
-    return { text: cell.node.querySelector('.jp-Cell-outputArea')?.innerText ?? '', items,
-      count: cell.model.executionCount };
+    return {
+      text: cell.node.querySelector('.jp-Cell-outputArea')?.innerText ?? '',
+      items,
+      count: cell.model.executionCount
+    };
   }, index);
 }
 
 // The text of the live area of cell `index` (null when there is none).
-const liveText = index => page.evaluate(i => {
-  const node = window.jupyterapp.shell.currentWidget.content.widgets[i].node.querySelector('.mgpu-live');
-  return node ? node.textContent : null;
-}, index);
+const liveText = index =>
+  page.evaluate(i => {
+    const node =
+      window.jupyterapp.shell.currentWidget.content.widgets[
+        i
+      ].node.querySelector('.mgpu-live');
+    return node ? node.textContent : null;
+  }, index);
 
 try {
   await openNotebook(page, STEP_TIMEOUT);
   await run(C.init);
   await run(C.pids);
   const pidText = (await cellOutputs(C.pids)).text;
-  step('started', { init: (await cellOutputs(C.init)).text, pids: (/pids ([\d ]+)/.exec(pidText)?.[1] ?? '')
-    .trim().split(/\s+/).map(Number), pidText });
+  step('started', {
+    init: (await cellOutputs(C.init)).text,
+    pids: (/pids ([\d ]+)/.exec(pidText)?.[1] ?? '')
+      .trim()
+      .split(/\s+/)
+      .map(Number),
+    pidText
+  });
 
   // 1. a DataFrame per rank: two HTML tables, each under its rank label
   await run(C.frame);
@@ -82,9 +134,16 @@ try {
 
   // 2. a plotly figure per rank: rendered by JupyterLab's plotly renderer
   await run(C.plotly);
-  await page.waitForFunction(i => window.jupyterapp.shell.currentWidget.content.widgets[i].node
-    .querySelectorAll('.js-plotly-plot .bars .point').length >= 4, C.plotly, { timeout: 20000, polling: 200 })
-    .catch(() => {});  // the assertions say what is missing
+  await page
+    .waitForFunction(
+      i =>
+        window.jupyterapp.shell.currentWidget.content.widgets[
+          i
+        ].node.querySelectorAll('.js-plotly-plot .bars .point').length >= 4,
+      C.plotly,
+      { timeout: 20000, polling: 200 }
+    )
+    .catch(() => {}); // the assertions say what is missing
   await shot(C.plotly, '02_plotly');
   step('plotly', await cellOutputs(C.plotly));
 
@@ -100,28 +159,58 @@ try {
   let appearedAfter = null;
   while (Date.now() - t0 < 60000) {
     const text = await liveText(C.tqdm);
-    const running = await page.evaluate(i =>
-      window.jupyterapp.shell.currentWidget.content.widgets[i].model.executionCount === null, C.tqdm);
+    const running = await page.evaluate(
+      i =>
+        window.jupyterapp.shell.currentWidget.content.widgets[i].model
+          .executionCount === null,
+      C.tqdm
+    );
     if (text) {
-      if (appearedAfter === null) appearedAfter = Date.now() - t0;
+      if (appearedAfter === null) {
+        appearedAfter = Date.now() - t0;
+      }
       frames.push({ ms: Date.now() - t0, text });
-      if (frames.length === 2) await shot(C.tqdm, '04_progress_live');
+      if (frames.length === 2) {
+        await shot(C.tqdm, '04_progress_live');
+      }
     }
-    if (!running && appearedAfter !== null) break;
-    if (!running && Date.now() - t0 > 15000) break;
+    if (!running && appearedAfter !== null) {
+      break;
+    }
+    if (!running && Date.now() - t0 > 15000) {
+      break;
+    }
     await page.waitForTimeout(text ? 500 : 100);
   }
-  await page.waitForFunction(i => window.jupyterapp.shell.currentWidget.content.widgets[i].model.executionCount !== null,
-    C.tqdm, { timeout: STEP_TIMEOUT, polling: 200 });
+  await page.waitForFunction(
+    i =>
+      window.jupyterapp.shell.currentWidget.content.widgets[i].model
+        .executionCount !== null,
+    C.tqdm,
+    { timeout: STEP_TIMEOUT, polling: 200 }
+  );
   await page.waitForTimeout(300);
   await shot(C.tqdm, '05_progress_done');
-  step('tqdm', { frames, appearedAfter, end: await cellOutputs(C.tqdm), liveAtEnd: await liveText(C.tqdm) });
+  step('tqdm', {
+    frames,
+    appearedAfter,
+    end: await cellOutputs(C.tqdm),
+    liveAtEnd: await liveText(C.tqdm)
+  });
 
   // 5. tqdm.notebook: a widget progress bar per rank, relayed through ipyparallel's comms
   await run(C.widget);
-  await page.waitForFunction(i => window.jupyterapp.shell.currentWidget.content.widgets[i].node
-    .querySelectorAll('.widget-hprogress .progress-bar-success').length >= 2, C.widget, { timeout: 20000, polling: 200 })
-    .catch(() => {});  // done: the bars' last updates arrived over the comms (the assertions say what is missing)
+  await page
+    .waitForFunction(
+      i =>
+        window.jupyterapp.shell.currentWidget.content.widgets[
+          i
+        ].node.querySelectorAll('.widget-hprogress .progress-bar-success')
+          .length >= 2,
+      C.widget,
+      { timeout: 20000, polling: 200 }
+    )
+    .catch(() => {}); // done: the bars' last updates arrived over the comms (the assertions say what is missing)
   await shot(C.widget, '06_notebook_progress');
   step('widget', await cellOutputs(C.widget));
 
@@ -129,16 +218,30 @@ try {
   await run(C.show);
   const folded = await cellOutputs(C.show);
   const details = await page.evaluate(i => {
-    const d = window.jupyterapp.shell.currentWidget.content.widgets[i].node.querySelector('details.mgpu-hidden');
-    return d ? { summary: d.querySelector('summary').textContent, open: d.open,
-      bodyVisible: d.querySelector('pre').checkVisibility() } : null;
+    const d = window.jupyterapp.shell.currentWidget.content.widgets[
+      i
+    ].node.querySelector('details.mgpu-hidden');
+    return d
+      ? {
+          summary: d.querySelector('summary').textContent,
+          open: d.open,
+          bodyVisible: d.querySelector('pre').checkVisibility()
+        }
+      : null;
   }, C.show);
   await shot(C.show, '07_show_0_folded');
-  await page.click(`.jp-Notebook .jp-Cell >> nth=${C.show} >> details.mgpu-hidden summary`);
+  await page.click(
+    `.jp-Notebook .jp-Cell >> nth=${C.show} >> details.mgpu-hidden summary`
+  );
   const opened = await page.evaluate(i => {
-    const d = window.jupyterapp.shell.currentWidget.content.widgets[i].node.querySelector('details.mgpu-hidden');
-    return { open: d.open, bodyVisible: d.querySelector('pre').checkVisibility(),
-      body: d.querySelector('pre').innerText };
+    const d = window.jupyterapp.shell.currentWidget.content.widgets[
+      i
+    ].node.querySelector('details.mgpu-hidden');
+    return {
+      open: d.open,
+      bodyVisible: d.querySelector('pre').checkVisibility(),
+      body: d.querySelector('pre').innerText
+    };
   }, C.show);
   await shot(C.show, '08_show_0_opened');
   step('show', { folded, details, opened });
@@ -147,18 +250,41 @@ try {
   await run(C.fail);
   const failed = await cellOutputs(C.fail);
   const tbSelector = 'details.mgpu-traceback';
-  const tbDetails = await page.evaluate(([i, sel]) => {
-    const d = window.jupyterapp.shell.currentWidget.content.widgets[i].node.querySelector(sel);
-    return d ? { summary: d.querySelector('summary').textContent, open: d.open,
-      bodyVisible: d.querySelector('pre').checkVisibility() } : null;
-  }, [C.fail, tbSelector]);
+  const tbDetails = await page.evaluate(
+    ([i, sel]) => {
+      const d =
+        window.jupyterapp.shell.currentWidget.content.widgets[
+          i
+        ].node.querySelector(sel);
+      return d
+        ? {
+            summary: d.querySelector('summary').textContent,
+            open: d.open,
+            bodyVisible: d.querySelector('pre').checkVisibility()
+          }
+        : null;
+    },
+    [C.fail, tbSelector]
+  );
   await shot(C.fail, '09_traceback_folded');
-  await page.click(`.jp-Notebook .jp-Cell >> nth=${C.fail} >> ${tbSelector} summary`);
-  const tbOpened = await page.evaluate(([i, sel]) => {
-    const d = window.jupyterapp.shell.currentWidget.content.widgets[i].node.querySelector(sel);
-    return { open: d.open, bodyVisible: d.querySelector('pre').checkVisibility(), body: d.querySelector('pre').innerText,
-      coloured: d.querySelectorAll('pre span[style*="color"]').length };
-  }, [C.fail, tbSelector]);
+  await page.click(
+    `.jp-Notebook .jp-Cell >> nth=${C.fail} >> ${tbSelector} summary`
+  );
+  const tbOpened = await page.evaluate(
+    ([i, sel]) => {
+      const d =
+        window.jupyterapp.shell.currentWidget.content.widgets[
+          i
+        ].node.querySelector(sel);
+      return {
+        open: d.open,
+        bodyVisible: d.querySelector('pre').checkVisibility(),
+        body: d.querySelector('pre').innerText,
+        coloured: d.querySelectorAll('pre span[style*="color"]').length
+      };
+    },
+    [C.fail, tbSelector]
+  );
   await shot(C.fail, '10_traceback_opened');
   step('fail', { outputs: failed, details: tbDetails, opened: tbOpened });
 
@@ -167,11 +293,17 @@ try {
 
   await run(C.shutdown);
   const shutdown = (await cellOutputs(C.shutdown)).text;
-  await page.evaluate(() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown());
+  await page.evaluate(() =>
+    window.jupyterapp.shell.currentWidget.sessionContext.shutdown()
+  );
   step('done', { shutdown, consoleErrors });
 } catch (err) {
   await reportError(err, page, '99_failure.png', consoleErrors);
-  await page.evaluate(() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()).catch(() => {});
+  await page
+    .evaluate(() =>
+      window.jupyterapp.shell.currentWidget.sessionContext.shutdown()
+    )
+    .catch(() => {});
 } finally {
   await context.close();
 }

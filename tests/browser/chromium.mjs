@@ -13,43 +13,78 @@ export function report(step, data = {}) {
 
 // A fresh persistent context in cfg.profile; console errors and uncaught page errors of every page
 // of the context are collected into consoleErrors (the tests fail on any).
-export async function openBrowser({ viewport = { width: 1280, height: 900 }, extraArgs = [] } = {}) {
+export async function openBrowser({
+  viewport = { width: 1280, height: 900 },
+  extraArgs = []
+} = {}) {
   const context = await chromium.launchPersistentContext(cfg.profile, {
     executablePath: cfg.chromium,
     headless: true,
     viewport,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage', ...extraArgs]
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--disable-dev-shm-usage',
+      ...extraArgs
+    ]
   });
   const consoleErrors = [];
   const watch = (p, tag) => {
     p.on('console', msg => {
-      if (msg.type() === 'error') consoleErrors.push(`${tag}console: ${msg.text()} (${msg.location().url}:${msg.location().lineNumber}) at ${new Date().toISOString()}`);
+      if (msg.type() === 'error') {
+        consoleErrors.push(
+          `${tag}console: ${msg.text()} (${msg.location().url}:${msg.location().lineNumber}) at ${new Date().toISOString()}`
+        );
+      }
     });
-    p.on('pageerror', err => consoleErrors.push(`${tag}${String(err)} at ${new Date().toISOString()}`));
+    p.on('pageerror', err =>
+      consoleErrors.push(`${tag}${String(err)} at ${new Date().toISOString()}`)
+    );
   };
   const page = context.pages()[0] ?? (await context.newPage());
   watch(page, '');
-  context.on('page', p => { if (p !== page) watch(p, 'other page: '); });
+  context.on('page', p => {
+    if (p !== page) {
+      watch(p, 'other page: ');
+    }
+  });
   return { context, page, consoleErrors };
 }
 
 // Run cell `index` of the active notebook through JupyterLab's command; wait for it unless told not to.
 export async function runCell(page, index, wait = true) {
-  await page.evaluate(async ([i, w]) => {
-    const panel = window.jupyterapp.shell.currentWidget;
-    panel.content.activeCellIndex = i;
-    const done = window.jupyterapp.commands.execute('notebook:run-cell');
-    if (w) await done;
-  }, [index, wait]);
+  await page.evaluate(
+    async ([i, w]) => {
+      const panel = window.jupyterapp.shell.currentWidget;
+      panel.content.activeCellIndex = i;
+      const done = window.jupyterapp.commands.execute('notebook:run-cell');
+      if (w) {
+        await done;
+      }
+    },
+    [index, wait]
+  );
 }
 
 // Wait until JupyterLab shows a notebook whose kernel is idle and whose cells are there.
 export async function notebookReady(page, timeout, polling = 200) {
-  await page.waitForFunction(() => {
-    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    return !!(w && w.sessionContext?.session?.kernel?.status === 'idle' && w.content.widgets.length > 0);
-  }, null, { timeout, polling });
+  await page.waitForFunction(
+    () => {
+      const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+      return !!(
+        w &&
+        w.sessionContext?.session?.kernel?.status === 'idle' &&
+        w.content.widgets.length > 0
+      );
+    },
+    null,
+    { timeout, polling }
+  );
 }
 
 // Open cfg.notebook in JupyterLab and wait until its kernel is idle and its cells are shown. Each run gets
@@ -57,21 +92,33 @@ export async function notebookReady(page, timeout, polling = 200) {
 // tests, whose saved widget outputs have no model any more (an error in the console).
 export async function openNotebook(page, timeout) {
   const workspace = `t${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
-  await page.goto(`${cfg.url}lab/workspaces/${workspace}/tree/${cfg.notebook}?token=${cfg.token}`, { timeout });
+  await page.goto(
+    `${cfg.url}lab/workspaces/${workspace}/tree/${cfg.notebook}?token=${cfg.token}`,
+    { timeout }
+  );
   await notebookReady(page, timeout);
 }
 
 // Shut the current notebook's kernel down (its cluster with it), so that later tests in the shared lab
 // neither wait behind its engines nor see its card in the sidebar; errors are ignored (a closing page).
 export async function shutdownKernel(page) {
-  await page.evaluate(() => window.jupyterapp?.shell.currentWidget?.sessionContext?.shutdown()).catch(() => {});
+  await page
+    .evaluate(() =>
+      window.jupyterapp?.shell.currentWidget?.sessionContext?.shutdown()
+    )
+    .catch(() => {});
 }
 
 // A step threw: report 'error' with its stack and the console errors so far, save the page as `shot` in
 // cfg.artifacts, and make the script exit non-zero.
 export async function reportError(err, page, shot, consoleErrors) {
-  report('error', { message: String(err && err.stack || err), consoleErrors });
-  await page.screenshot({ path: path.join(cfg.artifacts, shot), fullPage: true }).catch(() => {});
+  report('error', {
+    message: String((err && err.stack) || err),
+    consoleErrors
+  });
+  await page
+    .screenshot({ path: path.join(cfg.artifacts, shot), fullPage: true })
+    .catch(() => {});
   process.exitCode = 1;
 }
 
@@ -79,9 +126,13 @@ export async function reportError(err, page, shot, consoleErrors) {
 // card (id, status, world size, each rank's bar, its sparklines' lengths).
 export async function sidebar(page) {
   return page.evaluate(() => ({
-    live: document.querySelector('#jupyter-mgpu-panel .jp-mgpu-live')?.textContent ?? null,
+    live:
+      document.querySelector('#jupyter-mgpu-panel .jp-mgpu-live')
+        ?.textContent ?? null,
     status: document.querySelector('.jp-mgpu-status')?.textContent ?? null,
-    clusters: Array.from(document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-cluster')).map(card => ({
+    clusters: Array.from(
+      document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-cluster')
+    ).map(card => ({
       id: card.dataset.clusterId,
       status: card.dataset.status,
       worldSize: Number(card.dataset.worldSize),
@@ -92,17 +143,25 @@ export async function sidebar(page) {
         total: Number(r.dataset.totalBytes),
         width: r.querySelector('.jp-mgpu-bar-fill')?.style.width ?? null
       })),
-      sparkPoints: Array.from(card.querySelectorAll('polyline')).map(p => (p.getAttribute('points') ?? '').split(' ').length)
+      sparkPoints: Array.from(card.querySelectorAll('polyline')).map(
+        p => (p.getAttribute('points') ?? '').split(' ').length
+      )
     }))
   }));
 }
 
 // Wait until the player counter `counter` (a selector) reads its last step ("step n / n").
 export async function untilLastStep(page, counter, timeout) {
-  await page.waitForFunction(c => {
-    const m = /step (\d+) \/ (\d+)/.exec(document.querySelector(c).textContent);
-    return m && m[1] === m[2];
-  }, counter, { timeout, polling: 100 });
+  await page.waitForFunction(
+    c => {
+      const m = /step (\d+) \/ (\d+)/.exec(
+        document.querySelector(c).textContent
+      );
+      return m && m[1] === m[2];
+    },
+    counter,
+    { timeout, polling: 100 }
+  );
 }
 
 // Step the player inside `sel` forward `n` times with its button; `read()` after each step and before
@@ -111,8 +170,14 @@ export async function stepForward(page, sel, n, read) {
   const seen = [await read()];
   for (let i = 1; i <= n; i++) {
     await page.click(`${sel} .mgpu-player-step-forward`);
-    await page.waitForFunction(([s, k]) => new RegExp(`^step ${k} /`).test(
-      document.querySelector(`${s} .mgpu-player-counter`).textContent), [sel, i], { timeout: 10000 });
+    await page.waitForFunction(
+      ([s, k]) =>
+        new RegExp(`^step ${k} /`).test(
+          document.querySelector(`${s} .mgpu-player-counter`).textContent
+        ),
+      [sel, i],
+      { timeout: 10000 }
+    );
     seen.push(await read());
   }
   return seen;
@@ -135,7 +200,9 @@ export async function offlinePage(context) {
   const requests = [];
   await page.route('**/*', route => {
     const u = route.request().url();
-    if (u.startsWith('file://')) return route.continue();
+    if (u.startsWith('file://')) {
+      return route.continue();
+    }
     requests.push(u);
     return route.abort();
   });
@@ -154,45 +221,83 @@ export async function playToEnd(page, timeout) {
 // makes wrap, and every code cell whose source is wider than its editor. With `areaScroll`, also every
 // output area that scrolls sideways even where no child is measured past it.
 export async function notebookLayout(page, { areaScroll = false } = {}) {
-  return page.evaluate((areaScroll) => {
+  return page.evaluate(areaScroll => {
     const out = { overflow: [], wrapped: [], wide_code: [] };
     const probe = document.createElement('span');
     window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, i) => {
-      if (cell.model.type !== 'code') return;
+      if (cell.model.type !== 'code') {
+        return;
+      }
       const source = cell.model.sharedModel.getSource().split('\n')[0];
-      const editor = cell.node.querySelector('.cm-scroller');  // code the reader must scroll sideways to see
+      const editor = cell.node.querySelector('.cm-scroller'); // code the reader must scroll sideways to see
       if (editor && editor.scrollWidth > editor.clientWidth + 2) {
-        out.wide_code.push({ cell: i, source, past: editor.scrollWidth - editor.clientWidth });
+        out.wide_code.push({
+          cell: i,
+          source,
+          past: editor.scrollWidth - editor.clientWidth
+        });
       }
       for (const area of cell.node.querySelectorAll('.jp-OutputArea-output')) {
         const box = area.getBoundingClientRect();
-        if (box.width === 0) continue;
-        const past = new Set();  // report the outermost element that reaches past the edge, not its children
+        if (box.width === 0) {
+          continue;
+        }
+        const past = new Set(); // report the outermost element that reaches past the edge, not its children
         for (const el of area.querySelectorAll('*')) {
           const r = el.getBoundingClientRect();
-          if (r.width === 0 || r.height === 0 || getComputedStyle(el).visibility === 'hidden') continue;
+          if (
+            r.width === 0 ||
+            r.height === 0 ||
+            getComputedStyle(el).visibility === 'hidden'
+          ) {
+            continue;
+          }
           if (r.right > box.right + 2 || r.left < box.left - 2) {
             past.add(el);
-            if (past.has(el.parentElement)) continue;
-            const what = el.tagName.toLowerCase() + (el.getAttribute('class') ? '.' + String(el.getAttribute('class')).split(' ')[0] : '');
-            out.overflow.push({ cell: i, source, element: what, past: Math.round(Math.max(r.right - box.right, box.left - r.left)),
-              width: Math.round(box.width) });
+            if (past.has(el.parentElement)) {
+              continue;
+            }
+            const what =
+              el.tagName.toLowerCase() +
+              (el.getAttribute('class')
+                ? '.' + String(el.getAttribute('class')).split(' ')[0]
+                : '');
+            out.overflow.push({
+              cell: i,
+              source,
+              element: what,
+              past: Math.round(
+                Math.max(r.right - box.right, box.left - r.left)
+              ),
+              width: Math.round(box.width)
+            });
           }
         }
-        if (areaScroll && area.scrollWidth > area.clientWidth + 2) {  // scrolls sideways even where no child is measured past it
-          out.overflow.push({ cell: i, source, element: 'output area', past: area.scrollWidth - area.clientWidth,
-            width: Math.round(box.width) });
+        if (areaScroll && area.scrollWidth > area.clientWidth + 2) {
+          // scrolls sideways even where no child is measured past it
+          out.overflow.push({
+            cell: i,
+            source,
+            element: 'output area',
+            past: area.scrollWidth - area.clientWidth,
+            width: Math.round(box.width)
+          });
         }
         // tables and printed results; error messages (stderr) are sentences and may wrap
-        for (const pre of area.querySelectorAll('.jp-RenderedText:not([data-mime-type="application/vnd.jupyter.stderr"]) pre')) {
+        for (const pre of area.querySelectorAll(
+          '.jp-RenderedText:not([data-mime-type="application/vnd.jupyter.stderr"]) pre'
+        )) {
           probe.textContent = 'M'.repeat(100);
-          probe.style.cssText = 'position:absolute; visibility:hidden; white-space:pre';
+          probe.style.cssText =
+            'position:absolute; visibility:hidden; white-space:pre';
           pre.appendChild(probe);
           const charW = probe.getBoundingClientRect().width / 100;
           pre.removeChild(probe);
           const fit = Math.floor(pre.clientWidth / charW);
           const long = pre.textContent.split('\n').filter(l => l.length > fit);
-          if (long.length) out.wrapped.push({ cell: i, source, fit, lines: long.slice(0, 5) });
+          if (long.length) {
+            out.wrapped.push({ cell: i, source, fit, lines: long.slice(0, 5) });
+          }
         }
       }
     });
@@ -206,13 +311,24 @@ export async function notebookLayout(page, { areaScroll = false } = {}) {
 export async function shotCell(page, index, file) {
   const vp = page.viewportSize();
   const height = await page.evaluate(k => {
-    document.querySelectorAll('[data-mgpu-shot]').forEach(n => n.removeAttribute('data-mgpu-shot'));
+    document
+      .querySelectorAll('[data-mgpu-shot]')
+      .forEach(n => n.removeAttribute('data-mgpu-shot'));
     const node = window.jupyterapp.shell.currentWidget.content.widgets[k].node;
     node.setAttribute('data-mgpu-shot', '1');
     return node.getBoundingClientRect().height;
   }, index);
-  if (height + 160 > vp.height) await page.setViewportSize({ width: vp.width, height: Math.min(6000, Math.ceil(height + 200)) });
-  await page.evaluate(() => document.querySelector('[data-mgpu-shot]').scrollIntoView({ block: 'center' }));
+  if (height + 160 > vp.height) {
+    await page.setViewportSize({
+      width: vp.width,
+      height: Math.min(6000, Math.ceil(height + 200))
+    });
+  }
+  await page.evaluate(() =>
+    document
+      .querySelector('[data-mgpu-shot]')
+      .scrollIntoView({ block: 'center' })
+  );
   await page.waitForTimeout(400);
   await page.locator('[data-mgpu-shot]').screenshot({ path: file });
   await page.setViewportSize(vp);

@@ -3,7 +3,16 @@
 // JSON argument: {url, token, notebook, artifacts, docsShot, chromium, profile}. Prints one JSON line
 // per step ({"step": ..., ...observations}) and a final {"step": "done"}; the pytest asserts on them.
 import path from 'node:path';
-import { cfg, report, openBrowser, openNotebook, runCell, reportError, sidebar, shutdownKernel } from './chromium.mjs';
+import {
+  cfg,
+  report,
+  openBrowser,
+  openNotebook,
+  runCell,
+  reportError,
+  sidebar,
+  shutdownKernel
+} from './chromium.mjs';
 
 const STEP_TIMEOUT = 90000;
 
@@ -14,7 +23,10 @@ async function shot(page, name) {
 async function cellText(page, index) {
   return page.evaluate(i => {
     const cell = window.jupyterapp.shell.currentWidget.content.widgets[i];
-    return { source: cell.model.sharedModel.getSource(), output: cell.node.innerText };
+    return {
+      source: cell.model.sharedModel.getSource(),
+      output: cell.node.innerText
+    };
   }, index);
 }
 
@@ -25,27 +37,39 @@ async function waitFor(page, fn, arg, timeout = STEP_TIMEOUT) {
   await page.waitForFunction(fn, arg, { timeout, polling: 200 });
 }
 
-const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 800 } });
+const { context, page, consoleErrors } = await openBrowser({
+  viewport: { width: 1280, height: 800 }
+});
 
 try {
   // 1. open the quickstart notebook; wait for JupyterLab, the kernel and our status-bar item
   await openNotebook(page, STEP_TIMEOUT);
   await page.waitForSelector('.jp-mgpu-status', { timeout: STEP_TIMEOUT });
-  const plugins = await page.evaluate(() => window.jupyterapp.hasPlugin('jupyter-mgpu:plugin'));
+  const plugins = await page.evaluate(() =>
+    window.jupyterapp.hasPlugin('jupyter-mgpu:plugin')
+  );
   const statusBefore = await page.textContent('.jp-mgpu-status');
   // clicking the status item opens the sidebar
   await page.click('.jp-mgpu-status');
-  await page.waitForSelector('#jupyter-mgpu-panel:not(.lm-mod-hidden)', { timeout: 10000 });
+  await page.waitForSelector('#jupyter-mgpu-panel:not(.lm-mod-hidden)', {
+    timeout: 10000
+  });
   const panelVisible = await page.isVisible('#jupyter-mgpu-panel');
-  const heading = await page.textContent('#jupyter-mgpu-panel .jp-mgpu-heading');
+  const heading = await page.textContent(
+    '#jupyter-mgpu-panel .jp-mgpu-heading'
+  );
   await shot(page, '01_notebook_open');
   report('open', { plugins, statusBefore, panelVisible, heading });
 
   // 2. run %load_ext (the notebook's first code cell), then the sidebar's "Insert %mgpu_init" button
   const sources = await page.evaluate(() =>
-    window.jupyterapp.shell.currentWidget.content.widgets.map(c => c.model.sharedModel.getSource())
+    window.jupyterapp.shell.currentWidget.content.widgets.map(c =>
+      c.model.sharedModel.getSource()
+    )
   );
-  const loadIndex = sources.findIndex(s => s.includes('%load_ext jupyter_mgpu'));
+  const loadIndex = sources.findIndex(s =>
+    s.includes('%load_ext jupyter_mgpu')
+  );
   await runCell(page, loadIndex);
   await page.evaluate(i => {
     window.jupyterapp.shell.currentWidget.content.activeCellIndex = i;
@@ -54,14 +78,28 @@ try {
   const initIndex = loadIndex + 1;
   const inserted = (await cellText(page, initIndex)).source;
   await runCell(page, initIndex);
-  await page.waitForSelector('.mgpu-mem .mgpu-mem-row', { timeout: STEP_TIMEOUT });
-  await waitFor(page, () => document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-rank').length >= 2);
+  await page.waitForSelector('.mgpu-mem .mgpu-mem-row', {
+    timeout: STEP_TIMEOUT
+  });
+  await waitFor(
+    page,
+    () =>
+      document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-rank').length >= 2
+  );
   // the sidebar refreshes every second: wait for the snapshot taken after the cluster was ready
   await page
-    .waitForFunction(() => !!document.querySelector('#jupyter-mgpu-panel .jp-mgpu-cluster[data-status="running"]'),
-      null, { timeout: 15000, polling: 200 })
+    .waitForFunction(
+      () =>
+        !!document.querySelector(
+          '#jupyter-mgpu-panel .jp-mgpu-cluster[data-status="running"]'
+        ),
+      null,
+      { timeout: 15000, polling: 200 }
+    )
     .catch(() => {});
-  await waitFor(page, () => /mgpu \d+× cpu/.test(document.querySelector('.jp-mgpu-status').textContent));
+  await waitFor(page, () =>
+    /mgpu \d+× cpu/.test(document.querySelector('.jp-mgpu-status').textContent)
+  );
   const dashboardRows = await page.evaluate(() =>
     Array.from(document.querySelectorAll('.mgpu-mem .mgpu-mem-row')).map(r => ({
       rank: Number(r.dataset.rank),
@@ -72,7 +110,13 @@ try {
   const statusStarted = await page.textContent('.jp-mgpu-status');
   const initOutput = (await cellText(page, initIndex)).output;
   await shot(page, '02_cluster_started');
-  report('started', { inserted, dashboardRows, sidebar: started, status: statusStarted, initOutput });
+  report('started', {
+    inserted,
+    dashboardRows,
+    sidebar: started,
+    status: statusStarted,
+    initOutput
+  });
 
   // 3. allocate 256 MiB per rank in a %%mgpu cell; the sidebar bars must grow
   const before = started[0].ranks.map(r => r.used);
@@ -81,7 +125,9 @@ try {
     const nb = window.jupyterapp.shell.currentWidget.content;
     nb.activeCellIndex = i - 1;
   }, allocIndex);
-  await page.evaluate(() => window.jupyterapp.commands.execute('notebook:insert-cell-below'));
+  await page.evaluate(() =>
+    window.jupyterapp.commands.execute('notebook:insert-cell-below')
+  );
   await page.evaluate(() => {
     const nb = window.jupyterapp.shell.currentWidget.content;
     nb.activeCell.model.sharedModel.setSource(
@@ -92,9 +138,9 @@ try {
   const grew = await page
     .waitForFunction(
       b =>
-        Array.from(document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-rank')).every(
-          (r, i) => Number(r.dataset.usedBytes) - b[i] > 200 * 2 ** 20
-        ),
+        Array.from(
+          document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-rank')
+        ).every((r, i) => Number(r.dataset.usedBytes) - b[i] > 200 * 2 ** 20),
       before,
       { timeout: 30000, polling: 200 }
     )
@@ -104,21 +150,35 @@ try {
   const allocated = await clusters(page);
   const allocOutput = (await cellText(page, allocIndex)).output;
   const dashboardAfter = await page.evaluate(() =>
-    Array.from(document.querySelectorAll('.mgpu-mem .mgpu-mem-row')).map(r => r.innerText)
+    Array.from(document.querySelectorAll('.mgpu-mem .mgpu-mem-row')).map(
+      r => r.innerText
+    )
   );
   await shot(page, '03_after_allocation');
   if (cfg.docsShot) {
-    await page.screenshot({ path: cfg.docsShot, clip: { x: 0, y: 0, width: 1280, height: 800 } });
+    await page.screenshot({
+      path: cfg.docsShot,
+      clip: { x: 0, y: 0, width: 1280, height: 800 }
+    });
   }
-  report('allocated', { before, grew, sidebar: allocated, allocOutput, dashboardAfter });
+  report('allocated', {
+    before,
+    grew,
+    sidebar: allocated,
+    allocOutput,
+    dashboardAfter
+  });
 
   // 3b. Pause (stored in the settings, sent to the server) freezes the panel; Resume restarts it
   await page.click('#jupyter-mgpu-panel .jp-mgpu-pause');
   const pausedOk = await page
     .waitForFunction(
       () =>
-        document.querySelector('#jupyter-mgpu-panel .jp-mgpu-live').textContent === 'paused' &&
-        document.querySelector('.jp-mgpu-status').textContent.endsWith('(paused)'),
+        document.querySelector('#jupyter-mgpu-panel .jp-mgpu-live')
+          .textContent === 'paused' &&
+        document
+          .querySelector('.jp-mgpu-status')
+          .textContent.endsWith('(paused)'),
       null,
       { timeout: 15000, polling: 200 }
     )
@@ -127,15 +187,23 @@ try {
   const pausedStatus = await page.textContent('.jp-mgpu-status');
   await page.click('#jupyter-mgpu-panel .jp-mgpu-pause');
   const resumedOk = await page
-    .waitForFunction(() => document.querySelector('#jupyter-mgpu-panel .jp-mgpu-live').textContent.startsWith('live'),
-      null, { timeout: 15000, polling: 200 })
+    .waitForFunction(
+      () =>
+        document
+          .querySelector('#jupyter-mgpu-panel .jp-mgpu-live')
+          .textContent.startsWith('live'),
+      null,
+      { timeout: 15000, polling: 200 }
+    )
     .then(() => true)
     .catch(() => false);
   report('pause', { pausedOk, pausedStatus, resumedOk });
 
   // 4. "Stop cluster" asks for confirmation, then ends the engines
   const clusterId = allocated[0].id;
-  await page.click(`#jupyter-mgpu-panel .jp-mgpu-cluster[data-cluster-id="${clusterId}"] .jp-mgpu-stop`);
+  await page.click(
+    `#jupyter-mgpu-panel .jp-mgpu-cluster[data-cluster-id="${clusterId}"] .jp-mgpu-stop`
+  );
   await page.waitForSelector('.jp-Dialog', { timeout: 10000 });
   const dialogText = await page.textContent('.jp-Dialog');
   await shot(page, '04_stop_confirmation');
@@ -143,7 +211,9 @@ try {
   const stopped = await page
     .waitForFunction(
       id => {
-        const card = document.querySelector(`#jupyter-mgpu-panel .jp-mgpu-cluster[data-cluster-id="${id}"]`);
+        const card = document.querySelector(
+          `#jupyter-mgpu-panel .jp-mgpu-cluster[data-cluster-id="${id}"]`
+        );
         return !card || card.dataset.status === 'stopped';
       },
       clusterId,
@@ -162,17 +232,31 @@ try {
     errorDialog: errorDialog ? await errorDialog.textContent() : null
   });
   // 5. theme-aware: the panel follows JupyterLab's dark theme
-  const lightBg = await page.evaluate(() => getComputedStyle(document.getElementById('jupyter-mgpu-panel')).backgroundColor);
-  await page.evaluate(() => window.jupyterapp.commands.execute('apputils:change-theme', { theme: 'JupyterLab Dark' }));
+  const lightBg = await page.evaluate(
+    () =>
+      getComputedStyle(document.getElementById('jupyter-mgpu-panel'))
+        .backgroundColor
+  );
+  await page.evaluate(() =>
+    window.jupyterapp.commands.execute('apputils:change-theme', {
+      theme: 'JupyterLab Dark'
+    })
+  );
   const darkApplied = await page
     .waitForFunction(
-      bg => getComputedStyle(document.getElementById('jupyter-mgpu-panel')).backgroundColor !== bg,
+      bg =>
+        getComputedStyle(document.getElementById('jupyter-mgpu-panel'))
+          .backgroundColor !== bg,
       lightBg,
       { timeout: 20000, polling: 200 }
     )
     .then(() => true)
     .catch(() => false);
-  const darkBg = await page.evaluate(() => getComputedStyle(document.getElementById('jupyter-mgpu-panel')).backgroundColor);
+  const darkBg = await page.evaluate(
+    () =>
+      getComputedStyle(document.getElementById('jupyter-mgpu-panel'))
+        .backgroundColor
+  );
   await shot(page, '06_dark_theme');
   report('theme', { lightBg, darkBg, darkApplied });
   report('done', { consoleErrors });

@@ -8,17 +8,40 @@
 // (after they finished, before the screenshots); both report their observations with ctx.report(step, data).
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { cfg, report, openBrowser, openNotebook, reportError, notebookLayout, shotCell as shotOf } from './chromium.mjs';
+import {
+  cfg,
+  report,
+  openBrowser,
+  openNotebook,
+  reportError,
+  notebookLayout,
+  shotCell as shotOf
+} from './chromium.mjs';
 
 const T = cfg.timeoutMs ?? 600000;
-const { page, context, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 900 } });
+const { page, context, consoleErrors } = await openBrowser({
+  viewport: { width: 1280, height: 900 }
+});
 
 // index of the code cell whose source starts with `prefix` (exactly one must)
 async function cellIndex(prefix) {
-  const hits = await page.evaluate(p => window.jupyterapp.shell.currentWidget.content.widgets
-    .map((c, i) => [c.model.type === 'code' && c.model.sharedModel.getSource().startsWith(p), i])
-    .filter(([ok]) => ok).map(([, i]) => i), prefix);
-  if (hits.length !== 1) throw new Error(`${hits.length} code cells start with ${JSON.stringify(prefix)}`);
+  const hits = await page.evaluate(
+    p =>
+      window.jupyterapp.shell.currentWidget.content.widgets
+        .map((c, i) => [
+          c.model.type === 'code' &&
+            c.model.sharedModel.getSource().startsWith(p),
+          i
+        ])
+        .filter(([ok]) => ok)
+        .map(([, i]) => i),
+    prefix
+  );
+  if (hits.length !== 1) {
+    throw new Error(
+      `${hits.length} code cells start with ${JSON.stringify(prefix)}`
+    );
+  }
   return hits[0];
 }
 
@@ -35,44 +58,84 @@ const hooks = cfg.hooks ? await import(pathToFileURL(cfg.hooks).href) : {};
 
 try {
   await openNotebook(page, 120000);
-  report('opened', { cells: await page.evaluate(() => window.jupyterapp.shell.currentWidget.content.widgets.length) });
+  report('opened', {
+    cells: await page.evaluate(
+      () => window.jupyterapp.shell.currentWidget.content.widgets.length
+    )
+  });
   const t0 = Date.now();
   await page.evaluate(() => {
     window.__mgpuRunAll = null;
     window.__mgpuDone = false;
-    window.jupyterapp.commands.execute('notebook:run-all-cells')
-      .then(ok => { window.__mgpuRunAll = { ok: ok !== false }; })
-      .catch(e => { window.__mgpuRunAll = { ok: false, error: String(e) }; });
+    window.jupyterapp.commands
+      .execute('notebook:run-all-cells')
+      .then(ok => {
+        window.__mgpuRunAll = { ok: ok !== false };
+      })
+      .catch(e => {
+        window.__mgpuRunAll = { ok: false, error: String(e) };
+      });
   });
-  const during = hooks.during ? hooks.during(ctx) : null;  // watches the page until window.__mgpuDone
-  await page.waitForFunction(() => window.__mgpuRunAll !== null, null, { timeout: T, polling: 250 });
+  const during = hooks.during ? hooks.during(ctx) : null; // watches the page until window.__mgpuDone
+  await page.waitForFunction(() => window.__mgpuRunAll !== null, null, {
+    timeout: T,
+    polling: 250
+  });
   // Run All settles at the first error (even in a cell tagged raises-exception) while the kernel goes on
   // with the queued cells: a silent request queued after them is answered once they all ran (or were
   // aborted after an untagged error)
-  await page.evaluate(async (t) => {
-    const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-    const done = kernel.requestExecute({ code: '', silent: true, store_history: false, stop_on_error: false }).done;
-    await Promise.race([done, new Promise((_, no) => setTimeout(() => no(new Error('cells still running')), t))]);
+  await page.evaluate(async t => {
+    const kernel =
+      window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    const done = kernel.requestExecute({
+      code: '',
+      silent: true,
+      store_history: false,
+      stop_on_error: false
+    }).done;
+    await Promise.race([
+      done,
+      new Promise((_, no) =>
+        setTimeout(() => no(new Error('cells still running')), t)
+      )
+    ]);
   }, T);
   const run = await page.evaluate(() => window.__mgpuRunAll);
   const seconds = (Date.now() - t0) / 1000;
-  await page.evaluate(() => { window.__mgpuDone = true; });
-  if (during) await during;
+  await page.evaluate(() => {
+    window.__mgpuDone = true;
+  });
+  if (during) {
+    await during;
+  }
   // executed means a count; an error output outside cells tagged raises-exception is a failure
-  const cells = await page.evaluate(() => window.jupyterapp.shell.currentWidget.content.widgets.map((c, i) => ({
-    index: i, type: c.model.type, count: c.model.type === 'code' ? c.model.executionCount : null,
-    ran: c.model.getMetadata('execution') || null,
-    raises: (c.model.getMetadata('tags') || []).includes('raises-exception'),
-    error: c.model.type === 'code' && Array.from({ length: c.model.outputs.length }, (_, k) => c.model.outputs.get(k))
-      .some(o => o.type === 'error')
-  })));
+  const cells = await page.evaluate(() =>
+    window.jupyterapp.shell.currentWidget.content.widgets.map((c, i) => ({
+      index: i,
+      type: c.model.type,
+      count: c.model.type === 'code' ? c.model.executionCount : null,
+      ran: c.model.getMetadata('execution') || null,
+      raises: (c.model.getMetadata('tags') || []).includes('raises-exception'),
+      error:
+        c.model.type === 'code' &&
+        Array.from({ length: c.model.outputs.length }, (_, k) =>
+          c.model.outputs.get(k)
+        ).some(o => o.type === 'error')
+    }))
+  );
   report('ran', { ...run, seconds, cells });
-  await page.waitForTimeout(1500);  // widgets that update from kernel threads settle
-  if (hooks.after) await hooks.after(ctx);
+  await page.waitForTimeout(1500); // widgets that update from kernel threads settle
+  if (hooks.after) {
+    await hooks.after(ctx);
+  }
   report('layout', await layout());
   const shots = [];
-  for (const s of cfg.shots || []) shots.push(await shotCell(await cellIndex(s.cell), s.name));
-  await page.evaluate(() => window.jupyterapp.shell.currentWidget.content.widgets[0].node.scrollIntoView());
+  for (const s of cfg.shots || []) {
+    shots.push(await shotCell(await cellIndex(s.cell), s.name));
+  }
+  await page.evaluate(() =>
+    window.jupyterapp.shell.currentWidget.content.widgets[0].node.scrollIntoView()
+  );
   report('shots', { shots });
   await page.evaluate(async () => {
     const panel = window.jupyterapp.shell.currentWidget;
@@ -82,7 +145,11 @@ try {
   report('done', { consoleErrors });
 } catch (err) {
   await reportError(err, page, 'error.png', consoleErrors);
-  await page.evaluate(() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()).catch(() => {});
+  await page
+    .evaluate(() =>
+      window.jupyterapp.shell.currentWidget.sessionContext.shutdown()
+    )
+    .catch(() => {});
 } finally {
   await context.close();
 }

@@ -30,7 +30,9 @@ async function typeAndTab(index, lines, wait) {
     nb.activeCell.editor.focus();
   }, index);
   for (const [n, line] of lines.entries()) {
-    if (n) await page.keyboard.press('Enter');
+    if (n) {
+      await page.keyboard.press('Enter');
+    }
     await page.keyboard.type(line);
   }
   const start = Date.now();

@@ -1,7 +1,11 @@
-"""Lint gate for the TypeScript labextension: ``jlpm lint:check`` (prettier, then eslint) must pass.
+"""Lint gate for the frontend code: ``jlpm lint:check`` (prettier, then eslint) must pass.
 
-The config lives in package.json (``prettier``, ``eslintConfig``, ``eslintIgnore``); ``jlpm lint`` fixes
-what the tools can fix. node_modules comes from ``pip install -e .``, which runs ``jlpm install``.
+It covers the TypeScript labextension (``labextension/``), the anywidget front ends
+(``jupyter_mgpu/widgets/static/*.js``: browser globals, and in the players the transport's globals, since
+Python prepends ``transport.js`` to them) and the browser tests' Node scripts (``tests/browser/**/*.mjs``).
+The config lives in package.json (``prettier``, ``eslintConfig`` with one override per file group,
+``eslintIgnore``); ``jlpm lint`` fixes what the tools can fix. node_modules comes from
+``pip install -e .``, which runs ``jlpm install``.
 """
 
 from __future__ import annotations
