@@ -219,9 +219,9 @@ def main() -> None:
     _captured_text(ip, f"mgpu_init {args.ranks} --cpu --no-dashboard")
     s = mg.current()
     if args.no_telemetry:  # to see what the memory sampler costs the numbers
-        from jupyter_mgpu.engine.records import telemetry
+        from jupyter_mgpu.engine.records import memory_sampler
 
-        s.run(telemetry.set_period, 0)
+        s.run(memory_sampler.set_period, 0)
     batches: dict = {}
     plain = PlainScript(args.ranks)
     control = PlainScript(args.ranks)  # a second, identical plain script: the A/A control

@@ -30,7 +30,7 @@ import jupyter_mgpu as mg
 from jupyter_mgpu.engine.records import telemetry
 from jupyter_mgpu.engine.shards import shard_store as store
 from jupyter_mgpu.ops import matmul_baselines as base
-from jupyter_mgpu.ops.matmul_plan import required_placements
+from jupyter_mgpu.ops.matmul_costs import required_placements
 
 MiB = 2**20
 

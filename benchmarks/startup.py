@@ -8,7 +8,7 @@ trials of the recipes alternate, and the tables show medians of ``--repeat`` tri
 
 The phase table says when each phase began and ended, in seconds from the call (negative: before it,
 in the spare supervisor at ``%load_ext``), from the marks every process of the start writes
-(``jupyter_mgpu/engine/startup/startup_marks.py``); the naive recipe's steps are timed in its script.
+(``jupyter_mgpu/engine/records/startup_marks.py``); the naive recipe's steps are timed in its script.
 
 ``--first-start`` adds "mg.init first start": a cold ``mg.init`` as right after ``pip install``, with
 an empty shim cache (its own ``XDG_CACHE_HOME`` per trial, so other users of ~/.cache are untouched)

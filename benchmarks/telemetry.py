@@ -28,7 +28,7 @@ os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 import psutil
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.engine.records import telemetry as tele
+from jupyter_mgpu.engine.records import memory_sampler
 from jupyter_mgpu.monitoring.memory_monitor import monitor
 from jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard
 
@@ -65,9 +65,9 @@ def cpu_seconds(s: mg.Session) -> float:
 
 
 def _sampler_tid() -> int | None:
-    from jupyter_mgpu.engine.records import telemetry
+    from jupyter_mgpu.engine.records import memory_sampler
 
-    sampler = telemetry._sampler
+    sampler = memory_sampler._sampler
     return sampler.native_id if sampler is not None and sampler.is_alive() else None
 
 
@@ -97,13 +97,13 @@ def idle_cost(s: mg.Session, board: MemoryDashboard, seconds: float) -> dict[str
     mon = monitor(s)
     out = {}
     for mode in ("on", "off", "on", "off"):
-        s.run(tele.set_period, 0.1 if mode == "on" else 0)
+        s.run(memory_sampler.set_period, 0.1 if mode == "on" else 0)
         mon.paused = board.paused = mode == "off"
         time.sleep(0.3)
         c0 = cpu_seconds(s)
         time.sleep(seconds / 2)
         out[mode] = out.get(mode, 0.0) + 100 * (cpu_seconds(s) - c0) / seconds
-    s.run(tele.set_period, 0.1)
+    s.run(memory_sampler.set_period, 0.1)
     mon.paused = board.paused = False
     return out
 
@@ -116,7 +116,7 @@ def overhead(s: mg.Session, board: MemoryDashboard, trials: int, n: int, iters: 
     cores = os.cpu_count() or 1
     for i in range(2 * trials):
         mode = ("on", "off")[(i + i // 2) % 2]  # on off off on on off ...: no order bias
-        s.run(tele.set_period, 0.1 if mode == "on" else 0)
+        s.run(memory_sampler.set_period, 0.1 if mode == "on" else 0)
         mon.paused = board.paused = mode == "off"
         time.sleep(0.3)
         c0, t0, w0 = cpu_seconds(s), thread_cpu(threads), time.perf_counter()
@@ -125,7 +125,7 @@ def overhead(s: mg.Session, board: MemoryDashboard, trials: int, n: int, iters: 
         if mode == "on":  # the machine's capacity the telemetry threads took while the loop ran
             out["share"].append(100 * (thread_cpu(threads) - t0) / ((time.perf_counter() - w0) * cores))
         out[mode].append(max(per_rank) / iters * 1e3)  # ms per matmul, slowest rank
-    s.run(tele.set_period, 0.1)
+    s.run(memory_sampler.set_period, 0.1)
     mon.paused = board.paused = False
     return out
 

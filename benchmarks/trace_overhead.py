@@ -23,7 +23,7 @@ import time
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.ops.matmul_plan import required_placements
+from jupyter_mgpu.ops.matmul_costs import required_placements
 
 
 def per_event_cost(n: int = 200_000) -> tuple[float, float]:

@@ -106,7 +106,7 @@ def where(session: Any = None) -> list[dict[str, Any]]:
     """What every rank of the session does now, in rank order: ``state`` (``running``, ``collective`` or
     ``idle``), ``seconds`` in that state, ``collective`` (``"barrier #7"`` or None), ``line`` (the
     innermost line of your code) and ``stack`` (your frames). Answers while a cell runs, from any thread."""
-    return (session or current()).where()  # type: ignore[no-any-return]
+    return (session or current()).where()
 
 
 def dashboard(session: Any = None, refresh_rate: float | None = None) -> Any:

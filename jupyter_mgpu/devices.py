@@ -46,7 +46,7 @@ def cuda_device_count() -> int:
 
         pynvml.nvmlInit()
         try:
-            total = pynvml.nvmlDeviceGetCount()
+            total: int = pynvml.nvmlDeviceGetCount()
         finally:
             pynvml.nvmlShutdown()
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")

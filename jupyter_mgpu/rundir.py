@@ -59,7 +59,8 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
         with open(path) as f:
-            return json.load(f)
+            data: dict[str, Any] = json.load(f)
+            return data
     except (OSError, ValueError):
         return None
 
@@ -153,7 +154,7 @@ def clean_stale() -> list[str]:
     return removed
 
 
-def exit_records(path: Path) -> dict[int, dict]:
+def exit_records(path: Path) -> dict[int, dict[str, Any]]:
     """How the cluster's engines that ended did so: rank -> the record in ``exits/<rank>.json``
     (written by the supervisor that reaped it, or by the relay when a remote rank's link ended)."""
     out = {}

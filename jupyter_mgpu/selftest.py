@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 
@@ -105,127 +106,41 @@ def _dtensor_check(n: int) -> None:
     namespace_transfer.put({"_selftest_dt": distribute_tensor(g.to(st.device), mesh, [Shard(0)])})
 
 
+Result = tuple[str, bool, str]  # check, passed, detail
+
+
 def run(cpu: bool = False, n: int | None = None) -> bool:
     """Run every check; prints a table and returns True when all pass."""
-    import jupyter_mgpu as mg
     from jupyter_mgpu.devices import cuda_device_count
-    from jupyter_mgpu.units import format_bytes
 
-    results: list[tuple[str, bool, str]] = []
+    results: list[Result] = []
     gpus = 0 if cpu else cuda_device_count()
     kind = "GPU" if gpus else "CPU virtual device"
     print(
         f"jupyter_mgpu selftest: {gpus} CUDA GPU(s) visible; testing {kind}s"
         + ("" if gpus or cpu else " (no GPU visible: running the CPU path)")
     )
-
-    def check(name: str, fn: Callable[[], str]) -> None:
-        start = time.perf_counter()
-        try:
-            detail = fn()
-            results.append((name, True, f"{detail} ({time.perf_counter() - start:.2f} s)"))
-        except Exception as exc:
-            results.append((name, False, f"{type(exc).__name__}: {exc}".splitlines()[0]))
-            traceback.print_exc(file=sys.stderr)
-
     session: list[Any] = []
-
-    def start() -> str:
-        s = mg.init(n if n else (gpus or 2), cpu=cpu or not gpus, timeout=60)
-        session.append(s)
-        return f"{s.world_size} ranks, backend {s.backend}"
-
-    check("start engines + process group", start)
+    _check(results, "start engines + process group", lambda: _start(session, n if n else (gpus or 2), cpu or not gpus))
     if session:
-        s = session[0]
+        for name, fn in SESSION_CHECKS:
+            _check(results, name, partial(fn, session[0]))
+    return _print_table(results)
 
-        def cuda_untouched() -> str:
-            import torch
 
-            assert not torch.cuda.is_initialized(), "the controller initialised CUDA"
-            return "controller never initialised CUDA"
+def _check(results: list[Result], name: str, fn: Callable[[], str]) -> None:
+    """Run one check: its detail and time if it passes, the first line of its error if not."""
+    start = time.perf_counter()
+    try:
+        detail = fn()
+        results.append((name, True, f"{detail} ({time.perf_counter() - start:.2f} s)"))
+    except Exception as exc:
+        results.append((name, False, f"{type(exc).__name__}: {exc}".splitlines()[0]))
+        traceback.print_exc(file=sys.stderr)
 
-        def all_reduce() -> str:
-            got = s.run(_all_reduce_check)
-            assert all(g == want for g, want in got), f"all_reduce gave {got}"
-            return f"sum = {got[0][0]:g} on every rank"
 
-        def local_rank() -> str:
-            got = s.run(_local_rank_check)
-            hosts = [d.host for d in s.devices]
-            where = [hosts[: r + 1].count(hosts[r]) - 1 for r in range(len(hosts))]  # position on its host
-            for r, g in enumerate(got):
-                assert g["local_rank"] == g["state_local_rank"] == where[r], (
-                    f"rank {r}: LOCAL_RANK {g}, position {where[r]}"
-                )
-                assert g["local_world_size"] == hosts.count(hosts[r]), f"rank {r}: LOCAL_WORLD_SIZE {g}"
-            told = f"LOCAL_RANK = local position on every rank ({', '.join(str(g['local_rank']) for g in got)})"
-            if s.devices[0].kind != "cuda":
-                return f"{told}; cuda:LOCAL_RANK skipped (CPU virtual devices)"
-            for r, g in enumerate(got):
-                assert g["device"] == f"cuda:{g['local_rank']}", f"rank {r} uses {g['device']}, not cuda:LOCAL_RANK {g}"
-                assert g["current_device"] == g["local_rank"], f"rank {r}: current device {g['current_device']} {g}"
-                assert g["device_count"] == g["local_world_size"], f"rank {r} sees {g['device_count']} GPUs {g}"
-                same = {x["visible"] for x, h in zip(got, hosts) if h == hosts[r]}
-                assert len(same) == 1, f"ranks on one host see different GPUs: {sorted(map(str, same))}"
-            return f"{told}; device = cuda:LOCAL_RANK = current device; CUDA_VISIBLE_DEVICES={got[0]['visible']}"
-
-        def memory() -> str:
-            got = s.run(_memory_check)
-            assert all(g["grew_by"] >= 60 * 2**20 for g in got), f"64 MiB allocation not seen: {got}"
-            return ", ".join(f"{g['device']} +{format_bytes(g['grew_by'])} of {format_bytes(g['total'])}" for g in got)
-
-        def matmul() -> str:
-            err = max(s.run(_matmul_check, 512))
-            assert err < 1e-9, f"max abs error {err}"
-            return f"512x512 float64, max abs error {err:.1e}"
-
-        def dtensor() -> str:
-            import torch
-
-            s.run(_dtensor_check, 257)
-            h = mg.from_dtensor("_selftest_dt", session=s)
-            got = h.gather()
-            assert torch.equal(got, torch.arange(257 * 257, dtype=torch.float32).reshape(257, 257)), "gather differs"
-            return f"{h.layout.label}, local shapes {h.local_shapes[0]}…, gathered equal"
-
-        def stuck_named() -> str:
-            start = time.perf_counter()
-            try:  # rank 0 alone in an all_reduce, then waiting for it (on a GPU: at .item())
-                s.run_cell(
-                    "x = torch.ones(4, device=device)\nif rank == 0:\n    dist.all_reduce(x)\n    x.sum().item()"
-                )
-            except mg.CollectiveHangError as exc:
-                took = time.perf_counter() - start
-                assert took < 10, f"named after {took:.1f} s"
-                got = s.run(_all_reduce_check)
-                assert all(g == want for g, want in got), f"the next all_reduce gave {got}"
-                return f"named in {took:.1f} s, next all_reduce right: {str(exc).split(';')[0]}"
-            raise AssertionError("rank 0's lone all_reduce was not named")
-
-        def shutdown() -> str:
-            pids = [s.cluster.controller.pid, s.cluster.supervisor.pid, *s.cluster.engine_pids.values()]
-            s.shutdown()
-            import psutil
-
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
-                time.sleep(0.05)
-            left = [p for p in pids if psutil.pid_exists(p)]
-            assert not left, f"processes left: {left}"
-            return "engines and controller gone"
-
-        for name, fn in [
-            ("controller leaves CUDA alone", cuda_untouched),
-            ("all_reduce", all_reduce),
-            ("device = cuda:LOCAL_RANK", local_rank),
-            ("per-device memory stats", memory),
-            ("sharded matmul vs torch.mm", matmul),
-            ("DTensor seen and gathered", dtensor),
-            ("a skipped collective named", stuck_named),
-            ("shutdown, no orphans", shutdown),
-        ]:
-            check(name, fn)
+def _print_table(results: list[Result]) -> bool:
+    """The pass/fail table and the verdict; True when every check passed."""
     width = max(len(r[0]) for r in results)
     print(f"{'check':<{width}}  result  detail")
     for name, ok, detail in results:
@@ -233,6 +148,115 @@ def run(cpu: bool = False, n: int | None = None) -> bool:
     passed = all(ok for _, ok, _ in results)
     print("all checks passed" if passed else "SOME CHECKS FAILED")
     return passed
+
+
+# -- the checks: each returns its detail line when it passes and raises when it fails ---------------------
+def _start(session: list[Any], n: int, cpu: bool) -> str:
+    """Start ``n`` engines (the session is appended to ``session``)."""
+    import jupyter_mgpu as mg
+
+    s = mg.init(n, cpu=cpu, timeout=60)
+    session.append(s)
+    return f"{s.world_size} ranks, backend {s.backend}"
+
+
+def _cuda_untouched(s: Any) -> str:
+    import torch
+
+    assert not torch.cuda.is_initialized(), "the controller initialised CUDA"
+    return "controller never initialised CUDA"
+
+
+def _all_reduce(s: Any) -> str:
+    got = s.run(_all_reduce_check)
+    assert all(g == want for g, want in got), f"all_reduce gave {got}"
+    return f"sum = {got[0][0]:g} on every rank"
+
+
+def _local_rank(s: Any) -> str:
+    got = s.run(_local_rank_check)
+    hosts = [d.host for d in s.devices]
+    where = [hosts[: r + 1].count(hosts[r]) - 1 for r in range(len(hosts))]  # position on its host
+    for r, g in enumerate(got):
+        assert g["local_rank"] == g["state_local_rank"] == where[r], f"rank {r}: LOCAL_RANK {g}, position {where[r]}"
+        assert g["local_world_size"] == hosts.count(hosts[r]), f"rank {r}: LOCAL_WORLD_SIZE {g}"
+    told = f"LOCAL_RANK = local position on every rank ({', '.join(str(g['local_rank']) for g in got)})"
+    if s.devices[0].kind != "cuda":
+        return f"{told}; cuda:LOCAL_RANK skipped (CPU virtual devices)"
+    for r, g in enumerate(got):
+        assert g["device"] == f"cuda:{g['local_rank']}", f"rank {r} uses {g['device']}, not cuda:LOCAL_RANK {g}"
+        assert g["current_device"] == g["local_rank"], f"rank {r}: current device {g['current_device']} {g}"
+        assert g["device_count"] == g["local_world_size"], f"rank {r} sees {g['device_count']} GPUs {g}"
+        same = {x["visible"] for x, h in zip(got, hosts) if h == hosts[r]}
+        assert len(same) == 1, f"ranks on one host see different GPUs: {sorted(map(str, same))}"
+    return f"{told}; device = cuda:LOCAL_RANK = current device; CUDA_VISIBLE_DEVICES={got[0]['visible']}"
+
+
+def _memory(s: Any) -> str:
+    from jupyter_mgpu.units import format_bytes
+
+    got = s.run(_memory_check)
+    assert all(g["grew_by"] >= 60 * 2**20 for g in got), f"64 MiB allocation not seen: {got}"
+    return ", ".join(f"{g['device']} +{format_bytes(g['grew_by'])} of {format_bytes(g['total'])}" for g in got)
+
+
+def _matmul(s: Any) -> str:
+    err = max(s.run(_matmul_check, 512))
+    assert err < 1e-9, f"max abs error {err}"
+    return f"512x512 float64, max abs error {err:.1e}"
+
+
+def _dtensor(s: Any) -> str:
+    import torch
+
+    import jupyter_mgpu as mg
+
+    s.run(_dtensor_check, 257)
+    h = mg.from_dtensor("_selftest_dt", session=s)
+    got = h.gather()
+    assert torch.equal(got, torch.arange(257 * 257, dtype=torch.float32).reshape(257, 257)), "gather differs"
+    return f"{h.layout.label}, local shapes {h.local_shapes[0]}…, gathered equal"
+
+
+def _stuck_named(s: Any) -> str:
+    import jupyter_mgpu as mg
+
+    start = time.perf_counter()
+    try:  # rank 0 alone in an all_reduce, then waiting for it (on a GPU: at .item())
+        s.run_cell("x = torch.ones(4, device=device)\nif rank == 0:\n    dist.all_reduce(x)\n    x.sum().item()")
+    except mg.CollectiveHangError as exc:
+        took = time.perf_counter() - start
+        assert took < 10, f"named after {took:.1f} s"
+        got = s.run(_all_reduce_check)
+        assert all(g == want for g, want in got), f"the next all_reduce gave {got}"
+        return f"named in {took:.1f} s, next all_reduce right: {str(exc).split(';')[0]}"
+    raise AssertionError("rank 0's lone all_reduce was not named")
+
+
+def _shutdown(s: Any) -> str:
+    pids = [s.cluster.controller.pid, s.cluster.supervisor.pid, *s.cluster.engine_pids.values()]
+    s.shutdown()
+    import psutil
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.05)
+    left = [p for p in pids if psutil.pid_exists(p)]
+    assert not left, f"processes left: {left}"
+    return "engines and controller gone"
+
+
+# run in this order once the engines started; the names are the table's
+SESSION_CHECKS: list[tuple[str, Callable[[Any], str]]] = [
+    ("controller leaves CUDA alone", _cuda_untouched),
+    ("all_reduce", _all_reduce),
+    ("device = cuda:LOCAL_RANK", _local_rank),
+    ("per-device memory stats", _memory),
+    ("sharded matmul vs torch.mm", _matmul),
+    ("DTensor seen and gathered", _dtensor),
+    ("a skipped collective named", _stuck_named),
+    ("shutdown, no orphans", _shutdown),
+]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ The controller (stock ipyparallel, schedulers in threads, a short heartbeat) and
 warm fork server that imports torch once and forks every engine) start at the same time in their
 own sessions; every process watches the kernel's pid and ends within a second of it. ``%load_ext``
 (``cluster/spare.py``) starts both ahead as a spare, which the next start takes over: it then only forks
-the engines. Every process marks its moments of the start (``engine/startup/startup_marks.py``).
+the engines. Every process marks its moments of the start (``engine/records/startup_marks.py``).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from jupyter_mgpu.cluster.processes import kernel_identity, kill_group, spawn, s
 from jupyter_mgpu.cluster.spare import take as take_spare
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.devices import DeviceInfo
-from jupyter_mgpu.engine.startup.startup_marks import mark
-from jupyter_mgpu.engine.startup.startup_marks import read as read_marks
+from jupyter_mgpu.engine.records.startup_marks import mark
+from jupyter_mgpu.engine.records.startup_marks import read as read_marks
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 
 STOP_GRACE = 3.0  # seconds a stopped process gets before SIGKILL
 
 
-def state_record(cluster: Any, status: str) -> dict:
+def state_record(cluster: Any, status: str) -> dict[str, Any]:
     """What a cluster's state file says (read by the server extension and ``%mgpu_status``): who owns it
     (kernel pid and start time), its processes and devices; a cluster still starting has fewer."""
     kernel_pid, kernel_ctime = kernel_identity()
@@ -96,8 +96,8 @@ class Cluster:
     spec: ClusterSpec
     cluster_id: str
     path: Path
-    controller: subprocess.Popen
-    supervisor: subprocess.Popen
+    controller: subprocess.Popen[bytes]
+    supervisor: subprocess.Popen[bytes]
     client: Any = None
     engine_pids: dict[int, int] = field(default_factory=dict)
     rank_to_engine: dict[int, int] = field(default_factory=dict)
@@ -178,7 +178,7 @@ class Cluster:
         return cluster
 
     def startup_marks(self) -> dict[str, float]:
-        """The start's timeline so far (``engine/startup/startup_marks.py``): mark name -> epoch seconds."""
+        """The start's timeline so far (``engine/records/startup_marks.py``): mark name -> epoch seconds."""
         return read_marks(self.path)
 
     def _connect(self) -> None:
@@ -216,11 +216,11 @@ class Cluster:
         self.engine_pids = {int(r): int(p) for r, p in engines.items()}
 
     # -- health -----------------------------------------------------------------------------
-    def exits(self) -> dict[int, dict]:
+    def exits(self) -> dict[int, dict[str, Any]]:
         """How engines that ended did so: rank -> {returncode, signal, signal_name, error, time}."""
         return rd.exit_records(self.path)
 
-    def dead_ranks(self) -> dict[int, dict]:
+    def dead_ranks(self) -> dict[int, dict[str, Any]]:
         return self.exits()
 
     def infrastructure_failure(self) -> str | None:
@@ -299,7 +299,7 @@ class Cluster:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def describe_exit(rank: int, record: dict, when: str = "") -> str:
+def describe_exit(rank: int, record: dict[str, Any], when: str = "") -> str:
     """``rank 2 died (killed by SIGKILL) while ...`` from an exits record."""
     if record.get("lost"):  # an engine on another host: its link to this host ended
         host = f" on {record['host']}" if record.get("host") else ""

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jupyter_mgpu.engine.startup.startup_marks import mark
+from jupyter_mgpu.engine.records.startup_marks import mark
 
 # heartbeat period: an engine counts as registered at the first beat after it starts its heart, so a
 # shorter period is a quicker start; the misses allowed before the controller drops an engine keep its
@@ -25,7 +25,7 @@ def kernel_identity() -> tuple[int, float]:
     return pid, psutil.Process(pid).create_time()
 
 
-def spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subprocess.Popen:
+def spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subprocess.Popen[bytes]:
     proc = spawn(
         path,
         [
@@ -66,7 +66,7 @@ BOOTSTRAP = (
 )
 
 
-def spawn(path: Path, module_args: list[str]) -> subprocess.Popen:
+def spawn(path: Path, module_args: list[str]) -> subprocess.Popen[bytes]:
     """Start ``python -m <module_args>`` (see BOOTSTRAP) in its own session, logging into the cluster directory."""
     with open(path / "processes.log", "ab") as log:
         return subprocess.Popen(

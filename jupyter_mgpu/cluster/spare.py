@@ -17,8 +17,8 @@ class Spare:
     """What ``%load_ext`` starts ahead of ``%mgpu_init``: a controller and a supervisor that imports torch."""
 
     path: Path
-    controller: subprocess.Popen
-    supervisor: subprocess.Popen
+    controller: subprocess.Popen[bytes]
+    supervisor: subprocess.Popen[bytes]
 
     def usable(self) -> bool:
         return self.controller.poll() is None and self.supervisor.poll() is None

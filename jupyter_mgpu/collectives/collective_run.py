@@ -8,6 +8,8 @@ before/after figure (SVG, also the static image of an exported notebook); ``r.an
 step-by-step logical schedule. Bad input is refused with one sentence before any collective starts
 (names, ops and ranks here; the inputs the ranks built by the ranks themselves, all agreeing, in the
 same round trip that runs the collective), so the process group stays usable.
+
+The other half: ``ops/collective_run.py``, its rank side.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _check_name_op_root(name: str, op: Any, src: Any, dst: Any, world_size: int)
     return name, op, root
 
 
-def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple, str]:
+def _input_spec(inputs: Any, shape: Any, dtype: str, s: Any) -> tuple[tuple[Any, ...], str]:
     """The rank-side description of ``inputs`` and a short text naming it."""
     if inputs is None:
         try:

@@ -22,7 +22,7 @@ LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-6  # same maths, different summation order: |Δ|
 CELL = "padding:2px 4px;text-align:right;white-space:nowrap"
 
 
-class CompareTable(list):
+class CompareTable(list[dict[str, Any]]):
     """Rows (dicts) with ``.df`` (a pandas DataFrame), an HTML table in notebooks and aligned text elsewhere."""
 
     def __init__(self, rows: list[dict[str, Any]], expected: CompareTable | None = None):

@@ -20,7 +20,7 @@ import types
 from functools import lru_cache
 from typing import Any
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # jupyter_mgpu/
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # jupyter_mgpu/
 CELL_FILE = re.compile(r"<mgpu-cell-\d+>")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -4,6 +4,7 @@ rank-side module reads it, it imports nothing of ours). ``runtime.setup`` fills 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,7 @@ class EngineState:
     call_ended: float | None = None  # epoch seconds the last outermost call ended
     host: str | None = None  # set when the cluster spans hosts (a launcher's engines): labels read host:kind:index
     local_rank: int | None = None
-    store: dict | None = None  # the TCP rendezvous store across hosts (None: the FileStore in rundir)
+    store: dict[str, Any] | None = None  # the TCP rendezvous store across hosts (None: the FileStore in rundir)
     collective_timeout: float | None = None  # the group's, as the user gave it (None: torch's default)
     # while mg.profile() records (engine/records/rank_profiler.py): the outermost calls and the collectives watched
     call_log: list[tuple[str, int, int]] | None = None
@@ -90,3 +91,14 @@ def sequence_number() -> int | None:
         return int(group._get_sequence_number_for_group())  # type: ignore[attr-defined]  # private, not in torch's stubs
     except Exception:
         return None
+
+
+def user_ns() -> dict[str, Any]:
+    """The rank's namespace, where ``%%mgpu`` cells run (``__main__``'s outside an IPython engine)."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__

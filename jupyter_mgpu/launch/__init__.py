@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_mgpu.init_options import InitOptions
-from jupyter_mgpu.launch.options import LAUNCHERS, LaunchOptions, parse
+from jupyter_mgpu.launch.launcher_options import LAUNCHERS, LaunchOptions, parse
 
 
 def start(request: LaunchOptions, opts: InitOptions) -> Any:

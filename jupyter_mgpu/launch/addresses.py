@@ -7,7 +7,7 @@ from __future__ import annotations
 from jupyter_mgpu.engine.wire import netif
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.launch import ipp_cluster
-from jupyter_mgpu.launch.options import LaunchOptions
+from jupyter_mgpu.launch.launcher_options import LaunchOptions
 
 
 def default_route_interface() -> str | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.launch.options import LaunchOptions
+from jupyter_mgpu.launch.launcher_options import LaunchOptions
 
 CONTROLLER_PING_MS = 100
 REMOTE_ENGINES_DIR = ".local/share/jupyter/runtime/jupyter-mgpu-engines"  # relative to the SSH user's home

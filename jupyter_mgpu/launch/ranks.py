@@ -33,7 +33,8 @@ class Engine:
 
     @property
     def key(self) -> str:
-        return self.info["host_key"]
+        key: str = self.info["host_key"]
+        return key
 
 
 def _natural(text: str) -> list[Any]:
@@ -55,7 +56,7 @@ def order(engines: list[Engine], host_order: list[str] | None = None) -> list[En
         if taken[labels[key]] > 1:
             labels[key] = f"{labels[key]}#{taken[labels[key]]}"
 
-    def host_rank(key: str) -> tuple:
+    def host_rank(key: str) -> tuple[int, int, list[Any]]:
         label = labels[key].split("#")[0]
         if host_order and label in host_order:
             return (0, host_order.index(label), _natural(labels[key]))

@@ -356,7 +356,8 @@ def request(rundir: str | Path, message: dict[str, Any], timeout: float = 5.0) -
             s.settimeout(timeout)
             unix_socket.connect(s, Path(rundir) / SOCKET_NAME)
             s.sendall(json.dumps(message).encode() + b"\n")
-            return json.loads(s.makefile("rb").readline())
+            reply: dict[str, Any] | None = json.loads(s.makefile("rb").readline())
+            return reply
     except (OSError, ValueError):
         return None
 

@@ -5,6 +5,8 @@ tensor, ``Block2D(rows, cols)`` arranges ranks in a grid (rank ``r`` at ``(r // 
 and splits dims 0 and 1 over it. Uneven sizes are split like ``numpy.array_split``: the first
 ``n % p`` pieces get one element more. :func:`shard_table` is the one table that the tensor
 handles, the matmul planner, the transfer code and later widgets all share.
+
+The other half: ``widgets/placement.py``, its view.
 """
 
 from __future__ import annotations

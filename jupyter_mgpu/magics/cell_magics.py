@@ -13,9 +13,8 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.inputtransformer2 import TransformerManager
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
 
-from jupyter_mgpu.magics.arguments import parse_line
+from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
 from jupyter_mgpu.magics.auto_mode import AUTO, set_auto
 from jupyter_mgpu.session import cell_names
 from jupyter_mgpu.session import lifecycle as sessmod
@@ -31,7 +30,8 @@ class CellMagics(Magics):
     @property
     def _user_ns(self) -> dict[str, Any]:
         assert self.shell is not None
-        return self.shell.user_ns
+        ns: dict[str, Any] = self.shell.user_ns
+        return ns
 
     @magic_arguments()
     @argument("--targets", "-t", default=None, help="ranks to run on, e.g. 0,2 or 1:3 (default: all)")

@@ -19,7 +19,7 @@ def _number(args: Any, name: str, kind: type) -> Any:
         raise UsageError(f"--{name} takes a {'whole ' if kind is int else ''}number, got {value!r}") from None
 
 
-def _variable(user_ns: dict, name: str | None, what: str) -> Any:
+def _variable(user_ns: dict[str, Any], name: str | None, what: str) -> Any:
     if name is None:
         return None
     if name not in user_ns:
@@ -27,7 +27,7 @@ def _variable(user_ns: dict, name: str | None, what: str) -> Any:
     return user_ns[name]
 
 
-def run_compare_magic(args: Any, user_ns: dict) -> Any:
+def run_compare_magic(args: Any, user_ns: dict[str, Any]) -> None:
     """Run the comparison the magic's arguments describe; keep it in ``_mgpu_compare``; show table and plot."""
     model = args.model if ":" in args.model else _variable(user_ns, args.model, "model")
     options = {

@@ -36,7 +36,7 @@ def _grid(text: str | None) -> tuple[int, int] | None:
     return rows, cols
 
 
-def run_matmul_magic(args: Any, user_ns: dict) -> Any:
+def run_matmul_magic(args: Any, user_ns: dict[str, Any]) -> Any:
     """Plan first (refusing what cannot fit), create A and B in the chosen layout, multiply, report."""
     m, k, n = _sizes(args.sizes)
     try:

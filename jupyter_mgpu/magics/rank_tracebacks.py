@@ -1,7 +1,7 @@
 """The ranks' failures in the notebook: one line, each failed rank's whole traceback folded under it,
 and ``%mgpu_tb [--rank R]`` to print those tracebacks again.
 
-The rank side formats a traceback as IPython colours one (``engine/execution/rank_traceback.py``); here it
+The rank side formats a traceback as IPython colours one (``engine/rank_traceback.py``); here it
 becomes a ``<details>`` block per group of ranks with the same traceback (ANSI colours as HTML), shown
 under the one-line error in a notebook. A terminal gets a hint to ``%mgpu_tb`` instead.
 """
@@ -15,10 +15,9 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
 
 from jupyter_mgpu.errors import RankError, rank_list
-from jupyter_mgpu.magics.arguments import parse_line
+from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
 
 # JupyterLab's ANSI colours: black, red, green, yellow, blue, magenta, cyan, white; then the bright ones
 PALETTE = (

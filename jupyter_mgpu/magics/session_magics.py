@@ -8,11 +8,10 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
 
 from jupyter_mgpu.errors import Interrupted, MgpuError
 from jupyter_mgpu.init_options import InitOptions, argparse_arguments, option_names
-from jupyter_mgpu.magics.arguments import parse_line
+from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
 from jupyter_mgpu.magics.rank_table import RankTable
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.session.output_relay import grouped_by_rank
@@ -106,7 +105,8 @@ class MgpuMagics(Magics):
     def _user_ns(self) -> dict[str, Any]:
         """The notebook's namespace (a magic always runs inside a shell)."""
         assert self.shell is not None
-        return self.shell.user_ns
+        ns: dict[str, Any] = self.shell.user_ns
+        return ns
 
     def _show_dashboard(self) -> None:
         try:

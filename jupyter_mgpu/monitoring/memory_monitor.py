@@ -64,7 +64,7 @@ class MemoryMonitor:
         self.poll = poll
         self.history_seconds = history_seconds
         period = session.cluster.spec.telemetry_period or tele.DEFAULT_PERIOD
-        self._history: dict[int, deque] = {
+        self._history: dict[int, deque[tuple[Any, ...]]] = {
             r: deque(maxlen=int(history_seconds / max(period, tele.MIN_PERIOD)) + 16) for r in range(session.world_size)
         }
         self._latest: list[dict[str, Any]] = [self._placeholder(r) for r in range(session.world_size)]
@@ -246,7 +246,7 @@ def monitor(session: Any = None) -> MemoryMonitor:
     """The running memory monitor of ``session`` (default: the current one), started on first use."""
     s = session if session is not None else lifecycle.current()
     s.check_alive()
-    mon = s.memory_monitor
+    mon: MemoryMonitor | None = s.memory_monitor
     if mon is None:
         mon = s.memory_monitor = MemoryMonitor(s)
         callbacks = getattr(s, "shutdown_callbacks", None)

@@ -20,7 +20,7 @@ from jupyter_mgpu.session import lifecycle as sessmod
 RESERVED = ("rank", "step", "time")
 
 
-class MetricRecords(list):
+class MetricRecords(list[dict[str, Any]]):
     """A list of ``{"rank", "step", "time", <metric>: value}`` dicts, oldest first; ``.df`` is a DataFrame."""
 
     @property
@@ -52,12 +52,13 @@ class MetricRecords(list):
 
     def _repr_html_(self) -> str | None:
         try:
-            return self.df.tail(20)._repr_html_()
+            html: str | None = self.df.tail(20)._repr_html_()
+            return html
         except ImportError:
             return None
 
 
-def _columns(records: list[dict]) -> list[str]:
+def _columns(records: list[dict[str, Any]]) -> list[str]:
     cols = list(RESERVED)
     for r in records:
         for k in r:
@@ -72,7 +73,7 @@ class MetricsReader:
     def __init__(self, rundir: str):
         self.folder = os.path.join(rundir, training.METRICS_DIR)
         self._offsets: dict[str, int] = {}
-        self._records: dict[str, list[dict]] = {}
+        self._records: dict[str, list[dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
     def poll(self) -> int:

@@ -12,6 +12,8 @@
   ranks), checked after the last iteration; inputs are small integers, so every op is exact.
 
 :func:`bench_rank` runs on the ranks; the rest is pure and used by the controller too.
+
+The other half: ``collectives/collective_bench.py``, its controller side.
 """
 
 from __future__ import annotations

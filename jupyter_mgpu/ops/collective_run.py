@@ -23,6 +23,8 @@ send_recv      the tensor of rank r-1 (a ring shift: r sends to r+1)
 ============== ================================================================ =========================
 
 Engine-side: imports torch, the runtime and the pure checks only.
+
+The other half: ``collectives/collective_run.py``, its controller side.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jupyter_mgpu.ops.collective_checks import REDUCING, SPLITTING  # noqa: F401  (read here by the views and tests)
+from jupyter_mgpu.ops.collective_checks import REDUCING as REDUCING  # read here by the views and tests
+from jupyter_mgpu.ops.collective_checks import SPLITTING as SPLITTING
 from jupyter_mgpu.ops.collective_schedule import chunks
 
 COLLECTIVES = (
@@ -105,7 +108,7 @@ def reduce_op(op: str) -> Any:
 
 
 # -- rank side ---------------------------------------------------------------------------------------
-def _build(spec: tuple, rank: int, device: Any) -> Any:
+def _build(spec: tuple[Any, ...], rank: int, device: Any) -> Any:
     import torch
 
     from jupyter_mgpu.ops import demo_inputs
@@ -243,7 +246,7 @@ def _exchange(info: dict[str, Any], max_bytes: int | None, device: Any) -> list[
 
 
 def execute(
-    spec: tuple,
+    spec: tuple[Any, ...],
     name: str,
     op: str = "sum",
     src: int = 0,

@@ -1,16 +1,15 @@
-"""Rank-side shard work: create, read/write through a shared-memory file, redistribute, free.
+"""Rank-side shard work: create, scatter and gather by address or through shared blocks, free, memory status.
 
 These run on the engines (``session.run(dist_tensor.create, ...)``); the controller-side handle lives in
 ``jupyter_mgpu/tensors/dist_tensor.py``. Placements come from the pure ``layout.placement`` module, so every rank
-computes the same shard table without talking to the others.
+computes the same shard table without talking to the others. The shared-file path of scatter and gather is
+``ops/shared_file.py``; redistribution between placements is ``ops/shard_exchange.py``.
 """
 
 from __future__ import annotations
 
 import math
-import mmap
 import os
-import warnings
 from typing import Any
 
 from jupyter_mgpu.engine import state as rank_state
@@ -30,11 +29,6 @@ def dtype_of(name: str) -> Any:
 def _me(shape: tuple[int, ...], placement: pl.Placement) -> pl.ShardInfo:
     st = rank_state.get()
     return pl.shard_table(shape, placement, st.world_size)[st.rank]
-
-
-def _sub(box: tuple[pl.Range, ...], origin: tuple[pl.Range, ...]) -> tuple[slice, ...]:
-    """Slices selecting global ``box`` inside a local tensor that covers ``origin``."""
-    return tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, origin))
 
 
 def create(
@@ -74,64 +68,6 @@ def _trace_one(
     etrace.declare(hid, shape, t.element_size(), "tensor")
     etrace.record(0, action, [etrace.block(hid, box)], t.numel() * t.element_size(), peer)
     etrace.end_op()
-
-
-def _map(path: str, offset: int, length: int, write: bool) -> tuple[mmap.mmap, int]:
-    """Map ``length`` bytes of ``path`` from ``offset`` (page-aligned down); returns (map, skip)."""
-    start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    fd = os.open(path, os.O_RDWR if write else os.O_RDONLY)
-    try:
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        prot = mmap.PROT_READ | (mmap.PROT_WRITE if write else 0)
-        m = mmap.mmap(fd, length + offset - start, flags=flags, prot=prot, offset=start)
-    finally:
-        os.close(fd)
-    return m, offset - start
-
-
-def _span(shape: tuple[int, ...], box: tuple[pl.Range, ...], itemsize: int) -> tuple[int, int]:
-    """First byte and length of the stretch of a row-major file that contains ``box``."""
-    strides = [itemsize]
-    for s in reversed(shape[1:]):
-        strides.insert(0, strides[0] * s)
-    first = sum(a * st for (a, _), st in zip(box, strides))
-    last = sum((b - 1) * st for (_, b), st in zip(box, strides)) + itemsize
-    return first, last - first
-
-
-def _file_view(path: str, shape: tuple[int, ...], box: tuple[pl.Range, ...], dtype: Any, write: bool):
-    """A tensor view of the part of the global tensor in ``path`` that ``box`` selects."""
-    import torch
-
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    first, length = _span(shape, box, itemsize)
-    m, skip = _map(path, first, length, write)
-    with warnings.catch_warnings():  # a read-only map warns that the tensor is not writable; we only read it
-        warnings.simplefilter("ignore", UserWarning)
-        flat = torch.frombuffer(m, dtype=torch.uint8, count=length, offset=skip).view(dtype)
-    strides = [1]
-    for s in reversed(shape[1:]):
-        strides.insert(0, strides[0] * s)
-    sizes = tuple(b - a for a, b in box)
-    return flat.as_strided(sizes, tuple(strides) if shape else ()), m
-
-
-def scatter_from_file(hid: str, path: str, shape: tuple[int, ...], placement: pl.Placement, dtype: str) -> int:
-    """Copy this rank's slice of the global tensor in the shared file ``path`` into its shard."""
-    import torch
-
-    me = _me(shape, placement)
-    dt = dtype_of(dtype)
-    out = torch.empty(me.shape, dtype=dt, device=rank_state.get().device)
-    if out.numel():
-        view, m = _file_view(path, shape, me.ranges, dt, write=False)
-        out.copy_(view)
-        del view
-        m.close()
-    store.put(hid, out)
-    if etrace.active():
-        _trace_one("scatter", hid, shape, out, me.ranges, "recv", etrace.HOST)
-    return out.numel() * out.element_size()
 
 
 def _address(t: Any) -> dict[str, Any]:
@@ -224,120 +160,8 @@ def _trace_gather(hid: str, shape: tuple[int, ...], placement: pl.Placement, loc
         etrace.end_op()
 
 
-def gather_to_file(hid: str, path: str, shape: tuple[int, ...], placement: pl.Placement, trace: bool = True) -> int:
-    """Write this rank's shard into its place in the shared file ``path`` (replicas: rank 0 only).
-
-    ``trace=False`` after :func:`gather_locate` (which traced this gather already).
-    """
-    st = rank_state.get()
-    local = store.get(hid)
-    me = _me(shape, placement)
-    if trace:
-        _trace_gather(hid, shape, placement, local)
-    if isinstance(placement, pl.Replicate) and st.rank != 0:
-        return 0
-    if not local.numel():
-        return 0
-    view, m = _file_view(path, shape, me.ranges, local.dtype, write=True)
-    view.copy_(local)
-    del view
-    m.close()
-    return local.numel() * local.element_size()
-
-
 def _nbytes(t: Any) -> int:
-    return t.numel() * t.element_size()
-
-
-def exchange(
-    local: Any,
-    shape: tuple[int, ...],
-    src_pl: pl.Placement,
-    dst_pl: pl.Placement,
-    names: tuple[str, str] | None = None,
-    step0: int = 0,
-) -> tuple[Any, int]:
-    """This rank's piece of the global tensor in ``dst_pl``, built from its piece in ``src_pl``
-    (:func:`exchange_boxes` between the two shard tables)."""
-    p = rank_state.get().world_size
-    src = [s.ranges for s in pl.shard_table(shape, src_pl, p)]
-    dst = [s.ranges for s in pl.shard_table(shape, dst_pl, p)]
-    replicated = isinstance(pl.normalize(src_pl, len(shape), p), pl.Replicate)
-    return exchange_boxes(local, src, dst, replicated, names, step0)
-
-
-def exchange_boxes(
-    local: Any,
-    src: list[tuple[pl.Range, ...]],
-    dst: list[tuple[pl.Range, ...]],
-    src_replicated: bool = False,
-    names: tuple[str, str] | None = None,
-    step0: int = 0,
-) -> tuple[Any, int]:
-    """This rank's piece ``dst[rank]`` of a global tensor, built from the pieces ``src[r]`` the ranks hold.
-
-    Step ``d`` (1..P-1) sends to rank ``r+d`` and receives from ``r-d``: every pair exchanges
-    exactly the overlap of its boxes, read from the pure tables on both sides (no size
-    messages). Returns ``(tensor, bytes received)``. With ``names`` (source and result tensor names)
-    and tracing on, each piece kept, sent and received is recorded (steps ``step0 + d``).
-    """
-    import torch
-    import torch.distributed as dist
-
-    st = rank_state.get()
-    tracing = names is not None and etrace.active()
-    r, p = st.rank, st.world_size
-    mv = pl.moves_between(src, dst, src_replicated)
-    s_box, d_box = src[r], dst[r]
-    out = torch.empty(tuple(b - a for a, b in d_box), dtype=local.dtype, device=local.device)
-    if (kept := mv[r][r]) is not None:
-        out[_sub(kept, d_box)].copy_(local[_sub(kept, s_box)])
-        if tracing:
-            assert names is not None  # tracing is on only with names
-            etrace.record(step0, "hold", [etrace.block(names[1], kept)], pl.box_numel(kept) * local.element_size())
-    received = 0
-    for d in range(1, p):
-        to, frm = (r + d) % p, (r - d) % p
-        work = None
-        if (sent := mv[r][to]) is not None:
-            piece = local[_sub(sent, s_box)].contiguous()
-            if tracing:
-                assert names is not None
-                etrace.record(step0 + d, "send", [etrace.block(names[0], sent)], _nbytes(piece), to)
-            work = dist.isend(piece, to)
-        if (got := mv[frm][r]) is not None:
-            target = out[_sub(got, d_box)]
-            buf = target if target.is_contiguous() else torch.empty(target.shape, dtype=out.dtype, device=out.device)
-            receiving = dist.irecv(buf, frm)
-            assert receiving is not None  # None only for a rank outside the group
-            receiving.wait()
-            if buf is not target:
-                target.copy_(buf)
-            received += buf.numel() * buf.element_size()
-            if tracing:
-                assert names is not None
-                etrace.record(step0 + d, "recv", [etrace.block(names[1], got)], _nbytes(buf), frm)
-            del buf, target
-        if work is not None:
-            work.wait()
-            del piece  # freed before the next step's copy: one send copy at a time (the planner counts one)
-    return out, received
-
-
-def redistribute(src: str, dst: str, shape: tuple[int, ...], src_pl: pl.Placement, dst_pl: pl.Placement) -> int:
-    """Store shard ``dst`` (placement ``dst_pl``) made from shard ``src``; returns bytes received."""
-    local = store.get(src)
-    tracing = etrace.active()
-    if tracing:
-        etrace.begin_op("redistribute")
-        etrace.declare(src, shape, local.element_size(), f"before: {src_pl.label}")
-        etrace.declare(dst, shape, local.element_size(), f"after: {dst_pl.label}")
-        etrace.record(0, "hold", [etrace.block(src, _me(shape, src_pl).ranges)], _nbytes(local))
-    out, received = exchange(local, shape, src_pl, dst_pl, (src, dst) if tracing else None, 1)
-    store.put(dst, out)
-    if tracing:
-        etrace.end_op()
-    return received
+    return int(t.numel() * t.element_size())
 
 
 def free(ids: list[str]) -> int:
@@ -352,7 +176,7 @@ def local_copy(hid: str) -> Any:
 
 def shard_bytes(hid: str) -> int:
     t = store.get(hid)
-    return t.numel() * t.element_size()
+    return int(t.numel() * t.element_size())
 
 
 def memory_status() -> dict[str, Any]:

@@ -17,16 +17,18 @@ from jupyter_mgpu.engine.shards import shard_store as store
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.layout.dtensor_layout import DTensorLayout
 from jupyter_mgpu.layout.mesh import Mesh, MeshPlacement, Partial
-from jupyter_mgpu.ops import dist_tensor as rank_tensor
+from jupyter_mgpu.ops import shard_exchange, shared_file
 
-_MESHES: dict[tuple, Any] = {}  # torch DeviceMeshes made here, by (shape, names, ranks): each makes process groups
+_MESHES: dict[
+    tuple[Any, ...], Any
+] = {}  # torch DeviceMeshes made here, by (shape, names, ranks): each makes process groups
 
 
 def _dtensor(name: str) -> Any:
     """The DTensor bound to ``name`` on this rank (the session's error names the ranks that lack it)."""
     from torch.distributed.tensor import DTensor
 
-    ns = namespace_transfer.user_ns()
+    ns = rank_state.user_ns()
     if name not in ns:
         raise NameError(f"name {name!r} is not defined on the ranks: bind a DTensor to it in a %%mgpu cell first")
     value = ns[name]
@@ -84,11 +86,12 @@ def gather_to_file(name: str, path: str) -> int:
     if not writes:
         return 0
     local = dt.to_local()
-    view, m = rank_tensor._file_view(path, tuple(dt.shape), mine.ranges, local.dtype, write=True)
+    view, m = shared_file._file_view(path, tuple(dt.shape), mine.ranges, local.dtype, write=True)
     view.copy_(local)
     del view
     m.close()
-    return local.numel() * local.element_size()
+    nbytes: int = local.numel() * local.element_size()
+    return nbytes
 
 
 def piece(name: str) -> Any:
@@ -148,7 +151,7 @@ def to_dtensor(
         ours = [s.ranges for s in pl.shard_table(shape, placement, world)]
         theirs = {s.rank: s.ranges for s in DTensorLayout(shape, "", mesh, placements).table}
         replicated = isinstance(placement, pl.Replicate)
-        mine, _ = rank_tensor.exchange_boxes(local, ours, [theirs[r] for r in range(world)], replicated)
+        mine, _ = shard_exchange.exchange_boxes(local, ours, [theirs[r] for r in range(world)], replicated)
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     dt = DTensor.from_local(
         mine,

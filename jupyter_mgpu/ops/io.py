@@ -4,6 +4,8 @@
 it reads. ``.pt`` files saved by ``torch.save`` (zip format) are opened with ``torch.load(mmap=True)``
 so slicing reads only the slice; safetensors files are read through ``safe_open(...).get_slice``.
 Writing a ``.npy`` is parallel too: the controller writes the header, every rank its rows.
+
+The other half: ``tensors/io.py``, its controller side.
 """
 
 from __future__ import annotations
@@ -95,4 +97,5 @@ def save_npy(hid: str, path: str, shape: tuple[int, ...], placement: pl.Placemen
         arr.flush()
     finally:
         del arr
-    return local.numel() * local.element_size()
+    nbytes: int = local.numel() * local.element_size()
+    return nbytes

@@ -16,7 +16,7 @@ from typing import Any
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine.records import trace as etrace
 from jupyter_mgpu.layout import placement as pl
-from jupyter_mgpu.ops.matmul_plan import RING_SLOTS, summa_panels
+from jupyter_mgpu.ops.matmul_chunks import RING_SLOTS, summa_panels
 
 
 def _nb(box: Any, item: int) -> int:
@@ -37,8 +37,8 @@ class MatmulTracer:
         b_pl: pl.Placement,
         c_id: str,
         shapes: Any,
-        params: dict,
-        need: tuple,
+        params: dict[str, Any],
+        need: tuple[Any, ...],
         itemsize: int,
     ):
         st = rank_state.get()
@@ -61,8 +61,8 @@ class MatmulTracer:
             _nb(a_box, itemsize) + _nb(b_box, itemsize),
         )
         self.a_name, self.b_name = a_id, b_id
-        self.copies: list[tuple] = []
-        self.slots: dict[Any, tuple] = {}
+        self.copies: list[tuple[Any, ...]] = []
+        self.slots: dict[Any, tuple[Any, ...]] = {}
         if pl.normalize(a_pl, 2, self.p) != self.need_a:
             self.a_name = self._copy(a_id, (self.m, self.k), self.need_a, "A")
         if pl.normalize(b_pl, 2, self.p) != self.need_b:
@@ -71,7 +71,7 @@ class MatmulTracer:
         self.b_box = pl.shard_table((self.k, self.n), self.need_b, self.p)[self.r].ranges
         self.c_box = pl.shard_table((self.m, self.n), self.c_pl, self.p)[self.r].ranges
 
-    def _copy(self, src: str, shape: tuple, target: pl.Placement, what: str) -> str:
+    def _copy(self, src: str, shape: tuple[Any, ...], target: pl.Placement, what: str) -> str:
         name = f"{src}@{target.label}"
         etrace.declare(name, shape, self.item, f"{what} as {target.label} (copy)")
         self.copies.append((name, shape, target))
@@ -95,7 +95,7 @@ class MatmulTracer:
         etrace.record(self.base - 1, "hold", [etrace.block(self.c_id, self.c_box)], _nb(self.c_box, self.item))
 
     # -- temporaries --------------------------------------------------------------------------
-    def _fill(self, step: int, slot: Any, blk: tuple, action: str = "hold", peer: int | None = None) -> None:
+    def _fill(self, step: int, slot: Any, blk: tuple[Any, ...], action: str = "hold", peer: int | None = None) -> None:
         old = self.slots.pop(slot, None)
         if old is not None:
             etrace.record(step, "free", [old], _nb(old[1], self.item))
@@ -107,7 +107,7 @@ class MatmulTracer:
         s = self.base + step
         getattr(self, f"_{self.strategy}", self._simple)(s, step, action, info)
 
-    def _simple(self, s: int, step: int, action: str, info: dict) -> None:
+    def _simple(self, s: int, step: int, action: str, info: dict[str, Any]) -> None:
         if action == "compute":
             etrace.record(
                 s,
@@ -120,7 +120,7 @@ class MatmulTracer:
                 2 * pl.box_numel(self.c_box) * self.k,
             )
 
-    def _inner(self, s: int, step: int, action: str, info: dict) -> None:
+    def _inner(self, s: int, step: int, action: str, info: dict[str, Any]) -> None:
         if self.p == 1:
             return self._simple(s, step, action, info)
         d = info["block"]
@@ -147,7 +147,7 @@ class MatmulTracer:
             else:
                 etrace.record(s, "compute", [target], (self.p - 1) * _nb(target[1], self.item), reduce_from="all")
 
-    def _ring(self, s: int, step: int, action: str, info: dict) -> None:
+    def _ring(self, s: int, step: int, action: str, info: dict[str, Any]) -> None:
         if self.p == 1:
             return self._simple(s, step, action, info)
         kr, cols = pl.split(self.k, self.p), pl.split(self.n, self.params["chunks"])
@@ -180,7 +180,7 @@ class MatmulTracer:
                 2 * (self.c_box[0][1] - self.c_box[0][0]) * (kr[j][1] - kr[j][0]) * (cols[ci][1] - cols[ci][0]),
             )
 
-    def _summa(self, s: int, step: int, action: str, info: dict) -> None:
+    def _summa(self, s: int, step: int, action: str, info: dict[str, Any]) -> None:
         rows, cols = self.params["grid"]
         if rows * cols == 1:
             return self._simple(s, step, action, info)
@@ -236,8 +236,8 @@ def start(
     b_pl: pl.Placement,
     c_id: str,
     shapes: Any,
-    params: dict,
-    need: tuple,
+    params: dict[str, Any],
+    need: tuple[Any, ...],
     itemsize: int,
 ) -> MatmulTracer | None:
     """A tracer for this matmul when tracing is on, else None (nothing else is done)."""

@@ -4,6 +4,8 @@ The function arrives as a ``ShippedFunction`` (by value for notebook functions, 
 travels with them, see ``engine/execution/shipped_function.py``); it is loaded here, called on the local shards, and its result is either stored as
 this rank's shard of a new DistTensor or returned as a small Python value. A failure is returned
 as data (which rank, which rows, the user's line) so the controller can say it in one sentence.
+
+The other half: ``tensors/shard_map.py``, its controller side.
 """
 
 from __future__ import annotations

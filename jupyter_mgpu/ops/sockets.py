@@ -14,6 +14,7 @@ import socket
 from typing import Any
 
 from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine.records import trace as etrace
 from jupyter_mgpu.engine.shards import shard_store as store
 from jupyter_mgpu.engine.startup import launched_setup
 from jupyter_mgpu.engine.wire import link
@@ -71,8 +72,8 @@ def scatter(
     if st.device.type != "cpu":
         out = out.to(st.device)
     store.put(hid, out)
-    if rank_tensor.etrace.active():
-        rank_tensor._trace_one("scatter", hid, shape, out, me.ranges, "recv", rank_tensor.etrace.HOST)
+    if etrace.active():
+        rank_tensor._trace_one("scatter", hid, shape, out, me.ranges, "recv", etrace.HOST)
     return {}
 
 

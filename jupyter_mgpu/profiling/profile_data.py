@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,9 +77,9 @@ class RankRecord:
         return out
 
 
-def instances(ranks: list[RankRecord]) -> dict[tuple, dict[int, dict[str, Any]]]:
+def instances(ranks: list[RankRecord]) -> dict[tuple[Any, ...], dict[int, dict[str, Any]]]:
     """The collectives the ranks' code called, by (generation, group, number): rank -> its record."""
-    out: dict[tuple, dict[int, dict[str, Any]]] = defaultdict(dict)
+    out: dict[tuple[Any, ...], dict[int, dict[str, Any]]] = defaultdict(dict)
     for rec in ranks:
         for c in rec.collectives:
             if c.get("n") is not None:
@@ -88,7 +89,8 @@ def instances(ranks: list[RankRecord]) -> dict[tuple, dict[int, dict[str, Any]]]
 
 def _bus_factor(op: str, n: int) -> float:
     base = op.replace("_into_tensor", "").replace("_tensor", "").replace("_single", "")
-    return BUS_FACTORS.get(base, lambda n: 1.0)(n)
+    factor: Callable[[int], float] = BUS_FACTORS.get(base, lambda n: 1.0)
+    return factor(n)
 
 
 def collective_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:

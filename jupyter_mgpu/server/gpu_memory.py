@@ -22,7 +22,8 @@ import psutil
 def owner_uid(pid: int) -> int | None:
     """The real uid of process ``pid``, or None when it cannot be seen."""
     try:
-        return psutil.Process(pid).uids().real
+        uid: int = psutil.Process(pid).uids().real
+        return uid
     except (psutil.Error, ValueError, OSError):
         return None
 

@@ -41,7 +41,8 @@ class _ManagerMixin:
 
     @property
     def manager(self) -> ClusterManager:
-        return self.settings[MANAGER_KEY]
+        manager: ClusterManager = self.settings[MANAGER_KEY]
+        return manager
 
 
 class DevicesHandler(_ManagerMixin, APIHandler):
@@ -131,7 +132,7 @@ class StreamHandler(_ManagerMixin, WebSocketMixin, tornado.websocket.WebSocketHa
 
     interval = DEFAULT_INTERVAL
     paused = False
-    _task: asyncio.Task | None = None
+    _task: asyncio.Task[None] | None = None
     _wake: asyncio.Event | None = None
     _force = False  # a refresh asked for while paused
 

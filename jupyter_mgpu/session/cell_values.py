@@ -40,7 +40,7 @@ def _arrived(report: dict[str, Any] | None) -> Any:
     return report["repr"]
 
 
-class RankValues(list):
+class RankValues(list[Any]):
     """The per-rank values of a ``%%mgpu`` cell (``_`` after the cell), shown labelled by rank."""
 
     def __init__(self, ranks: list[int], reports: list[dict[str, Any] | None], show: list[int] | None = None):

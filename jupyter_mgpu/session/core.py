@@ -1,13 +1,13 @@
 """Session: one cluster driven from the notebook — start, run on ranks, status, shut down.
 
 ``mg.init(4)`` (``lifecycle.py``) starts a session and makes it current; ``s.run(fn, *args)`` returns one result per
-rank in rank order. Every wait watches for dead engines and forwards a kernel interrupt to them.
+rank in rank order. Every wait watches for dead engines and forwards a kernel interrupt to them
+(``call_paths.py``: the two ways results come back; ``call_results.py``: what the ranks' reports become).
 """
 
 from __future__ import annotations
 
 import itertools
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,14 +17,12 @@ from jupyter_mgpu.cluster.local import Cluster, describe_exit
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.engine.execution import calls
 from jupyter_mgpu.engine.execution.shipped_function import ship
-from jupyter_mgpu.engine.group import process_group
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
-from jupyter_mgpu.session import call_wait, cell_names, group_notes, rank_status, scripts
-from jupyter_mgpu.session.direct_channel import ChannelClosed, DirectChannel
+from jupyter_mgpu.session import call_paths, call_wait, rank_status, scripts
+from jupyter_mgpu.session.direct_channel import DirectChannel
 from jupyter_mgpu.session.hang_watch import HangWatch
 from jupyter_mgpu.session.output_relay import OutputRelay
-from jupyter_mgpu.session.pending import PendingResult, finished_results, pending_ranks
-from jupyter_mgpu.session.rank_errors import build_error, transport_error, transport_failure
+from jupyter_mgpu.session.pending import PendingResult
 from jupyter_mgpu.session.recovery import GroupRecovery
 from jupyter_mgpu.session.targets import parse_targets
 
@@ -121,7 +119,7 @@ class Session:
     def _view(self, ranks: list[int]) -> Any:
         return self.cluster.client[[self.cluster.rank_to_engine[r] for r in ranks]]
 
-    def _run_on_all(self, fn: Callable, *args: Any) -> Any:
+    def _run_on_all(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on every rank through ipyparallel, no checks (the recovery's own calls)."""
         return self._view(list(range(self.world_size))).apply_async(fn, *args)
 
@@ -137,7 +135,7 @@ class Session:
             raise EngineDiedError(describe_exit(r, dead[r]), ranks=sorted(dead))
         self.recovery.ensure_clean()
 
-    def _submit(self, fn: Callable, args: tuple, ranks: list[int]) -> Any:
+    def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], ranks: list[int]) -> Any:
         self._check_ready(ranks)
         return self._view(ranks).apply_async(fn, *args)
 
@@ -145,42 +143,9 @@ class Session:
         """Whether a blocking call may take the direct channel: nothing of ipyparallel's is still queued."""
         return not self.cluster.client.outstanding and self.direct.available(ranks)
 
-    def _run_direct(self, args: tuple, ranks: list[int], label: str, timeout: float | None) -> list[Any]:
-        """``calls.call(*args)`` on ``ranks`` through the direct channel; same errors as ``_collect``."""
-        from ipyparallel.serialize import pack_apply_message
-
-        self._check_ready(ranks)
-        bufs = pack_apply_message(calls.call, args, {})
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self.recovery.start_call()
-        self.hang_watch.start_call()
-
-        def check(pending: list[int], done: dict[int, Any]) -> None:
-            call_wait.check_waiting(self, ranks, lambda: pending, label, deadline, timeout, done=done)
-
-        try:
-            results = self.direct.call(ranks, bufs, check)
-        except ChannelClosed as closed:
-            self._await_exit_record([closed.rank])
-            check(ranks, {})
-            raise MgpuError(f"{label}: lost contact with rank {closed.rank} (its direct channel closed)") from None
-        except KeyboardInterrupt:
-            self.cluster.interrupt(ranks)
-            raise self.recovery.after_interrupt(ranks) from None
-        broken = next((results[r]["transport"] for r in ranks if results[r].get("transport")), None)
-        if broken:
-            raise transport_error(broken, label)
-        return self._results([results[r] for r in ranks], ranks)
-
-    def _await_exit_record(self, ranks: list[int], wait: float = 5.0) -> None:
-        """How an engine ended is written (supervisor, or relay) a moment after its socket closes."""
-        end = time.monotonic() + wait
-        while not set(ranks) & set(self.cluster.exits()) and time.monotonic() < end:
-            time.sleep(0.02)
-
     def run(
         self,
-        fn: Callable,
+        fn: Callable[..., Any],
         *args: Any,
         targets: Any = None,
         block: bool = True,
@@ -204,7 +169,7 @@ class Session:
         label = label or str(getattr(fn, "__name__", "function"))
         fn = ship(fn)  # notebook functions travel by value, with the notebook functions they call
         if block and not stream and self.alive and self._direct_ok(ranks):
-            return self._run_direct((fn, args, kwargs, label), ranks, label, timeout)
+            return call_paths.run_direct(self, (fn, args, kwargs, label), ranks, label, timeout)
         ar = self._submit(calls.call, (fn, args, kwargs, label), ranks)
         relay = OutputRelay(ar, ranks) if stream else None
         if not block:
@@ -252,90 +217,8 @@ class Session:
     def _collect(
         self, ar: Any, ranks: list[int], label: str, timeout: float | None, relay: OutputRelay | None
     ) -> list[Any]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self.recovery.start_call()
-        self.hang_watch.start_call()
-        try:
-            while not ar.ready():
-                ar.wait(0.05)
-                if relay is not None:
-                    relay.poll()
-                call_wait.check_waiting(
-                    self,
-                    ranks,
-                    lambda: self._pending_ranks(ar, ranks),
-                    label,
-                    deadline,
-                    timeout,
-                    relay,
-                    done=finished_results(ar, ranks),
-                )
-        except KeyboardInterrupt:
-            pending = self._pending_ranks(ar, ranks)
-            self.cluster.interrupt(pending)
-            try:
-                interrupted = self.recovery.after_interrupt(pending)
-            finally:
-                self.hang_watch.end_call()
-                if relay is not None:
-                    relay.flush()
-            raise interrupted from None
-        finally:
-            self.hang_watch.end_call()  # its live status line goes with the call
-        if relay is not None:
-            ar.wait_for_output(5)  # results can arrive before the last output (shell vs iopub channel)
-            relay.flush()
-        try:
-            results = ar.get()
-        except Exception as exc:  # an ipyparallel-level failure (engine lost, unpicklable result)
-            if "died" in str(exc):  # ipyparallel can see an engine go before its exit record is written
-                self._await_exit_record(ranks)
-            raise transport_failure(exc, label, self.cluster.exits()) from None
-        if not isinstance(results, list):
-            results = [results]
-        return self._results(results, ranks)
-
-    def _results(self, results: list[dict], ranks: list[int]) -> list[Any]:
-        """The values of ``calls.call`` reports in rank order, or one error for every failed rank."""
-        self.engine_seconds += max((res.get("seconds", 0.0) for res in results), default=0.0)
-        found: dict[str, set[str]] = {}
-        for res in results:
-            for function, names in res.get("shadowed") or ():
-                found.setdefault(function, set()).update(names)
-        for function, names in found.items():
-            cell_names.say_both_sides(self.said_both_sides, function, names)
-        group_notes.say(results)
-        failures = {r: res for r, res in zip(ranks, results) if not res.get("ok")}
-        if failures:
-            raise self._error(failures, ranks, dict(zip(ranks, results)))
-        return [res["value"] for res in results]
-
-    def _pending_ranks(self, ar: Any, ranks: list[int]) -> list[int]:
-        return pending_ranks(self.cluster.client, ar, ranks)
-
-    def _error(self, failures: dict[int, dict], ranks: list[int], results: dict[int, dict]) -> MgpuError:
-        """One error for the failed ranks; first, a clean process group if the ranks may disagree."""
-        succeeded = [r for r in ranks if r not in failures]
-        released = sorted(self.recovery.released)
-        try:
-            rebuilt = self.recovery.after_failure(results)
-        except Exception:  # the next call tries again
-            rebuilt = False
-        report = self.hang_watch.take_report()
-        self.last_error = build_error(
-            failures,
-            succeeded=succeeded,
-            budgets={r: d.total_memory for r, d in enumerate(self.devices)},
-            device_kind=self.device_kind,
-            sequence_numbers={r: res.get("seq_delta") for r, res in results.items()},
-            timeout=process_group.collective_seconds(
-                self.backend, getattr(self.cluster.spec, "collective_timeout", None)
-            ),
-            rebuilt=rebuilt,
-            released=released,
-            stuck=report,
-        )
-        return self.last_error
+        """Wait for ipyparallel's ``ar`` as a call waits (``session/call_paths.py``); the values in rank order."""
+        return call_paths.collect(self, ar, ranks, label, timeout, relay)
 
     def _rebuild_process_group(self) -> bool:
         """Give every rank a fresh process group (all ranks must be idle); False if they did not meet."""

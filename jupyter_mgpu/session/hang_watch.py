@@ -47,7 +47,7 @@ def _said(w: dict[str, Any]) -> str:
 
 
 def _mismatch(where: dict[int, dict[str, Any]]) -> Diagnosis | None:
-    by_key: dict[tuple, dict[int, dict[str, Any]]] = {}
+    by_key: dict[tuple[Any, ...], dict[int, dict[str, Any]]] = {}
     for r, w in where.items():
         if _waits(w) and w.get("key"):
             by_key.setdefault(tuple(w["key"]), {})[r] = w

@@ -195,7 +195,7 @@ class OutputRelay:
     def _regroup(self) -> None:
         from IPython.display import clear_output
 
-        clear_output(wait=True)  # cleared when the first regrouped line arrives: no flicker
+        clear_output(wait=True)
         self._live_handle, self._live_text = None, ""
         for rank, name, what in sorted(self._shown, key=lambda item: item[0]):  # stable: each rank's own order
             if name == "display":

@@ -18,7 +18,8 @@ class PendingResult:
         self.session, self.ar, self.ranks, self.label, self.relay = session, ar, ranks, label, relay
 
     def ready(self) -> bool:
-        return self.ar.ready()
+        done: bool = self.ar.ready()
+        return done
 
     def get(self, timeout: float | None = None) -> list[Any]:
         return self.session._collect(self.ar, self.ranks, self.label, timeout, self.relay)

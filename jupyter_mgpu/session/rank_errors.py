@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_mgpu.cluster.local import describe_exit
-from jupyter_mgpu.engine.execution.rank_traceback import place
+from jupyter_mgpu.engine.rank_traceback import place
 from jupyter_mgpu.errors import (
     CollectiveHangError,
     CollectiveMismatchError,

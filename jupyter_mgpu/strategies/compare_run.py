@@ -15,6 +15,8 @@ the same global batches as every other strategy:
 Out-of-memory, a peer that stopped answering or any other error becomes a result row
 (``status`` ``oom``, ``peer``, ``error``) with what this rank had measured so far; everything the
 strategy allocated is freed before returning.
+
+The other half: ``comparison/compare_run.py``, its controller side.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def put_data(key: str, x: Any, y: Any) -> int:
     """Keep the comparison's data on this rank (sent once, used by every strategy); returns its bytes."""
     x, y = torch.as_tensor(x), torch.as_tensor(y)
     _DATA[key] = (x, y)
-    return x.numel() * x.element_size() + y.numel() * y.element_size()
+    nbytes: int = x.numel() * x.element_size() + y.numel() * y.element_size()
+    return nbytes
 
 
 def drop_data(key: str) -> None:

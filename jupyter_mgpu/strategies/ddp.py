@@ -8,10 +8,15 @@ bucket to the memory tracker as a communication buffer on its way to the all-red
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_mgpu.strategies import weights
 from jupyter_mgpu.strategies.step import Context, Prepared, local_step, make_optimizer
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import GradBucket
 
 
 def build(ctx: Context) -> Prepared:
@@ -23,7 +28,7 @@ def build(ctx: Context) -> Prepared:
     ddp = DDP(model, process_group=ctx.group, device_ids=None if ctx.device.type == "cpu" else [ctx.device])
     watch: dict[str, Any] = {"tracker": None}
 
-    def hook(group, bucket):
+    def hook(group: dist.ProcessGroup, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
         t = watch["tracker"]
         if t is not None:
             t.register(bucket.buffer(), "Other")

@@ -7,6 +7,8 @@ reduce-scattered after. Every rank trains on an equal share of each batch, like 
 
 from __future__ import annotations
 
+from typing import Any
+
 from jupyter_mgpu.strategies import weights
 from jupyter_mgpu.strategies.step import Context, Prepared, local_step, make_optimizer
 
@@ -23,5 +25,5 @@ def build(ctx: Context) -> Prepared:
     fully_shard(model, mesh=mesh)
     weights.materialize(model, ctx)
     opt = make_optimizer(ctx, model.parameters())
-    watch: dict = {"tracker": None}
+    watch: dict[str, Any] = {"tracker": None}
     return Prepared(model, opt, local_step(ctx, model, opt, share=True, watch=watch), tracker_kind="fsdp", watch=watch)

@@ -92,7 +92,8 @@ def initial_weights(init: dict[str, Any], layers: list[dict[str, Any]], i: int) 
     if ms.param_count(spec) == 0:
         return {}
     if init.get("dir"):
-        return torch.load(os.path.join(init["dir"], f"layer{i}.pt"), weights_only=True)
+        saved: dict[str, torch.Tensor] = torch.load(os.path.join(init["dir"], f"layer{i}.pt"), weights_only=True)
+        return saved
     if spec["kind"] == "layernorm":
         out = {"weight": torch.ones(spec["features"])}
         if spec["bias"]:
@@ -162,4 +163,5 @@ def build(
         return nn.LayerNorm(spec["features"], eps=spec["eps"], elementwise_affine=spec["affine"], **kwargs)
     if kind == "dropout":
         return SeededDropout(spec["p"], index, seed, width or (features or 0), col0)
-    return getattr(nn, spec["cls"])(**spec["args"])
+    layer: nn.Module = getattr(nn, spec["cls"])(**spec["args"])
+    return layer

@@ -89,11 +89,13 @@ class CommCounter(TorchDispatchMode):
     """Bytes and calls per collective dispatched on this thread while active (each buffer once)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # unannotated in torch
         self.bytes: dict[str, int] = {}
         self.calls: dict[str, int] = {}
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func.namespace in ("c10d", "_c10d_functional"):
             name = OP_NAMES.get(func._schema.name.split("::")[-1])
@@ -103,7 +105,7 @@ class CommCounter(TorchDispatchMode):
         return func(*args, **kwargs)
 
     @staticmethod
-    def _buffer_bytes(func: Any, args: tuple, kwargs: dict) -> int:
+    def _buffer_bytes(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         schema = func._schema.arguments
         values = {a.name: (args[i] if i < len(args) else kwargs.get(a.name)) for i, a in enumerate(schema)}
         for name in INPUT_ARGS:
@@ -115,7 +117,7 @@ class CommCounter(TorchDispatchMode):
 def _category_peaks(cls: type) -> type:
     """A subclass of a torch memory tracker that also keeps each category's own peak."""
 
-    class Tracked(cls):  # type: ignore[misc, valid-type]
+    class Tracked(cls):
         def _update_peak_stats(self, peak_state: Any) -> None:
             super()._update_peak_stats(peak_state)
             if getattr(getattr(self, "_fsdp_state", None), "name", "") in ("PRE_FW", "PRE_BW"):

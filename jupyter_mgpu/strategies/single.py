@@ -3,6 +3,8 @@ strategy must match (same initial weights, same batches, same maths)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from jupyter_mgpu.strategies import weights
 from jupyter_mgpu.strategies.step import Context, Prepared, local_step, make_optimizer
 
@@ -11,5 +13,5 @@ def build(ctx: Context) -> Prepared:
     """The full model on this rank, its optimizer and a step over the whole batch."""
     model = weights.materialize(weights.sequential(ctx, range(len(ctx.layers))), ctx)
     opt = make_optimizer(ctx, model.parameters())
-    watch: dict = {"tracker": None}
+    watch: dict[str, Any] = {"tracker": None}
     return Prepared(model, opt, local_step(ctx, model, opt, share=False, watch=watch), watch=watch)

@@ -87,7 +87,7 @@ def set_dropout_rows(rows: torch.Tensor, step: int) -> None:
 
 def local_step(
     ctx: Context, module: nn.Module, opt: torch.optim.Optimizer, share: bool, watch: dict[str, Any]
-) -> Callable:
+) -> Callable[[torch.Tensor, torch.Tensor, int], float]:
     """One step of a model that runs whole on this rank: on its share of the batch (``share``) or all of it.
 
     ``watch["tracker"]``, when set, is told when the backward runs.

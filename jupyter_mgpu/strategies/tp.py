@@ -8,6 +8,8 @@ joins the result (and one in the backward for the pair's input gradient). Layers
 
 from __future__ import annotations
 
+from typing import Any
+
 from jupyter_mgpu.strategies import weights
 from jupyter_mgpu.strategies.step import Context, Prepared, local_step, make_optimizer
 
@@ -25,5 +27,5 @@ def build(ctx: Context) -> Prepared:
     parallelize_module(model, ctx.mesh(), plan)
     weights.materialize(model, ctx)
     opt = make_optimizer(ctx, model.parameters())
-    watch: dict = {"tracker": None}
+    watch: dict[str, Any] = {"tracker": None}
     return Prepared(model, opt, local_step(ctx, model, opt, share=False, watch=watch), watch=watch)

@@ -3,6 +3,8 @@
 ``mg.randn(30000, 30000, placement=mg.Shard(0), seed=0)`` creates the shards on the ranks (never
 on the controller); the global tensor is the same whatever the world size. ``mg.scatter`` and
 ``dt.gather`` move data by the paths in ``transfer_paths``, never through ipyparallel.
+
+The other half: ``ops/dist_tensor.py``, its rank side.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from jupyter_mgpu.errors import EngineDiedError, MgpuError
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.layout.dtensor_layout import itemsize_of
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
+from jupyter_mgpu.ops import shard_exchange
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors import transfer_paths
 from jupyter_mgpu.tensors.handles import check_out, flush_frees, placement_of, queue_free, run_creating
@@ -61,7 +64,8 @@ class DistTensor:
 
     @property
     def world_size(self) -> int:
-        return self.session.world_size
+        size: int = self.session.world_size
+        return size
 
     @property
     def table(self) -> list[pl.ShardInfo]:
@@ -163,7 +167,7 @@ class DistTensor:
         new = new_handle(self.session, self.shape, self.dtype_name, target)
         run_creating(
             new,
-            rank_tensor.redistribute,
+            shard_exchange.redistribute,
             self.handle_id,
             new.handle_id,
             self.shape,
@@ -174,7 +178,8 @@ class DistTensor:
         return new
 
     def __matmul__(self, other: DistTensor) -> DistTensor:
-        return OPERATORS["matmul"](self, other)
+        product: DistTensor = OPERATORS["matmul"](self, other)
+        return product
 
     def to_dtensor(self, name: str, mesh: Any = None, placements: Any = None) -> Any:
         """Bind ``name`` on every rank to a torch DTensor of this tensor; returns its ``mg.from_dtensor`` handle.
@@ -213,7 +218,7 @@ def session_of(*tensors: Any, session: Any = None) -> Any:
     return s
 
 
-def bind_handles(user_ns: dict, code: str, session: Any) -> list[str]:
+def bind_handles(user_ns: dict[str, Any], code: str, session: Any) -> list[str]:
     """Make the DistTensors a ``%%mgpu`` cell names usable there (``mgpu.local(A)``); returns the names."""
     import re
 

@@ -4,6 +4,8 @@ ranks under a name, seen and gathered from the notebook without copying by hand.
 A :class:`DTensorHandle` holds no data: its layout (shape, dtype, mesh, placements), every rank's real
 local shape and bytes, and ``gather()``, which writes the global tensor into one buffer the way
 ``DistTensor.gather`` does (Partial values reduced first, as ``full_tensor()`` would).
+
+The other half: ``ops/dtensor_handle.py``, its rank side.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle
 from jupyter_mgpu.tensors.handles import dtype_name, flush_frees, placement_of, run_creating, shape_of
 
 
-def _split_args(args: Sequence[Any], placement: Any, dtype: Any, seed: Any) -> tuple:
+def _split_args(args: Sequence[Any], placement: Any, dtype: Any, seed: Any) -> tuple[Any, ...]:
     """Accept ``(3, 4)``, ``((3, 4),)`` and ``((3, 4), placement, dtype, seed)`` positionally, like torch."""
     args = tuple(args)
     if args and isinstance(args[0], (tuple, list)):
@@ -106,7 +106,8 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
     target = placement_of(placement, tensor.dim(), s.world_size)
     flush_frees(s)
     h = new_handle(s, tuple(tensor.shape), dt, target)
-    return transfer_paths.place(h, tensor)
+    placed: DistTensor = transfer_paths.place(h, tensor)
+    return placed
 
 
 def empty_cache(session: Any = None) -> int:

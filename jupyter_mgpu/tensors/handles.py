@@ -79,7 +79,8 @@ def flush_frees(session: Any, block: bool = True) -> None:
 def run_creating(handle: Any, fn: Any, *args: Any, label: str) -> list[Any]:
     """Run a rank function that stores ``handle``'s shards; on any failure free what was made."""
     try:
-        return handle.session.run(fn, *args, label=label)
+        results: list[Any] = handle.session.run(fn, *args, label=label)
+        return results
     except BaseException as exc:
         handle._state = "freed"
         if isinstance(exc, KeyboardInterrupt):

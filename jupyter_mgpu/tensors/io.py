@@ -4,6 +4,8 @@
 then every rank reads just its own rows — the file is never read whole by anyone. The answer to
 "must every process read the whole pickled dataframe?" is no: save the embeddings as ``.npy`` once
 (``mg.from_pandas(df).gather()`` or ``numpy.save``) and let each rank map its slice.
+
+The other half: ``ops/io.py``, its rank side.
 """
 
 from __future__ import annotations
@@ -138,7 +140,9 @@ def _safetensors_header(path: str, key: str | None) -> tuple[tuple[int, ...], st
     return shape, names[dt], key
 
 
-def load(path: str | os.PathLike, placement: Any = None, *, key: str | None = None, session: Any = None) -> DistTensor:
+def load(
+    path: str | os.PathLike[str], placement: Any = None, *, key: str | None = None, session: Any = None
+) -> DistTensor:
     """A DistTensor read from ``path`` (.npy, .pt, .safetensors); each rank reads only its shard.
 
     ``key`` picks one tensor of a file that holds several (a dict saved with ``torch.save``, or a
@@ -174,7 +178,7 @@ def load(path: str | os.PathLike, placement: Any = None, *, key: str | None = No
     return h
 
 
-def save(tensor: DistTensor, path: str | os.PathLike, *, key: str = "tensor") -> str:
+def save(tensor: DistTensor, path: str | os.PathLike[str], *, key: str = "tensor") -> str:
     """Write ``tensor`` to ``path`` and return the absolute path.
 
     ``.npy``: the controller writes the header and every rank writes its own shard in place (no

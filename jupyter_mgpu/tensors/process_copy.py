@@ -64,7 +64,8 @@ def _functions() -> tuple[Any, Any]:
 
 def usable(session: Any) -> bool:
     """Whether this session's transfers may copy across processes (false once the system refused)."""
-    return session.device_kind == "cpu" and session.copy_by_address
+    ok: bool = session.device_kind == "cpu" and session.copy_by_address
+    return ok
 
 
 def disable(session: Any) -> None:
@@ -110,7 +111,7 @@ def segments(view: Any) -> list[tuple[int, int]] | None:
 def _pieces(local: Sequence[tuple[int, int]], remote: int, piece: int) -> list[tuple[list[tuple[int, int]], int, int]]:
     """Split a transfer into calls of at most ``piece`` bytes and ``IOV_MAX`` local stretches:
     ``(local stretches, remote address, bytes)`` each, the remote side contiguous."""
-    out: list = []
+    out: list[tuple[list[tuple[int, int]], int, int]] = []
     cur: list[tuple[int, int]] = []
     cur_bytes, start = 0, remote
     for addr, length in local:

@@ -6,6 +6,8 @@ DistTensor sharded the same way. Inputs are re-sharded to one placement first wh
 replicated inputs reach every rank whole (weights, a query vector). Functions that return one
 small value per rank (a partial sum, a count) come back as a list, or reduced with
 ``reduce="sum" | "mean" | "concat"``.
+
+The other half: ``ops/shard_map.py``, its rank side.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _rows(table: list[pl.ShardInfo], rank: int, dim: int) -> str:
     return f"no {what}" if a == b else f"{what} {a}–{b - 1}"
 
 
-def _failure(name: str, failures: dict[int, dict], table: list[pl.ShardInfo], dim: int) -> RankError:
+def _failure(name: str, failures: dict[int, dict[str, Any]], table: list[pl.ShardInfo], dim: int) -> RankError:
     r = min(failures)
     f = failures[r]
     others = sorted(x for x in failures if x != r)
@@ -110,7 +112,9 @@ def _reduce(values: list[Any], how: str | None, weights: list[int]) -> Any:
         ) from None
 
 
-def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement: Any = None, **kwargs: Any) -> Any:
+def map(
+    fn: Callable[..., Any], *tensors: DistTensor, reduce: str | None = None, placement: Any = None, **kwargs: Any
+) -> Any:
     """Call ``fn(*local_shards, **kwargs)`` on every rank (under ``torch.no_grad()``); a DistTensor of the
     results, or their values.
 
@@ -193,7 +197,7 @@ def map(fn: Callable, *tensors: DistTensor, reduce: str | None = None, placement
             t.free()
 
 
-def _as_tensor(out: DistTensor, results: list[dict], target: pl.Shard, name: str) -> DistTensor | None:
+def _as_tensor(out: DistTensor, results: list[dict[str, Any]], target: pl.Shard, name: str) -> DistTensor | None:
     """Turn the stored per-rank results into ``out`` if they form one evenly split tensor, else None."""
 
     infos = [res["result"] for res in results]
@@ -220,7 +224,7 @@ def _as_tensor(out: DistTensor, results: list[dict], target: pl.Shard, name: str
     return out
 
 
-def raise_uneven(out: DistTensor, name: str, shapes: list[tuple], dtypes: set[str]) -> None:
+def raise_uneven(out: DistTensor, name: str, shapes: list[tuple[Any, ...]], dtypes: set[str]) -> None:
     out._state = "freed"
     out.session.run(rank_tensor.free, [out.handle_id], label="free")
     detail = ", ".join(f"{sh}" for sh in shapes)

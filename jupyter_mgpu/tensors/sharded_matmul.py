@@ -2,6 +2,8 @@
 
 Everything that can be refused is refused here, on the controller, before any rank allocates:
 mismatched shapes, dtypes, sessions, unknown strategies, and a multiplication that fits nowhere.
+
+The other half: ``ops/sharded_matmul.py``, its rank side.
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ def max_error(C: DistTensor, a_seed: int, b_seed: int) -> float:
     """Max abs error of ``C`` against ``torch.mm`` of ``randn`` inputs with these seeds (on the ranks)."""
     (m, n) = C.shape
     k = C.plan.shapes[0][1]
-    errs = C.session.run(
+    errs: list[float] = C.session.run(
         mm.check_against, C.handle_id, ((m, k), (k, n)), C.placement, a_seed, b_seed, C.dtype_name, label="check"
     )
     return max(errs)

@@ -13,6 +13,8 @@ The files have no name anywhere, so nothing is left behind even if the kernel is
 goes when the last process closes or unmaps it. On this kind of machine fresh pages cost far more
 than copying (first touch ~1 GB/s vs memcpy ~13 GB/s), so scatter reuses one *staging* buffer
 (kept up to ``STAGING_MAX`` bytes; :func:`release_staging` frees it) instead of new pages each call.
+
+The other half: ``engine/shards/shared_blocks.py``, its rank side.
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ class RankBlocks:
     def __init__(self) -> None:
         self.maps: dict[tuple[int, int], mmap.mmap] = {}
 
-    def view(self, rank: int, meta: dict, dtype: Any, shape: tuple[int, ...], offset: int = 0) -> Any:
+    def view(self, rank: int, meta: dict[str, Any], dtype: Any, shape: tuple[int, ...], offset: int = 0) -> Any:
         """The tensor of ``shape`` at ``offset`` of the block ``meta`` describes (shares memory)."""
         import math
 
@@ -211,7 +213,7 @@ class RankBlocks:
 
 def rank_blocks(session: Any) -> RankBlocks:
     """The session's :class:`RankBlocks`, unmapped when the session shuts down."""
-    rb = session.rank_blocks
+    rb: RankBlocks | None = session.rank_blocks
     if rb is None:
         rb = session.rank_blocks = RankBlocks()
         session.shutdown_callbacks.append(rb.close)

@@ -6,6 +6,8 @@ over TCP. For one transfer the kernel listens on its cluster interface (a port t
 when the transfer ends), each streamed rank connects and proves it holds the cluster's link key, and
 the kernel sends each slice from — or receives each shard into — its place in the tensor, one copy on
 each side. Bytes are not encrypted (as ipyparallel's are not without CurveZMQ).
+
+The other half: ``ops/sockets.py``, its rank side.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
+from jupyter_mgpu.ops import shared_file
 from jupyter_mgpu.tensors import process_copy, shared_blocks, sockets
 from jupyter_mgpu.tensors.handles import run_creating
 
@@ -63,7 +64,7 @@ def place(h: Any, tensor: Any) -> Any:
         return h
     with shared_blocks.staging(tensor.numel() * tensor.element_size()) as buf:
         buf.tensor(tensor.numel(), tensor.dtype).view(tensor.shape).copy_(tensor)
-        run_creating(h, rank_tensor.scatter_from_file, h.handle_id, buf.path, h.shape, target, dt, label="scatter")
+        run_creating(h, shared_file.scatter_from_file, h.handle_id, buf.path, h.shape, target, dt, label="scatter")
     return h
 
 
@@ -101,13 +102,13 @@ def fetch(h: Any, out: Any) -> Any:
     if out is None:  # the ranks write into fresh shared pages that become the result
         with shared_blocks.one_off(nbytes) as buf:
             h.session.run(
-                rank_tensor.gather_to_file, h.handle_id, buf.path, h.shape, h.placement, not traced, label="gather"
+                shared_file.gather_to_file, h.handle_id, buf.path, h.shape, h.placement, not traced, label="gather"
             )
             flat = buf.tensor(numel, h.dtype)
         return flat.view(h.shape)
     with shared_blocks.staging(nbytes) as buf:  # warm pages, then one copy into out
         h.session.run(
-            rank_tensor.gather_to_file, h.handle_id, buf.path, h.shape, h.placement, not traced, label="gather"
+            shared_file.gather_to_file, h.handle_id, buf.path, h.shape, h.placement, not traced, label="gather"
         )
         out.copy_(buf.tensor(numel, h.dtype).view(h.shape))
     return out

@@ -106,11 +106,11 @@ class Trace:
         """The merged events cut into frames: one per (op, step)."""
         return tr.group(self.events)
 
-    def states(self) -> list[list[set]]:
+    def states(self) -> list[list[set[tr.Key]]]:
         """What each rank holds after each frame."""
         return tr.replay(self.frames(), self.world_size)
 
-    def final_placement(self) -> dict[str, list[list[tuple]]]:
+    def final_placement(self) -> dict[str, list[list[tuple[tuple[int, int], ...]]]]:
         """``{tensor name: [boxes rank 0 holds, ...]}`` at the end of the replay."""
         return tr.final_placement(self.states(), self.world_size)
 
@@ -203,7 +203,7 @@ class Trace:
     def _follow(self) -> None:
         folder = os.path.join(self.session.runtime_dir, "trace")
         seen: dict[int, int] = {}
-        events: list[dict] = []
+        events: list[dict[str, Any]] = []
         while not self._stop.wait(0.2):
             grew = False
             for r in range(self.world_size):

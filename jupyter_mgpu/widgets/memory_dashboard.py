@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def device_row(sample: dict[str, Any]) -> dict[str, Any]:
     f = figures(sample)
     used, reserved, peak, limit, labels = f["used"], f["reserved"], f["peak"], f["limit"], f["labels"]
     fraction = (used / limit) if used is not None and limit else None
-    size = lambda n: "?" if n is None else format_bytes(n)  # noqa: E731
+    size: Callable[[Any], str] = lambda n: "?" if n is None else format_bytes(n)  # noqa: E731
     text = (
         size(used)
         + (f" / {size(limit)}" if limit else "")
@@ -162,7 +163,7 @@ class MemoryDashboard(anywidget.AnyWidget):
         if session is not None:
             session.check_alive()
         self.session = session
-        self._series: dict[int, deque] = {}
+        self._series: dict[int, deque[list[Any]]] = {}
         self._latest: list[dict[str, Any]] | None = None
         self._wake = threading.Event()
         self._halt = threading.Event()
@@ -324,7 +325,7 @@ def dashboard(session: Any = None, refresh_rate: float | None = None) -> MemoryD
             "start one with %mgpu_init N or mg.init(N) first"
         )
     s.check_alive()
-    board = s.memory_dashboard
+    board: MemoryDashboard | None = s.memory_dashboard
     if board is None or not board.running:
         board = s.memory_dashboard = MemoryDashboard(s, refresh_rate or DEFAULT_RATE)
     elif refresh_rate is not None:

@@ -105,7 +105,7 @@ class MetricsPlot(ipywidgets.VBox):
         return text + ("; stopped following the ranks" if self._stop.is_set() else "")
 
     def _draw(self, fig: Any, records: MetricRecords, name: str) -> None:
-        per_rank: dict[int, tuple[list, list]] = {r: ([], []) for r in range(self.session.world_size)}
+        per_rank: dict[int, tuple[list[Any], list[float]]] = {r: ([], []) for r in range(self.session.world_size)}
         for rec in records:
             v = rec.get(name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and rec.get("rank") in per_rank:

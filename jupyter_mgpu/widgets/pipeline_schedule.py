@@ -7,6 +7,8 @@ transport controls) draws frame ``index`` from it, so stepping needs no message 
 same drawing exists here as a static SVG (``static_svg``) for exported notebooks, and
 ``save_html`` writes a page that plays without a kernel. State lives in synced traitlets, so the
 player is testable without a browser.
+
+The other half: ``comparison/pipeline_schedule.py``, the data it draws.
 """
 
 from __future__ import annotations
@@ -214,7 +216,7 @@ class ScheduleWidget(TransportWidget):
             data["text/plain"] = f"<{self.title or 'pipeline schedule'}: {self.n_frames} frame(s)>"
         return bundle
 
-    def save_html(self, path: str | os.PathLike) -> str:
+    def save_html(self, path: str | os.PathLike[str]) -> str:
         """Write a standalone page that plays this schedule without a kernel; returns the path."""
         return save_html(self.data, path, title=self.title, badge=self.badge)
 
@@ -236,6 +238,6 @@ def standalone_html(data: dict[str, Any], title: str = "", badge: str = "") -> s
     return standalone_page.page(ESM, state, title or "pipeline schedule")
 
 
-def save_html(data: dict[str, Any], path: str | os.PathLike, title: str = "", badge: str = "") -> str:
+def save_html(data: dict[str, Any], path: str | os.PathLike[str], title: str = "", badge: str = "") -> str:
     """Write :func:`standalone_html` to ``path`` atomically (a failure leaves nothing behind)."""
     return standalone_page.write(standalone_html(data, title, badge), path)

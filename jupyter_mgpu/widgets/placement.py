@@ -4,6 +4,8 @@ State lives in synced traitlets (``data`` is sent once; ``index``/``playing``/``
 both are testable without a browser. Each widget's mime bundle carries a static SVG (the current
 frame) and a text picture next to the live view, so exported notebooks and terminals keep a picture.
 ``save_html`` writes one self-contained page (the same ES module inlined, no network).
+
+The other half: ``layout/placement.py``, the data it draws.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class PlacementWidget(TransportWidget):
     mode = traitlets.Unicode("player").tag(sync=True)
 
     @traitlets.validate("speed")
-    def _speed(self, proposal: dict) -> float:
+    def _speed(self, proposal: dict[str, Any]) -> float:
         v = float(proposal["value"])
         if not 0.05 <= v <= 64:
             raise traitlets.TraitError(f"speed must be between 0.05 and 64, got {v}")
@@ -67,7 +69,7 @@ class PlacementWidget(TransportWidget):
             )
         return bundle
 
-    def save_html(self, path: str | os.PathLike) -> str:
+    def save_html(self, path: str | os.PathLike[str]) -> str:
         """Write a standalone page that plays this view without a kernel; returns the path."""
         return save_html(self.data, path, title=self.title, badge=self.badge)
 
@@ -90,7 +92,7 @@ def standalone_html(data: dict[str, Any], title: str = "", badge: str = "") -> s
     return standalone_page.page(ESM, state, title or "placement trace")
 
 
-def save_html(data: dict[str, Any], path: str | os.PathLike, title: str = "", badge: str = "") -> str:
+def save_html(data: dict[str, Any], path: str | os.PathLike[str], title: str = "", badge: str = "") -> str:
     """Write :func:`standalone_html` to ``path`` atomically (a failure leaves nothing behind)."""
     return standalone_page.write(standalone_html(data, title, badge), path)
 

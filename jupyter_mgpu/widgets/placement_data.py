@@ -28,7 +28,7 @@ def _project(box: Sequence[Sequence[int]], dims: tuple[int, ...]) -> tuple[tuple
     return tuple(box[dims[0]]), tuple(box[dims[1]])  # type: ignore[return-value]
 
 
-def _tiles_of(panel: dict, rows: tuple[int, int], cols: tuple[int, int]) -> list[int]:
+def _tiles_of(panel: dict[str, Any], rows: tuple[int, int], cols: tuple[int, int]) -> list[int]:
     return [
         i
         for i, t in enumerate(panel["tiles"])
@@ -36,7 +36,9 @@ def _tiles_of(panel: dict, rows: tuple[int, int], cols: tuple[int, int]) -> list
     ]
 
 
-def _panel_out(p: dict, title: str, size: tuple[int, int], itemsize: int, dim_names: tuple[str, str]) -> dict:
+def _panel_out(
+    p: dict[str, Any], title: str, size: tuple[int, int], itemsize: int, dim_names: tuple[str, str]
+) -> dict[str, Any]:
     tiles = [[t["rows"][0], t["rows"][1], t["cols"][0], t["cols"][1]] for t in p["tiles"]]
     return {
         "title": title,
@@ -151,7 +153,10 @@ def pieces_view_data(
 
 
 def trace_data(
-    events: list[dict], tensors: dict[str, dict], world_size: int, samples: list[dict] | None = None
+    events: list[dict[str, Any]],
+    tensors: dict[str, dict[str, Any]],
+    world_size: int,
+    samples: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The data of a trace replay: one frame per (op, step) of the merged ``events``.
 
@@ -187,10 +192,10 @@ def trace_data(
             )
         )
         panels[-1]["_layout"] = p
-    blocks: list[list] = []
-    bindex: dict[tuple, int] = {}
+    blocks: list[list[Any]] = []
+    bindex: dict[tuple[Any, ...], int] = {}
 
-    def blk(b: dict) -> int:
+    def blk(b: dict[str, Any]) -> int:
         n = b["tensor"]
         rows, cols = (
             _project(b["box"], dims_of[n])
@@ -205,7 +210,7 @@ def trace_data(
             )
         return bindex[k]
 
-    def visible(st: list[set]) -> set[tuple[int, int]]:
+    def visible(st: list[set[tr.Key]]) -> set[tuple[int, int]]:
         return {(r, blk({"tensor": k[0], "box": k[1]})) for r, held in enumerate(st) for k in held}
 
     out_frames: list[dict[str, Any]] = []
@@ -250,7 +255,7 @@ def trace_data(
     }
 
 
-def _full(box: tuple, shape: tuple, dims: tuple[int, ...]) -> list[tuple[int, int]]:
+def _full(box: tuple[Any, ...], shape: tuple[Any, ...], dims: tuple[int, ...]) -> list[tuple[int, int]]:
     """``box`` with the dims that are not drawn widened to the whole extent (one panel per tensor)."""
     return [tuple(r) if i in dims else (0, s) for i, (r, s) in enumerate(zip(box, shape))]
 
@@ -264,7 +269,9 @@ def visible_at(data: dict[str, Any], index: int) -> set[tuple[int, int]]:
     return cur
 
 
-def _attach_telemetry(frames: list[list[dict]], out: list[dict], samples: list[dict], world_size: int) -> int:
+def _attach_telemetry(
+    frames: list[list[dict[str, Any]]], out: list[dict[str, Any]], samples: list[dict[str, Any]], world_size: int
+) -> int:
     """Per frame, each rank's last telemetry sample at or before the frame's last event (-1: none)."""
     if not samples:
         return 0
@@ -277,4 +284,5 @@ def _attach_telemetry(frames: list[list[dict]], out: list[dict], samples: list[d
             row.append(before[-1] if before else (series[0][1] if series else -1))
         o["tele"] = row
         o["tele_text"] = [format_bytes(b) if b >= 0 else "" for b in row]
-    return max([b for o in out for b in o.get("tele", []) if b > 0] + [1])
+    top: int = max([b for o in out for b in o.get("tele", []) if b > 0] + [1])
+    return top

@@ -36,7 +36,7 @@ class FramePlayer(TransportWidget):
         title: str = "",
         badge: str = "",
         interval_ms: int = 900,
-        **kwargs,
+        **kwargs: Any,
     ):
         if not frames:
             raise ValueError("a player needs at least one frame")

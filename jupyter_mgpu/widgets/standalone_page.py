@@ -39,7 +39,7 @@ def page(esm: str, state: dict[str, Any], title: str) -> str:
 """
 
 
-def write(text: str, path: str | os.PathLike) -> str:
+def write(text: str, path: str | os.PathLike[str]) -> str:
     """Write ``text`` to ``path`` atomically (a failure leaves nothing behind); returns the path."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))

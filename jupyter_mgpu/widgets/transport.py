@@ -5,6 +5,7 @@ Python stepping rules (:class:`TransportWidget`)."""
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import anywidget
 import traitlets
@@ -35,7 +36,7 @@ class TransportWidget(anywidget.AnyWidget):
         raise NotImplementedError
 
     @traitlets.validate("index")
-    def _clamp(self, proposal: dict) -> int:
+    def _clamp(self, proposal: dict[str, Any]) -> int:
         return max(0, min(int(proposal["value"]), max(0, self.n_frames - 1)))
 
     def step(self, by: int = 1) -> int:

@@ -18,7 +18,7 @@ from jupyter_mgpu.widgets.colors import rank_color
 MAX_WEIGHTS = 4
 
 
-def _tiles_of(panel: dict, rows: tuple[int, int], cols: tuple[int, int]) -> list[int]:
+def _tiles_of(panel: dict[str, Any], rows: tuple[int, int], cols: tuple[int, int]) -> list[int]:
     return [
         i
         for i, t in enumerate(panel["tiles"])
@@ -26,7 +26,7 @@ def _tiles_of(panel: dict, rows: tuple[int, int], cols: tuple[int, int]) -> list
     ]
 
 
-def _tip(label: str, shape: tuple[int, int], owned: list, tile: dict) -> str:
+def _tip(label: str, shape: tuple[int, int], owned: list[tuple[int, Any]], tile: dict[str, Any]) -> str:
     """The hover text of one tile: the layer, then each rank holding it and its slice."""
     holders = [
         f"rank {r}: rows {b[0][0]}:{b[0][1]} × cols {b[1][0]}:{b[1][1]}, "

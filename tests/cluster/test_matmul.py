@@ -81,7 +81,7 @@ def _live_grid_groups():
     """Whether this rank's cached SUMMA row/column groups belong to the current process group."""
     import torch.distributed as dist
 
-    from jupyter_mgpu.ops import sharded_matmul as matmul
+    from jupyter_mgpu.ops import summa_matmul as matmul
 
     return all(g in dist.distributed_c10d._world.pg_group_ranks for g in matmul._grid_groups(2, 2))
 

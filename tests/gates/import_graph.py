@@ -83,6 +83,16 @@ def graph(root: Path = ROOT) -> list[Import]:
 
 
 def part(module: str) -> str:
-    """The part of the architecture a module belongs to: its subpackage, or ``api`` for the package itself."""
+    """The part of the architecture a module belongs to: its subpackage (for the engine, its seam
+    ``engine.<seam>``; ``engine`` is the leaves the seams share), or ``api`` for the package itself."""
     rest = module.split(".")[1:]
-    return rest[0] if rest else "api"
+    if not rest:
+        return "api"
+    if rest[0] == "engine" and len(rest) > 1 and (ROOT / "engine" / rest[1]).is_dir():
+        return f"engine.{rest[1]}"
+    return rest[0]
+
+
+def rule_part(rule: str) -> str:
+    """The part an arrow's target (a part, or one module written ``part.module``) lies in."""
+    return part(f"{PACKAGE}.{rule}")

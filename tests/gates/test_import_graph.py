@@ -9,34 +9,117 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from import_graph import PACKAGE, Import, graph, modules, part
+from import_graph import PACKAGE, Import, graph, modules, part, rule_part
 
 LEAVES = {"_version", "errors", "units", "rundir", "devices", "deferred_interrupt", "init_options"}
-RANK_SIDE = {"engine", "ops", "strategies"}
 PURE = {"layout", "units", "errors", "_version", "init_options"}  # and the pure planners in PURE_MODULES
 
-# importer part -> what it may import: parts, or single modules written "part.module"
+# importer part -> what it may import: parts, or single modules written "part.module". An engine module's part
+# is its seam, "engine.<seam>"; "engine" is the leaves they share (state, cuda_device, rank_traceback). Every
+# arrow here is used (test_every_arrow_is_used) and the arrows make no cycle between parts.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_version": set(),
     "units": {"errors"},
-    "rundir": {"errors"},
+    "rundir": set(),
     "init_options": {"errors"},  # the options of %mgpu_init / mg.init, declared once
     "deferred_interrupt": set(),
     "devices": {"errors", "units"},
     "layout": set(),
-    # the rank side runs in the engines: it never imports the controller side
-    "engine": {"engine", "errors", "units", "rundir", "devices", "layout"},
-    "ops": {"ops", "engine", "errors", "units", "layout", "deferred_interrupt"},
-    "strategies": {"strategies", "engine", "errors", "units", "layout", "deferred_interrupt"},
-    # the controller side, bottom up
-    "cluster": {"cluster", *LEAVES, "engine"},
-    "launch": {"launch", *LEAVES, "cluster", "engine"},
-    "session": {"session", *LEAVES, "cluster", "launch", "engine"},
-    "monitoring": {"monitoring", *LEAVES, "session", "engine", "widgets"},
+    # the rank side runs in the engines: it never imports the controller side. The engine's seams, bottom up
+    "engine": set(),
+    "engine.wire": set(),
+    "engine.shards": {"engine"},
+    "engine.watch": {"engine", "engine.wire"},
+    "engine.group": {"engine", "engine.watch", "errors"},
+    "engine.records": {"engine", "engine.shards", "engine.watch", "layout", "units"},
+    "engine.execution": {
+        "engine",
+        "engine.group",
+        "engine.records",
+        "engine.shards",
+        "engine.wire",
+        "errors",
+        "layout",
+    },
+    "engine.program": {"engine", "engine.execution", "engine.group"},
+    "engine.startup": {
+        "engine",
+        "engine.wire",
+        "engine.shards",
+        "engine.watch",
+        "engine.group",
+        "engine.records",
+        "engine.execution",
+        "engine.program",
+        "devices",
+        "errors",
+        "rundir",
+    },
+    "ops": {
+        "engine",
+        "engine.execution",
+        "engine.records",
+        "engine.shards",
+        "engine.startup",  # launched_setup: a launched engine's peers, for the socket transfers
+        "engine.wire",
+        "deferred_interrupt",
+        "errors",
+        "layout",
+        "units",
+    },
+    "strategies": {"engine", "engine.records", "engine.shards", "deferred_interrupt", "errors"},
+    # the controller side, bottom up; of the engine only the protocol halves each part uses, module by module
+    "cluster": {
+        "deferred_interrupt",
+        "devices",
+        "errors",
+        "rundir",
+        "engine.records.startup_marks",  # the start-up timeline the supervisor writes
+        "engine.shards.allocator_budget",  # built once in the background before the engines need it
+    },
+    "launch": {
+        "cluster",
+        "deferred_interrupt",
+        "devices",
+        "errors",
+        "init_options",
+        "rundir",
+        "units",
+        "engine.group.process_group",
+        "engine.startup.launched_setup",
+        "engine.startup.watchdog",
+        "engine.wire.link",
+        "engine.wire.netif",
+        "engine.wire.unix_socket",
+    },
+    "session": {
+        "cluster",
+        "launch",
+        "deferred_interrupt",
+        "devices",
+        "errors",
+        "init_options",
+        "units",
+        "engine.execution.calls",
+        "engine.execution.direct_channel",
+        "engine.execution.namespace_transfer",
+        "engine.execution.rank_namespace",
+        "engine.execution.shipped_function",
+        "engine.group.process_group",
+        "engine.program.script_run",
+        "engine.rank_traceback",
+        "engine.records.memory_figures",
+        "engine.records.telemetry",
+        "engine.startup.runtime",
+        "engine.watch.collective_guard",
+        "engine.watch.collective_watch",
+        "engine.wire.unix_socket",
+    },
+    "monitoring": {"session", "errors", "engine.records.telemetry", "engine.records.training"},
     "widgets": {
-        "widgets",
-        *LEAVES,
+        "errors",
+        "units",
         "layout",
         "monitoring",
         "session",
@@ -46,63 +129,76 @@ ALLOWED: dict[str, set[str]] = {
         "tracing.replay",
         "profiling.profile_data",  # the data p.timeline() draws
     },
-    "tensors": {"tensors", *LEAVES, "session", "cluster", "layout", "engine", "ops", "widgets"},
-    "tracing": {"tracing", *LEAVES, "session", "layout", "engine", "ops", "monitoring", "tensors", "widgets"},
-    # mg.profile: the rank side in engine, busbw factors in ops, the timeline in widgets
-    "profiling": {"profiling", *LEAVES, "session", "engine", "ops", "widgets"},
-    "collectives": {"collectives", *LEAVES, "session", "layout", "engine", "ops", "tensors", "widgets"},
-    "comparison": {"comparison", *LEAVES, "session", "layout", "engine", "strategies", "tracing", "widgets"},
-    "magics": {
-        "magics",
-        *LEAVES,
-        "session",
-        "launch",
+    "tensors": {
+        "cluster",
+        "errors",
         "layout",
-        "engine",
         "ops",
-        "tensors",
+        "session",
+        "units",
+        "widgets",
+        "engine.execution.shipped_function",
+        "engine.shards.shard_store",
+        "engine.wire.link",
+    },
+    "tracing": {"errors", "layout", "monitoring", "session", "tensors", "widgets", "engine.records.trace"},
+    # mg.profile: the rank side in engine.records, busbw factors in ops, the timeline in widgets
+    "profiling": {"errors", "ops", "rundir", "session", "widgets", "engine.records.rank_profiler"},
+    "collectives": {"errors", "ops", "session", "tensors", "widgets", "engine.execution.shipped_function"},
+    "comparison": {"errors", "session", "strategies", "tracing", "units", "widgets"},
+    "magics": {
         "collectives",
         "comparison",
-        "tracing",
-        "monitoring",
-        "widgets",
+        "errors",
+        "init_options",
+        "ops",
         "profiling",
+        "session",
+        "tensors",
+        "units",
+        "widgets",
+        "engine.execution.completion_server",
+        "engine.execution.direct_channel",
+        "engine.execution.namespace_transfer",
+        "engine.wire.unix_socket",
     },
     # the server extension reads the files the ranks write; it never imports the notebook side
     # the telemetry record format; collective_watch.describe: how a rank's activity reads in the sidebar
     "server": {
-        "server",
         "rundir",
-        "units",
-        "errors",
         "engine.records.telemetry",
         "engine.records.memory_figures",
         "engine.watch.collective_watch",
     },
-    "selftest": {"api", *LEAVES, "engine"},
+    "selftest": {"api", "devices", "units", "engine.state", "engine.execution.namespace_transfer"},
     "api": {
-        "api",
-        *LEAVES,
-        "session",
+        "_version",
         "cluster",
-        "layout",
-        "tensors",
-        "tracing",
         "collectives",
         "comparison",
-        "monitoring",
+        "devices",
+        "errors",
+        "layout",
         "magics",
-        "widgets",
+        "monitoring",
         "profiling",
+        "session",
+        "tensors",
+        "tracing",
+        "widgets",
     },
 }
 # modules with no torch, no numpy and nothing of ours beyond the pure parts (mypy --strict checks them too)
 PURE_MODULES = {
     "jupyter_mgpu.ops.matmul_plan",
+    "jupyter_mgpu.ops.matmul_costs",
+    "jupyter_mgpu.ops.matmul_chunks",
     "jupyter_mgpu.strategies.model_spec",
     "jupyter_mgpu.strategies.plan",
     "jupyter_mgpu.strategies.expected",
     "jupyter_mgpu.tracing.replay",
+    "jupyter_mgpu.comparison.pipeline_idle",
+    "jupyter_mgpu.engine.startup.gpu_plan",
 }
 HEAVY = {"torch", "numpy", "ipyparallel", "ipywidgets", "anywidget", "plotly", "IPython", "ipykernel"}
 
@@ -182,8 +278,49 @@ def edges() -> list[Import]:
     return graph()
 
 
+def _matches(imp: Import, rule: str) -> bool:
+    local = imp.imported.removeprefix(PACKAGE + ".")
+    return part(imp.imported) == rule or local == rule or local.startswith(rule + ".")
+
+
+def unused_arrows(edges: list[Import], table: dict[str, set[str]] = ALLOWED) -> list[str]:
+    """The arrows of the table that no import takes: each one would let a later change in unseen."""
+    out = []
+    for src, rules in table.items():
+        mine = [e for e in edges if e.imported.startswith(PACKAGE) and part(e.importer) == src]
+        out += [f"{src} -> {rule}" for rule in sorted(rules) if not any(_matches(e, rule) for e in mine)]
+    return out
+
+
+def table_cycles(edges: list[Import], table: dict[str, set[str]] = ALLOWED) -> list[list[str]]:
+    """Cycles between parts that ALLOWED would permit. An arrow to one module (``widgets`` ->
+    ``profiling.profile_data``) reaches that module alone, and it goes on where that module's own imports go."""
+    arrows = []
+    for src, rules in table.items():
+        for rule in rules:
+            if "." in rule and rule_part(rule) != rule:  # one module: a node of its own
+                module = f"{PACKAGE}.{rule}"
+                arrows.append(Import(f"{PACKAGE}.{src}", module, 0))
+                arrows += [
+                    Import(module, f"{PACKAGE}.{part(e.imported)}", 0)
+                    for e in edges
+                    if e.importer == module and e.imported.startswith(PACKAGE) and part(e.imported) != part(module)
+                ]
+            elif rule_part(rule) != src:
+                arrows.append(Import(f"{PACKAGE}.{src}", f"{PACKAGE}.{rule_part(rule)}", 0))
+    return cycles(arrows)
+
+
 def test_every_part_is_in_the_table():
     assert {part(m) for m in modules()} <= set(ALLOWED)
+
+
+def test_every_arrow_is_used(edges):
+    assert unused_arrows(edges) == []
+
+
+def test_the_table_permits_no_cycle_between_parts(edges):
+    assert table_cycles(edges) == []
 
 
 def test_no_forbidden_arrow(edges):
@@ -231,3 +368,22 @@ def test_the_checks_catch_a_planted_cycle_a_forbidden_arrow_and_torch_in_layout(
     assert cycles(edges) == [["jupyter_mgpu.session.core", "jupyter_mgpu.session.recovery"]]
     assert forbidden(edges) == ["jupyter_mgpu.ops.sharded_matmul:1 imports jupyter_mgpu.session.core (ops -> session)"]
     assert impure(edges) == ["jupyter_mgpu.layout.placement:1 imports torch, but it is pure"]
+
+
+def test_the_table_checks_catch_an_unused_arrow_and_a_cycle_it_would_permit(tmp_path):
+    edges = _plant(
+        tmp_path,
+        {
+            "widgets/view.py": "from jupyter_mgpu.monitoring import reader\nfrom jupyter_mgpu.profiling import data\n",
+            "monitoring/reader.py": "x = 1\n",
+            "profiling/data.py": "from jupyter_mgpu import errors\n",
+            "profiling/run.py": "from jupyter_mgpu.widgets import view\n",
+        },
+    )
+    table = {
+        "widgets": {"monitoring", "profiling.data"},
+        "monitoring": {"widgets"},  # never taken, and it would close widgets -> monitoring -> widgets
+        "profiling": {"widgets"},  # the view reaches profiling.data alone, which goes nowhere back: no cycle
+    }
+    assert unused_arrows(edges, table) == ["monitoring -> widgets"]
+    assert table_cycles(edges, table) == [["jupyter_mgpu.monitoring", "jupyter_mgpu.widgets"]]

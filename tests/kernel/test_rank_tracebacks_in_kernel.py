@@ -1,7 +1,7 @@
 """What a real ipykernel sends for a failure on the ranks and for a %mgpu_run: the one-line error, then
 each failed rank's whole traceback folded (HTML <details>, IPython's colours) under it; %mgpu_tb prints
 them coloured; the group notes of a script are one stdout line, never stderr
-(``magics/rank_tracebacks.py``, ``engine/execution/rank_traceback.py``, ``session/group_notes.py``)."""
+(``magics/rank_tracebacks.py``, ``engine/rank_traceback.py``, ``session/group_notes.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Launch options and the rank/device plan for engines on several hosts (``launch/options.py``, ``ranks.py``):
+"""Launch options and the rank/device plan for engines on several hosts (``launch/launcher_options.py``, ``ranks.py``):
 pure functions, fed what engines report about their hosts."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.launch import options, ranks
+from jupyter_mgpu.launch import launcher_options as options
+from jupyter_mgpu.launch import ranks
 
 GiB = 2**30
 

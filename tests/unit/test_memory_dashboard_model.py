@@ -10,6 +10,7 @@ import pytest
 import traitlets
 
 import jupyter_mgpu.monitoring.memory_monitor  # noqa: F401  (the module, for _frame)
+from jupyter_mgpu.engine.records import memory_sampler
 from jupyter_mgpu.engine.records import telemetry as tele
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.widgets import memory_dashboard as wm
@@ -154,7 +155,7 @@ def test_control_file_is_private_and_merges_changes(tmp_path):
 @pytest.mark.parametrize("period", [-1, 0.001, 61, "fast", True])
 def test_engine_sampling_period_is_checked(period):
     with pytest.raises(ValueError, match="sampling period must be 0"):
-        tele.set_period(period)
+        memory_sampler.set_period(period)
 
 
 def test_dataframe_view_needs_pandas():

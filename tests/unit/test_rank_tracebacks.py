@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from jupyter_mgpu.engine.execution import rank_traceback
+from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.errors import RankError
 from jupyter_mgpu.magics.rank_tracebacks import ansi_to_html, details_html, grouped
 from jupyter_mgpu.session import group_notes

@@ -27,7 +27,7 @@ CHECKS = """
 import inspect
 p = sys.modules['jupyter_mgpu']
 from jupyter_mgpu import devices                     # a submodule by name: alone
-import jupyter_mgpu.engine.startup.startup_marks
+import jupyter_mgpu.engine.records.startup_marks
 assert inspect.ismodule(devices) and 'jupyter_mgpu.session.core' not in sys.modules, 'package loaded too early'
 import jupyter_mgpu as mg
 assert inspect.isfunction(mg.memory)                 # an API name over a submodule: the API's

@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine.execution import cell_value, namespace_transfer, rank_namespace, rank_traceback
+from jupyter_mgpu.engine.execution import cell_value, namespace_transfer, rank_namespace
 from jupyter_mgpu.engine.group import user_process_group
 from jupyter_mgpu.engine.shards import budget
 
@@ -95,7 +96,9 @@ class _CallScope:
         return result
 
 
-def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> dict[str, Any]:
+def call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], label: str | None = None
+) -> dict[str, Any]:
     """Call ``fn(*args, **kwargs)`` on this rank; returns {"ok": True, "value": ...} or a failure."""
     name = label
     if not name:
@@ -114,7 +117,7 @@ def call(fn: Callable, args: tuple, kwargs: dict, label: str | None = None) -> d
 
 
 def run_cell(
-    code: str, user_ns: dict | None = None, lent: dict[str, bytes] | None = None, rich: bool = False
+    code: str, user_ns: dict[str, Any] | None = None, lent: dict[str, bytes] | None = None, rich: bool = False
 ) -> dict[str, Any]:
     """Run ``%%mgpu`` cell source in this engine's user namespace, IPython syntax allowed.
 
@@ -148,7 +151,7 @@ def run_cell(
             namespace_transfer.take_back(user_ns, put)
 
 
-def _exec_cell(source: str, filename: str, user_ns: dict, rich: bool = False) -> dict[str, Any]:
+def _exec_cell(source: str, filename: str, user_ns: dict[str, Any], rich: bool = False) -> dict[str, Any]:
     try:
         tree = ast.parse(source, filename=filename)
         last = None

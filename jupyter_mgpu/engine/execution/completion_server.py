@@ -87,7 +87,9 @@ class Answerer:
             "status": "ok",
         }
 
-    def inspect(self, code: str, cursor_pos: int, detail_level: int, omit_sections: tuple = ()) -> dict[str, Any]:
+    def inspect(
+        self, code: str, cursor_pos: int, detail_level: int, omit_sections: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
         """As ipykernel's ``do_inspect``: the mime bundle of the name at the cursor."""
         from IPython.utils.tokenutil import token_at_cursor
 
@@ -141,7 +143,7 @@ class Server(threading.Thread):
                     return
 
 
-def start(user_ns: dict) -> Server | None:
+def start(user_ns: dict[str, Any]) -> Server | None:
     """Serve this rank's completion socket from a daemon thread (run at engine start)."""
     from IPython import get_ipython
 

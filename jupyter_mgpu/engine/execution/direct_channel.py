@@ -10,6 +10,8 @@ five on a 2-core machine (``benchmarks/collectives.py`` prints both).
 Frames: ``!I`` count, then ``!Q`` length of each part, then the parts. A request is a JSON header
 (``id``) and the buffers of ``ipyparallel.serialize.pack_apply_message``; a reply is the header and
 :func:`dump_value` of the result (pickle 5, CPU tensors as raw out-of-band buffers).
+
+The other half: ``session/direct_channel.py``, its controller side.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def recv_frames(sock: socket.socket) -> list[bytearray]:
 class Server:
     """Listens for the kernel and runs its calls on this engine's main thread."""
 
-    def __init__(self, rundir: str, rank: int, user_ns: dict) -> None:
+    def __init__(self, rundir: str, rank: int, user_ns: dict[str, Any]) -> None:
         import asyncio
 
         self.user_ns = user_ns
@@ -105,7 +107,7 @@ class Server:
             self._drop(conn)
 
 
-def run_request(bufs: list[Any], user_ns: dict) -> list[Any]:
+def run_request(bufs: list[Any], user_ns: dict[str, Any]) -> list[Any]:
     """Unpack and run one call like ipyparallel's ``apply_request`` would; the serialized result."""
     from ipyparallel.serialize import unpack_apply_message
 
@@ -184,7 +186,7 @@ def transport_failure(exc: BaseException) -> dict[str, Any]:
 _SERVER: Server | None = None
 
 
-def start(user_ns: dict) -> None:
+def start(user_ns: dict[str, Any]) -> None:
     """Open this engine's direct channel (run at engine start, inside its event loop)."""
     global _SERVER
     from jupyter_mgpu.engine import state as rank_state

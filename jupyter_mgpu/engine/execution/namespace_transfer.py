@@ -3,19 +3,9 @@ rank's namespace (the one ``%%mgpu`` cells run in) by name."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-
-def user_ns() -> dict[str, Any]:
-    """The rank's namespace, where ``%%mgpu`` cells run (``__main__``'s outside an IPython engine)."""
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-    except ImportError:
-        shell = None
-    return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__  # type: ignore[no-any-return]
+from jupyter_mgpu.engine.state import user_ns  # the namespace these functions read and write
 
 
 def put(values: dict[str, Any]) -> list[str]:

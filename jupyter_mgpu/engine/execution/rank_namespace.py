@@ -80,7 +80,7 @@ class RankBinding:
     """A notebook function (unpickled on this rank) and the notebook functions it references, rebound
     to the rank's namespace; what it brought from the notebook, and which names it declares global."""
 
-    def __init__(self, fn: types.FunctionType, rank_ns: dict) -> None:
+    def __init__(self, fn: types.FunctionType, rank_ns: dict[str, Any]) -> None:
         self.rank_ns = rank_ns
         self.name = fn.__name__
         shipped = fn.__globals__  # cloudpickle's dict: the notebook names the function references
@@ -99,7 +99,7 @@ class RankBinding:
                 shipped.setdefault(name, value)
         self._noted = False
 
-    def _rebind(self, fn: types.FunctionType, shipped: dict) -> types.FunctionType:
+    def _rebind(self, fn: types.FunctionType, shipped: dict[str, Any]) -> types.FunctionType:
         """``fn`` made anew with the rank's namespace as its globals (closures rebound likewise)."""
         done = self._rebound.get(id(fn))
         if done is not None:
@@ -146,11 +146,11 @@ class RankBinding:
 class Running:
     """``with Running(fn, binding) as fn:`` — the notebook's values in place while the call runs."""
 
-    def __init__(self, fn: Callable, binding: RankBinding | None) -> None:
+    def __init__(self, fn: Callable[..., Any], binding: RankBinding | None) -> None:
         self.fn, self.binding = fn, binding
         self.put: dict[str, Any] = {}
 
-    def __enter__(self) -> Callable:
+    def __enter__(self) -> Callable[..., Any]:
         if self.binding is not None:
             self.put = self.binding.enter()
         return self.fn

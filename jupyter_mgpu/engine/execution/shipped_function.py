@@ -75,7 +75,7 @@ def _refuse(fn: Any, exc: BaseException | None) -> Exception:
     )
 
 
-def _named_code(filename: str, make: Callable, args: tuple) -> types.CodeType:
+def _named_code(filename: str, make: Callable[..., types.CodeType], args: tuple[Any, ...]) -> types.CodeType:
     """A code object rebuilt on the rank under the file name it had in the notebook."""
     code = make(*args)
     return code if code.co_filename == filename else code.replace(co_filename=filename)
@@ -116,13 +116,13 @@ def dumps_by_value(obj: Any) -> tuple[bytes, set[str]]:
     return buffer.getvalue(), pickler.filenames
 
 
-def pickle_function(fn: Callable, by_value: bool = False) -> bytes:
+def pickle_function(fn: Callable[..., Any], by_value: bool = False) -> bytes:
     """``fn`` as bytes the ranks can load: by value for notebook functions, lambdas and closures (or
     with ``by_value``), by reference for functions of importable modules."""
     return _pickle_function(fn, by_value)[0]
 
 
-def _pickle_function(fn: Callable, by_value: bool = False) -> tuple[bytes, set[str]]:
+def _pickle_function(fn: Callable[..., Any], by_value: bool = False) -> tuple[bytes, set[str]]:
     """:func:`pickle_function`, with the file names of the code it pickled by value."""
     import cloudpickle
 
@@ -168,14 +168,15 @@ def _installed_paths() -> tuple[str, ...]:
     return tuple({sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")})
 
 
-def _engine_namespace() -> dict:
+def _engine_namespace() -> dict[str, Any]:
     """The rank's user namespace: what ``%%mgpu`` cells defined there."""
     try:
         from IPython import get_ipython
 
         shell = get_ipython()
         if shell is not None:
-            return shell.user_ns
+            ns: dict[str, Any] = shell.user_ns
+            return ns
     except Exception:
         pass
     return sys.modules["__main__"].__dict__
@@ -194,7 +195,7 @@ def _source_lines(filenames: set[str]) -> dict[str, list[str]]:
 class ShippedFunction:
     """A user function on its way to the ranks; called there like the function itself."""
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, fn: Callable[..., Any]) -> None:
         self.__name__ = function_name(fn)
         self.module = getattr(fn, "__module__", None) or "__main__"
         self.blob, filenames = _pickle_function(fn)
@@ -207,18 +208,19 @@ class ShippedFunction:
                 self.fallback = None
         self.sources = _source_lines(filenames)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_loaded", None)
         state.pop("_namespace", None)
         return state
 
-    def load(self) -> Callable:
+    def load(self) -> Callable[..., Any]:
         """The function itself (rank side), unpickled once; a notebook function is bound to the rank's
         namespace (see :func:`running` for the names it takes from the notebook)."""
         fn = self.__dict__.get("_loaded")
         if fn is not None:
-            return fn
+            loaded: Callable[..., Any] = fn
+            return loaded
         try:
             fn = pickle.loads(self.blob)
         except (ImportError, AttributeError):
@@ -258,7 +260,7 @@ class ShippedFunction:
         return f"<function {self.__name__} shipped to the ranks>"
 
 
-def ship(fn: Callable) -> Callable:
+def ship(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` ready to travel: library functions as they are, user functions as a :class:`ShippedFunction`."""
     if isinstance(fn, ShippedFunction):
         return fn

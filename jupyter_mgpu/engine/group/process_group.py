@@ -61,7 +61,7 @@ def init_process_group(
     backend: str,
     timeout: float,
     generation: int = 0,
-    store: dict | None = None,
+    store: dict[str, Any] | None = None,
     collective_timeout: float | None = None,
 ) -> Any:
     """Join the cluster's process group (engine side). Traffic stays on loopback.
@@ -73,15 +73,16 @@ def init_process_group(
     (torch's default when None) is the group's. Returns the store the ranks met in.
     """
     import torch.distributed as dist
+    from torch._C._distributed_c10d import FileStore, PrefixStore, Store
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     if store is not None:
         from jupyter_mgpu.engine.group import tcp_rendezvous as tcp_store_server
 
-        meeting: dist.Store = dist.PrefixStore(f"mgpu-{generation}/", tcp_store_server.connect(store, timeout))
+        meeting: Store = PrefixStore(f"mgpu-{generation}/", tcp_store_server.connect(store, timeout))
     else:
-        meeting = dist.FileStore(str(store_path(Path(rundir), generation)), world_size)
+        meeting = FileStore(str(store_path(Path(rundir), generation)), world_size)
     kwargs: dict[str, Any] = {}
     if backend == "nccl":
         import torch

@@ -17,20 +17,20 @@ from typing import Any
 _master: Any = None  # rank 0's store (server and its own client)
 _listen_fd: int | None = None
 _client: Any = None
-_client_key: tuple | None = None
+_client_key: tuple[str, int] | None = None
 
 
 def open_master(address: str, world_size: int, timeout: float) -> int:
     """Rank 0: listen on ``address`` (port chosen by the OS) and serve the store there; returns the port."""
     global _master, _listen_fd, _client_key
-    import torch.distributed as dist
+    from torch._C._distributed_c10d import TCPStore
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind((address, 0))
         sock.listen(max(64, 2 * world_size))
-        port = sock.getsockname()[1]
-        _master = dist.TCPStore(
+        port: int = sock.getsockname()[1]
+        _master = TCPStore(
             address,
             port,
             world_size,
@@ -58,13 +58,13 @@ def _exclude_from_release() -> None:
 def connect(config: dict[str, Any], timeout: float) -> Any:
     """This rank's store client for ``config`` (``{"host", "port"}``), made once and reused."""
     global _client, _client_key
-    import torch.distributed as dist
+    from torch._C._distributed_c10d import TCPStore
 
     key = (config["host"], int(config["port"]))
     if _master is not None and key == _client_key:
         return _master
     if _client is None or key != _client_key:
-        _client = dist.TCPStore(
+        _client = TCPStore(
             config["host"], int(config["port"]), int(config["world_size"]), False, timedelta(seconds=timeout)
         )
         _client_key = key

@@ -16,6 +16,7 @@ controller says it in one line. Subgroups made with ``dist.new_group`` and every
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -68,7 +69,7 @@ def _init_process_group(*args: Any, **kwargs: Any) -> None:
 
     import torch.distributed as dist
 
-    original = _original["init_process_group"]
+    original: Callable[..., None] = _original["init_process_group"]
     if not dist.is_initialized():  # the session's own group is being (re)built
         return original(*args, **kwargs)
     try:

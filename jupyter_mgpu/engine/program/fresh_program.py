@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jupyter_mgpu.engine.execution import rank_traceback
+from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine.program import library_state, process_settings
 
 COLOUR_VARIABLES = {"TERM": "xterm-color", "CLICOLOR": "1", "FORCE_COLOR": "1", "CLICOLOR_FORCE": "1"}

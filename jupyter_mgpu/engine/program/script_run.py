@@ -17,8 +17,9 @@ import socket
 import sys
 from typing import Any
 
-from jupyter_mgpu.engine.execution import calls, namespace_transfer
+from jupyter_mgpu.engine.execution import calls
 from jupyter_mgpu.engine.program import fresh_program
+from jupyter_mgpu.engine.state import user_ns
 
 
 class ScriptExit(RuntimeError):
@@ -50,7 +51,7 @@ def run_script(target: str, args: list[str], module: bool = False, colour: bool 
                 f"{target} is not a file on {socket.gethostname()} (rank {st.rank}, working directory {os.getcwd()})"
             )
     env = fresh_program.run_environment(colour, st.rank, st.rundir)
-    with fresh_program.FreshRun(env, namespace_transfer.user_ns()) as fresh:
+    with fresh_program.FreshRun(env, user_ns()) as fresh:
         sys.argv = [target, *args]  # for -m, runpy puts the module's file in argv[0]
         if module:
             entry = _module_file(target)

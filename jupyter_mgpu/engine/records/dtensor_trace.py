@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from jupyter_mgpu.engine.execution import namespace_transfer
+from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine.records import import_watch
 from jupyter_mgpu.layout.mesh import MeshPlacement, from_torch, placements_label
 from jupyter_mgpu.layout.redistribute_plan import DST, SRC, Box, Event, numel, plan_events
@@ -44,12 +44,14 @@ class Sink(Protocol):
     def begin_op(self, label: str) -> None: ...
     def end_op(self) -> None: ...
     def declare(self, name: str, shape: Iterable[int], itemsize: int, label: str = "") -> None: ...
-    def block(self, name: str, box: Iterable[Iterable[int]], buf: str | None = None) -> tuple: ...
+    def block(
+        self, name: str, box: Iterable[Iterable[int]], buf: str | None = None
+    ) -> tuple[str, tuple[tuple[int, int], ...], str | None]: ...
     def record(
         self,
         step: int,
         action: str,
-        blocks: Iterable[tuple] = (),
+        blocks: Iterable[tuple[Any, ...]] = (),
         nbytes: int = 0,
         peer: int | None = None,
         **info: Any,
@@ -283,13 +285,13 @@ def _variables(names: dict[int, str], st: _State) -> dict[str, str]:
     if torch is None or not names:
         return {}
     objs = {key: entry[1]() for key, entry in st.live.items() if key in names}
-    by_data: dict[tuple, str] = {}
+    by_data: dict[tuple[Any, ...], str] = {}
     for key, obj in objs.items():
         if obj is not None and (k := _data_key(obj)) is not None:
             by_data.setdefault(k, names[key])
     found: dict[str, str] = {}
     plain: dict[str, str] = {}
-    for var, value in list(namespace_transfer.user_ns().items()):
+    for var, value in list(rank_state.user_ns().items()):
         if var.startswith("_"):
             continue
         if dtensor is not None and isinstance(value, dtensor):
@@ -301,7 +303,7 @@ def _variables(names: dict[int, str], st: _State) -> dict[str, str]:
     return {**plain, **found}
 
 
-def _data_key(t: Any) -> tuple | None:
+def _data_key(t: Any) -> tuple[Any, ...] | None:
     """What a tensor and a view of all of it share (none for an empty tensor: its data pointer says nothing)."""
     try:
         if t.numel() == 0:

@@ -16,7 +16,7 @@ from pathlib import Path
 FILE = "startup.log"
 
 
-def mark(rundir: str | os.PathLike, name: str, when: float | None = None) -> None:
+def mark(rundir: str | os.PathLike[str], name: str, when: float | None = None) -> None:
     """Record that ``name`` happened now (or at epoch ``when``)."""
     try:
         fd = os.open(os.path.join(rundir, FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -28,7 +28,7 @@ def mark(rundir: str | os.PathLike, name: str, when: float | None = None) -> Non
         pass
 
 
-def read(rundir: str | os.PathLike) -> dict[str, float]:
+def read(rundir: str | os.PathLike[str]) -> dict[str, float]:
     """Every mark so far: name -> epoch seconds (the first time a name was marked)."""
     out: dict[str, float] = {}
     try:

@@ -36,7 +36,7 @@ class Recorder:
 
     def __init__(self, trace_id: str, live_path: str | None):
         self.trace_id = trace_id
-        self.events: list[tuple] = []
+        self.events: list[tuple[Any, ...]] = []
         self.tensors: dict[str, dict[str, Any]] = {}
         self.op_index = -1
         self.op_label = ""
@@ -114,13 +114,20 @@ def declare(name: str, shape: Iterable[int], itemsize: int, label: str = "") -> 
     rec.tensors[name] = {"shape": [int(s) for s in shape], "itemsize": int(itemsize), "label": label or name}
 
 
-def block(name: str, box: Iterable[Iterable[int]], buf: str | None = None) -> tuple:
+def block(
+    name: str, box: Iterable[Iterable[int]], buf: str | None = None
+) -> tuple[str, tuple[tuple[int, int], ...], str | None]:
     """A block: tensor ``name``'s global index box ``((start, stop), ...)``; ``buf`` tags a temporary copy."""
     return (name, tuple((int(a), int(b)) for a, b in box), buf)
 
 
 def record(
-    step: int, action: str, blocks: Iterable[tuple] = (), nbytes: int = 0, peer: int | None = None, **info: Any
+    step: int,
+    action: str,
+    blocks: Iterable[tuple[Any, ...]] = (),
+    nbytes: int = 0,
+    peer: int | None = None,
+    **info: Any,
 ) -> None:
     """Record one event of the running op on this rank (no-op when tracing is off)."""
     rec = _REC
@@ -136,7 +143,7 @@ def record(
         _flush(rec)
 
 
-def _as_dict(e: tuple) -> dict[str, Any]:
+def _as_dict(e: tuple[Any, ...]) -> dict[str, Any]:
     op, label, step, action, blocks, nbytes, peer, t, seq, info = e
     out = {
         "rank": rank_state.get().rank,

@@ -96,7 +96,7 @@ def building(target: Path | None = None) -> bool:
     return True
 
 
-def build_in_background() -> subprocess.Popen | None:
+def build_in_background() -> subprocess.Popen[bytes] | None:
     """Start compiling the shim in a detached, low-priority process unless it is built, being built, or
     there is no compiler; returns the process started (or None). Never waits for the compiler."""
     if os.environ.get("JUPYTER_MGPU_BUDGET_SHIM", "1") == "0":

@@ -29,7 +29,9 @@ def mix(*words: int) -> int:
     return h & ((1 << 63) - 1)
 
 
-def _as_matrix(shape: Sequence[int], ranges: Sequence[tuple[int, int]]):
+def _as_matrix(
+    shape: Sequence[int], ranges: Sequence[tuple[int, int]]
+) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...], tuple[tuple[int, int], ...]]:
     """Split a shape/box into leading dims and a 2-D (rows, cols) tail."""
     shape, ranges = tuple(shape), tuple(ranges)
     if len(shape) == 0:

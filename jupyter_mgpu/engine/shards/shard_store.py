@@ -71,7 +71,7 @@ def clear() -> int:
 class HandleRef:
     """What a DistTensor's notebook name means inside a ``%%mgpu`` cell: ``mgpu.local(A)`` finds its shard."""
 
-    def __init__(self, handle_id: str, shape: tuple, placement: str):
+    def __init__(self, handle_id: str, shape: tuple[int, ...], placement: str):
         self.handle_id, self.shape, self.placement = handle_id, tuple(shape), placement
 
     @property
@@ -84,7 +84,7 @@ class HandleRef:
         )
 
 
-def bind_names(refs: dict[str, tuple[str, tuple, str]]) -> None:
+def bind_names(refs: dict[str, tuple[str, tuple[int, ...], str]]) -> None:
     """Define ``name = HandleRef(...)`` in this engine's cell namespace for each DistTensor a cell uses."""
     try:
         from IPython import get_ipython

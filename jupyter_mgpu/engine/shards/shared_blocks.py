@@ -13,6 +13,8 @@ memory in transparent huge pages instead of memfds: fresh huge pages fault in se
 Blocks count against the device budget, cached ones included, like tensors (``budget.charge``):
 where the budget is kept at torch's allocator they are added to its count; under the OS limit,
 shared mappings (outside RLIMIT_DATA) lower its soft limit and private blocks count by themselves.
+
+The other half: ``tensors/shared_blocks.py``, its controller side.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import sys
 
 def main() -> None:
     kernel_pid, create_time = int(sys.argv[1]), float(sys.argv[2])
-    from jupyter_mgpu.engine.startup.startup_marks import mark
+    from jupyter_mgpu.engine.records.startup_marks import mark
 
     for arg in sys.argv[3:]:
         if arg.startswith("--profile-dir="):  # <rundir>/profile

@@ -152,7 +152,7 @@ def link_key() -> bytes:
 
 def setup(config: dict[str, Any]) -> dict[str, Any]:
     """Make this engine rank ``config["rank"]`` of the cluster (see the module docstring)."""
-    from jupyter_mgpu.engine.records import telemetry
+    from jupyter_mgpu.engine.records import memory_sampler
     from jupyter_mgpu.engine.startup import runtime
     from jupyter_mgpu.engine.wire import link, link_agent
 
@@ -178,7 +178,7 @@ def setup(config: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
-    telemetry.maybe_start(st)
+    memory_sampler.maybe_start(st)
     from IPython import get_ipython
 
     runtime.populate(get_ipython().user_ns)

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ENGINE_FILE = "profile/security/ipcontroller-engine.json"
 _warmed = False
@@ -25,7 +26,7 @@ def _log(rundir: Path, message: str) -> None:
         f.write(f"{time.strftime('%H:%M:%S')} {message}\n")
 
 
-def _engine_child(rundir: Path, config: dict, rank: int) -> None:
+def _engine_child(rundir: Path, config: dict[str, Any], rank: int) -> None:
     """Body of one forked engine process; never returns."""
     code = 0
     try:
@@ -39,8 +40,8 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
             os.chdir(config["cwd"])
         sys.path[:0] = [p for p in config.get("sys_path", []) if p not in sys.path]
         from jupyter_mgpu.engine import state as rank_state
+        from jupyter_mgpu.engine.records.startup_marks import mark
         from jupyter_mgpu.engine.startup import runtime, watchdog
-        from jupyter_mgpu.engine.startup.startup_marks import mark
 
         mark(rundir, f"engine.forked.{rank}")
         watchdog.start(config["kernel_pid"], config["kernel_create_time"])
@@ -50,9 +51,9 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
         except Exception as exc:  # reported to the kernel through the exits file
             _write_exit(rundir, rank, os.getpid(), None, f"{type(exc).__name__}: {exc}")
             os._exit(4)
-        from jupyter_mgpu.engine.records import telemetry
+        from jupyter_mgpu.engine.records import memory_sampler
 
-        telemetry.maybe_start(rank_state.get())
+        memory_sampler.maybe_start(rank_state.get())
         from ipyparallel.engine.app import IPEngine
 
         mark(rundir, f"ipengine.start.{rank}")
@@ -80,7 +81,7 @@ def _engine_child(rundir: Path, config: dict, rank: int) -> None:
 def _write_exit(rundir: Path, rank: int, pid: int, status: int | None, error: str | None = None) -> None:
     from jupyter_mgpu.rundir import write_json
 
-    record: dict = {"rank": rank, "pid": pid, "time": time.time(), "returncode": None, "signal": None}
+    record: dict[str, Any] = {"rank": rank, "pid": pid, "time": time.time(), "returncode": None, "signal": None}
     if status is not None:
         if os.WIFSIGNALED(status):
             record["signal"] = os.WTERMSIG(status)
@@ -103,7 +104,7 @@ def _warm_up(rundir: Path) -> None:
         return  # a spare supervisor did this already
     import gc
 
-    from jupyter_mgpu.engine.startup.startup_marks import mark
+    from jupyter_mgpu.engine.records.startup_marks import mark
 
     mark(rundir, "torch.start")
     # these imports allocate ~300k objects that live as long as the process: collecting garbage
@@ -160,71 +161,103 @@ def _wait_for(path: Path, timeout: float) -> bool:
     return False
 
 
-def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str | None = None) -> None:
-    """Supervise one cluster. With a kernel pid, start as a spare: warm up, then wait for launch.json."""
-    rundir = Path(rundir_arg)
-    from jupyter_mgpu.engine.startup.startup_marks import mark
+class _Engines:
+    """The engines this supervisor forked, by rank: reaped as they end (each one's exit record written),
+    ended together on SIGTERM or when the kernel is gone."""
 
-    mark(rundir, "supervisor.main")
-    if kernel_pid is not None:
-        from jupyter_mgpu.engine.startup import watchdog
+    def __init__(self, rundir: Path) -> None:
+        self.rundir = rundir
+        self.children: dict[int, int] = {}  # rank -> pid
+        self.stopping = False
 
-        watchdog.start(int(kernel_pid), float(kernel_create_time or 0) or None)
-        _warm_up(rundir)
-        while not (rundir / "launch.json").exists():
-            time.sleep(0.005)
-    config = json.loads((rundir / "launch.json").read_text())
-    children: dict[int, int] = {}
-    stopping = False
-
-    def stop_children(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for pid in children.values():
+    def stop(self, *_: object) -> None:
+        """SIGTERM to every engine, SIGKILL to those still there after 3 s; returns once all are reaped."""
+        self.stopping = True
+        for pid in self.children.values():
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 3.0
-        while children and time.monotonic() < deadline:
-            _reap(block=False)
+        while self.children and time.monotonic() < deadline:
+            self.reap(block=False)
             time.sleep(0.02)
-        for pid in children.values():
+        for pid in self.children.values():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        while children:
-            _reap(block=True)
+        while self.children:
+            self.reap(block=True)
 
-    def _reap(block: bool) -> None:
+    def reap(self, block: bool) -> None:
+        """Wait for one child to end (or, without ``block``, look); write how its engine ended."""
         try:
             pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
         except ChildProcessError:
-            children.clear()
+            self.children.clear()
             return
         if pid == 0:
             return
-        for rank, cpid in list(children.items()):
+        for rank, cpid in list(self.children.items()):
             if cpid == pid:
-                del children[rank]
-                _write_exit(rundir, rank, pid, status)
-                if not stopping:
-                    _log(rundir, f"rank {rank} (pid {pid}) ended with status {status}")
+                del self.children[rank]
+                _write_exit(self.rundir, rank, pid, status)
+                if not self.stopping:
+                    _log(self.rundir, f"rank {rank} (pid {pid}) ended with status {status}")
 
+
+def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str | None = None) -> None:
+    """Supervise one cluster. With a kernel pid, start as a spare: warm up, then wait for launch.json."""
+    rundir = Path(rundir_arg)
+    from jupyter_mgpu.engine.records.startup_marks import mark
+
+    mark(rundir, "supervisor.main")
+    if kernel_pid is not None:
+        _wait_as_spare(rundir, int(kernel_pid), float(kernel_create_time or 0) or None)
+    config = json.loads((rundir / "launch.json").read_text())
+    engines = _Engines(rundir)
+    _handle_signals(engines, config)
+    _warm_up(rundir)
+    _settle_budget(rundir, config)
+    if not _wait_for(rundir / ENGINE_FILE, config["timeout"]):
+        _log(rundir, "the controller never wrote its connection file")
+        sys.exit(2)
+    mark(rundir, "supervisor.engine_file")
+    _fork_engines(rundir, config, engines)
+    while engines.children:
+        engines.reap(block=True)
+    _log(rundir, "all engines ended; supervisor exits")
+
+
+def _wait_as_spare(rundir: Path, kernel_pid: int, kernel_create_time: float | None) -> None:
+    """A spare supervisor: watch the kernel, warm up, then wait for a start to write launch.json."""
+    from jupyter_mgpu.engine.startup import watchdog
+
+    watchdog.start(kernel_pid, kernel_create_time)
+    _warm_up(rundir)
+    while not (rundir / "launch.json").exists():
+        time.sleep(0.005)
+
+
+def _handle_signals(engines: _Engines, config: dict[str, Any]) -> None:
+    """Ignore SIGINT (the engines get theirs); end the engines on SIGTERM, or when the kernel is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def on_sigterm(*_: object) -> None:
-        stop_children()
+        engines.stop()
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_sigterm)
 
     from jupyter_mgpu.engine.startup import watchdog
 
-    watchdog.start(config["kernel_pid"], config["kernel_create_time"], on_gone=stop_children)
+    watchdog.start(config["kernel_pid"], config["kernel_create_time"], on_gone=engines.stop)
 
-    _warm_up(rundir)
+
+def _settle_budget(rundir: Path, config: dict[str, Any]) -> None:
+    """Settle how the engines' memory budget is enforced, once, before any engine is forked."""
+    from jupyter_mgpu.engine.records.startup_marks import mark
     from jupyter_mgpu.engine.shards import allocator_budget
 
     # the engines forked below share one decision: the budget shim if built (a compile started in the
@@ -232,23 +265,21 @@ def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str
     mark(rundir, "shim.settle")
     allocator_budget.settle(SHIM_GRACE, config.get("start_time"))
     mark(rundir, "shim.ready")
-    if not _wait_for(rundir / ENGINE_FILE, config["timeout"]):
-        _log(rundir, "the controller never wrote its connection file")
-        sys.exit(2)
-    mark(rundir, "supervisor.engine_file")
+
+
+def _fork_engines(rundir: Path, config: dict[str, Any], engines: _Engines) -> None:
+    """Fork one engine per device (each becomes its rank's engine) and write their pids to engines.json."""
+    from jupyter_mgpu.engine.records.startup_marks import mark
 
     for rank in range(len(config["devices"])):
         pid = os.fork()
         if pid == 0:
             _engine_child(rundir, config, rank)
-        children[rank] = pid
+        engines.children[rank] = pid
     mark(rundir, "supervisor.forked")
     from jupyter_mgpu.rundir import write_json
 
-    write_json(rundir / "engines.json", {str(r): p for r, p in children.items()})
-    while children:
-        _reap(block=True)
-    _log(rundir, "all engines ended; supervisor exits")
+    write_json(rundir / "engines.json", {str(r): p for r, p in engines.children.items()})
 
 
 if __name__ == "__main__":

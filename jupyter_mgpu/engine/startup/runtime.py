@@ -14,7 +14,7 @@ from jupyter_mgpu.engine.startup import gpu_plan
 from jupyter_mgpu.engine.state import EngineState
 
 
-def setup(config: dict, rank: int) -> EngineState:
+def setup(config: dict[str, Any], rank: int) -> EngineState:
     """Configure this process as rank ``rank``: environment, threads, device, memory budget, process group.
 
     On GPUs, as under torchrun, the engine sees its host's ranks' GPUs and uses ``cuda:LOCAL_RANK``
@@ -66,7 +66,7 @@ def setup(config: dict, rank: int) -> EngineState:
 
     collective_guard.install()
     collective_guard.start(config["rundir"], st)
-    from jupyter_mgpu.engine.startup.startup_marks import mark
+    from jupyter_mgpu.engine.records.startup_marks import mark
 
     mark(config["rundir"], f"pg.start.{rank}")
     meeting = process_group.init_process_group(
@@ -107,7 +107,7 @@ def namespace() -> dict[str, Any]:
     }
 
 
-def populate(user_ns: dict) -> None:
+def populate(user_ns: dict[str, Any]) -> None:
     """Put :func:`namespace` into an engine's user namespace (run at engine start, after the shell is made)."""
     user_ns.update(namespace())
     torchrun_env.drop_interactive_prompts()  # a worker, as under torchrun: Lightning's ddp runs unchanged

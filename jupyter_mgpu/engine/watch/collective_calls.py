@@ -24,7 +24,7 @@ TYPED = {"all_to_all": "input_tensor_list", "all_to_all_single": "input"}  # dty
 ROOTED = {"broadcast": "src", "scatter": "src", "broadcast_object_list": "src", "reduce": "dst", "gather": "dst"}
 ROOTED.update({"gather_object": "dst", "scatter_object_list": "src"})
 POINT_TO_POINT = {"send": "dst", "recv": "src"}
-_fingerprints: dict[tuple, tuple[str, str]] = {}
+_fingerprints: dict[tuple[Any, ...], tuple[str, str]] = {}
 
 
 def _dtype_shape(t: Any) -> str:

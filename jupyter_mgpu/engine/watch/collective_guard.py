@@ -20,11 +20,14 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_mgpu.engine.wire import unix_socket
+
+if TYPE_CHECKING:
+    from jupyter_mgpu.engine.state import EngineState
 
 SOCKET_NAME = "guard.{rank}.sock"
 REQUEST_TIMEOUT = 2.0
@@ -75,7 +78,7 @@ def install() -> None:
 
 
 @contextlib.contextmanager
-def note_group_sockets():
+def note_group_sockets() -> Iterator[None]:
     """Remember the sockets opened inside the block as process-group sockets."""
     before = set(_socket_inodes())
     try:
@@ -112,7 +115,7 @@ def release(backend: str | None = None) -> int:
     return released
 
 
-def progress(state: Any) -> dict[str, Any]:
+def progress(state: EngineState) -> dict[str, Any]:
     """Whether this rank is inside a call, and how many collectives it has entered during it."""
     from jupyter_mgpu.engine import state as rank_state
 
@@ -129,7 +132,7 @@ def progress(state: Any) -> dict[str, Any]:
 class Listener(threading.Thread):
     """Answers the kernel's ``progress``, ``where`` and ``release`` requests while the main thread is busy."""
 
-    def __init__(self, rundir: str, state: Any) -> None:
+    def __init__(self, rundir: str, state: EngineState) -> None:
         super().__init__(name="mgpu-collective-guard", daemon=True)
         self.state = state
         self.path = socket_path(rundir, state.rank)
@@ -165,7 +168,7 @@ class Listener(threading.Thread):
         conn.sendall(json.dumps(reply).encode())
 
 
-def start(rundir: str, state: Any) -> Listener:
+def start(rundir: str, state: EngineState) -> Listener:
     """Serve this rank's guard socket from a daemon thread."""
     listener = Listener(rundir, state)
     listener.start()
@@ -183,6 +186,7 @@ def ask(rundir: str | Path, rank: int, command: str, timeout: float = REQUEST_TI
             data = b""
             while chunk := s.recv(4096):
                 data += chunk
-        return json.loads(data)
+        reply: dict[str, Any] = json.loads(data)
+        return reply
     except (OSError, ValueError):
         return None

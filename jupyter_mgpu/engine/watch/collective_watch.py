@@ -29,8 +29,8 @@ import threading
 import time
 from typing import Any
 
+from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine.execution import rank_traceback
 from jupyter_mgpu.engine.watch.collective_calls import (
     POINT_TO_POINT,
     SHAPED,
@@ -209,7 +209,7 @@ def _wrap(op: str, original: Any) -> Any:
             if log is not None and info is not None:  # mg.profile(): when this rank entered and left it
                 log.append(_logged(info, bound, entered))
 
-    watched.__wrapped__ = original  # type: ignore[attr-defined]
+    watched.__wrapped__ = original
     return watched
 
 

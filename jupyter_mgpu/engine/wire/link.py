@@ -73,12 +73,12 @@ def close_listening(sock: socket.socket) -> None:
     sock.close()
 
 
-def _send_json(sock: socket.socket, obj: dict) -> None:
+def _send_json(sock: socket.socket, obj: dict[str, Any]) -> None:
     data = json.dumps(obj).encode()
     sock.sendall(len(data).to_bytes(4, "big") + data)
 
 
-def _recv_json(sock: socket.socket, limit: int = 4096) -> dict:
+def _recv_json(sock: socket.socket, limit: int = 4096) -> dict[str, Any]:
     n = int.from_bytes(recv_exact(sock, 4), "big")
     if n > limit:
         raise AuthError("oversized handshake message")
@@ -88,7 +88,7 @@ def _recv_json(sock: socket.socket, limit: int = 4096) -> dict:
     return obj
 
 
-def client_handshake(sock: socket.socket, key: bytes, hello: dict) -> tuple[bytes, dict]:
+def client_handshake(sock: socket.socket, key: bytes, hello: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
     """Prove we hold ``key`` and check that the server does; returns the session key and the server's welcome."""
     nonce = os.urandom(16).hex()
     sock.settimeout(HANDSHAKE_TIMEOUT)
@@ -108,7 +108,7 @@ def client_handshake(sock: socket.socket, key: bytes, hello: dict) -> tuple[byte
     return _mac(key, b"session", nonce.encode(), theirs.encode()), welcome
 
 
-def server_handshake(sock: socket.socket, key: bytes, check: Any = None) -> tuple[bytes, dict]:
+def server_handshake(sock: socket.socket, key: bytes, check: Any = None) -> tuple[bytes, dict[str, Any]]:
     """Check that the client holds ``key`` (and prove we do); returns the session key and its hello.
 
     ``check(hello)`` may return an error text to refuse an authenticated client (e.g. an unknown rank).

@@ -1,0 +1,109 @@
+"""The two ways a call's results come back to the session (``session/core.py``), and how each waits.
+
+The direct channel (``session/direct_channel.py``) carries blocking calls when nothing of ipyparallel's
+is still queued; ipyparallel's AsyncResult carries the others (streamed output, ``block=False``).
+Both start the call for the group recovery and the hang watch, check while they wait
+(``session/call_wait.py``: dead engines, the deadline, stuck ranks), forward a kernel interrupt to the
+ranks still running, and turn a lost engine into one sentence; the reports become values in
+``session/call_results.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from jupyter_mgpu.engine.execution import calls
+from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.session import call_wait
+from jupyter_mgpu.session.call_results import results
+from jupyter_mgpu.session.direct_channel import ChannelClosed
+from jupyter_mgpu.session.output_relay import OutputRelay
+from jupyter_mgpu.session.pending import finished_results, pending_ranks
+from jupyter_mgpu.session.rank_errors import transport_error, transport_failure
+
+if TYPE_CHECKING:
+    from jupyter_mgpu.session.core import Session
+
+
+def run_direct(s: Session, args: tuple[Any, ...], ranks: list[int], label: str, timeout: float | None) -> list[Any]:
+    """``calls.call(*args)`` on ``ranks`` through the direct channel; same errors as :func:`collect`."""
+    from ipyparallel.serialize import pack_apply_message
+
+    s._check_ready(ranks)
+    bufs = pack_apply_message(calls.call, args, {})
+    deadline = None if timeout is None else time.monotonic() + timeout
+    s.recovery.start_call()
+    s.hang_watch.start_call()
+
+    def check(pending: list[int], done: dict[int, Any]) -> None:
+        call_wait.check_waiting(s, ranks, lambda: pending, label, deadline, timeout, done=done)
+
+    try:
+        reports = s.direct.call(ranks, bufs, check)
+    except ChannelClosed as closed:
+        await_exit_record(s, [closed.rank])
+        check(ranks, {})
+        raise MgpuError(f"{label}: lost contact with rank {closed.rank} (its direct channel closed)") from None
+    except KeyboardInterrupt:
+        s.cluster.interrupt(ranks)
+        raise s.recovery.after_interrupt(ranks) from None
+    broken = next((reports[r]["transport"] for r in ranks if reports[r].get("transport")), None)
+    if broken:
+        raise transport_error(broken, label)
+    return results(s, [reports[r] for r in ranks], ranks)
+
+
+def await_exit_record(s: Session, ranks: list[int], wait: float = 5.0) -> None:
+    """How an engine ended is written (supervisor, or relay) a moment after its socket closes."""
+    end = time.monotonic() + wait
+    while not set(ranks) & set(s.cluster.exits()) and time.monotonic() < end:
+        time.sleep(0.02)
+
+
+def collect(
+    s: Session, ar: Any, ranks: list[int], label: str, timeout: float | None, relay: OutputRelay | None
+) -> list[Any]:
+    """The results of ipyparallel's ``ar`` on ``ranks``, waited for as a call waits; ``relay`` shows output."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    s.recovery.start_call()
+    s.hang_watch.start_call()
+    try:
+        while not ar.ready():
+            ar.wait(0.05)
+            if relay is not None:
+                relay.poll()
+            call_wait.check_waiting(
+                s,
+                ranks,
+                lambda: pending_ranks(s.cluster.client, ar, ranks),
+                label,
+                deadline,
+                timeout,
+                relay,
+                done=finished_results(ar, ranks),
+            )
+    except KeyboardInterrupt:
+        pending = pending_ranks(s.cluster.client, ar, ranks)
+        s.cluster.interrupt(pending)
+        try:
+            interrupted = s.recovery.after_interrupt(pending)
+        finally:
+            s.hang_watch.end_call()
+            if relay is not None:
+                relay.flush()
+        raise interrupted from None
+    finally:
+        s.hang_watch.end_call()  # its live status line goes with the call
+    if relay is not None:
+        ar.wait_for_output(5)  # results can arrive before the last output (shell vs iopub channel)
+        relay.flush()
+    try:
+        reports = ar.get()
+    except Exception as exc:  # an ipyparallel-level failure (engine lost, unpicklable result)
+        if "died" in str(exc):  # ipyparallel can see an engine go before its exit record is written
+            await_exit_record(s, ranks)
+        raise transport_failure(exc, label, s.cluster.exits()) from None
+    if not isinstance(reports, list):
+        reports = [reports]
+    return results(s, reports, ranks)
