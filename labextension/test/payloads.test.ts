@@ -5,23 +5,7 @@ import {
   parseStreamMessage,
   PayloadError
 } from '../src/payloads';
-
-const rank = (r: number) => ({
-  rank: r,
-  pid: 100 + r,
-  alive: true,
-  host: null,
-  device: `cpu:${r}`,
-  kind: 'cpu',
-  state: 'idle',
-  op: null,
-  activity: null,
-  used_bytes: 1000 + r,
-  peak_bytes: 2000,
-  total_bytes: 4000,
-  figures: `${1000 + r} B / 3.9 KiB`,
-  sample_age_s: 0.05
-});
+import { rank } from './samples';
 
 const cluster = {
   cluster_id: '123-abcd0001',

@@ -1,37 +1,6 @@
-import {
-  parseClusters,
-  parseProfile,
-  PayloadError,
-  ProfilePayload
-} from '../src/payloads';
+import { parseClusters, parseProfile, PayloadError } from '../src/payloads';
 import { profileCaption, profileRects } from '../src/profile_view';
-
-const payload: ProfilePayload = {
-  profiled_at: 1700000000,
-  window_ms: 1000,
-  ranks: [
-    { rank: 0, calls: [[0, 1000]], collective: [[900, 10]], wait: [[0, 900]] },
-    { rank: 1, calls: [[0, 1000]], collective: [[900, 10]], wait: [] }
-  ],
-  summary: [
-    {
-      rank: 0,
-      compute_s: 0.09,
-      collective_s: 0.91,
-      wait_s: 0.9,
-      last_to_arrive: 0,
-      calls_s: 1
-    },
-    {
-      rank: 1,
-      compute_s: 0.99,
-      collective_s: 0.01,
-      wait_s: 0,
-      last_to_arrive: 3,
-      calls_s: 1
-    }
-  ]
-};
+import { profile as payload } from './samples';
 
 describe('the last profile in the sidebar', () => {
   it('parses the payload and refuses a malformed segment, naming it', () => {
