@@ -34,6 +34,9 @@ def build(ctx: Context) -> Prepared:
             t.register(bucket.buffer(), "Other")
         return allreduce_hook(group, bucket)
 
+    # DDP compares a hook's annotations with GradBucket and Future objects; this module's are strings
+    # (``from __future__ import annotations``), which it refuses: they are for mypy only
+    hook.__annotations__.clear()
     ddp.register_comm_hook(ctx.group, hook)
     opt = make_optimizer(ctx, ddp.parameters())
     return Prepared(ddp, opt, local_step(ctx, ddp, opt, share=True, watch=watch), watch=watch)
