@@ -15,7 +15,8 @@ import {
   runCell,
   reportError,
   notebookLayout,
-  shotCell
+  shotCell,
+  shutdownKernel
 } from './chromium.mjs';
 
 const STEP_TIMEOUT = 90000;
@@ -299,11 +300,7 @@ try {
   step('done', { shutdown, consoleErrors });
 } catch (err) {
   await reportError(err, page, '99_failure.png', consoleErrors);
-  await page
-    .evaluate(() =>
-      window.jupyterapp.shell.currentWidget.sessionContext.shutdown()
-    )
-    .catch(() => {});
+  await shutdownKernel(page);
 } finally {
   await context.close();
 }

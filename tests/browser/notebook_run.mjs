@@ -15,7 +15,8 @@ import {
   openNotebook,
   reportError,
   notebookLayout,
-  shotCell as shotOf
+  shotCell as shotOf,
+  shutdownKernel
 } from './chromium.mjs';
 
 const T = cfg.timeoutMs ?? 600000;
@@ -145,11 +146,7 @@ try {
   report('done', { consoleErrors });
 } catch (err) {
   await reportError(err, page, 'error.png', consoleErrors);
-  await page
-    .evaluate(() =>
-      window.jupyterapp.shell.currentWidget.sessionContext.shutdown()
-    )
-    .catch(() => {});
+  await shutdownKernel(page);
 } finally {
   await context.close();
 }
