@@ -237,6 +237,7 @@ def _train_step(
     if measured:
         prepared.watch["tracker"] = None
         result["memory"] = tracker.columns()
+        result["memory"]["optimizer"] = measure.optimizer_state_bytes(prepared.optimizer)
         result["tracked_peak"] = tracker.total_peak()
         result["bytes"], result["calls"] = dict(counter.bytes), dict(counter.calls)
     result["losses"].append(loss)

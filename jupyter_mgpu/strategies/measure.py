@@ -13,7 +13,8 @@
   memory never comes back); so they run here without them, with the phase set by the training step
   itself (:func:`set_backward` around ``backward()`` and each pipeline backward chunk). Gradients
   count once accumulated into ``.grad``, optimizer state as the tensors the optimizer keeps between
-  steps (what the step makes and frees on the way is a temporary).
+  steps, read from its state after the step (what the step makes and frees on the way is a
+  temporary).
 * :func:`device_bytes` — the device's own count: the CUDA allocator's, or on a CPU virtual device the
   budget's count of tensor bytes (resident memory and ``VmHWM`` where the budget is the OS limit).
 """
@@ -220,6 +221,21 @@ def tracker(kind: str, module: Any, optimizer: Any) -> Any:
         h = p.register_post_accumulate_grad_hook(accumulated)
         t._param_to_grad_hook_handles[p] = (h, h)
     return t
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    """The bytes the optimizer keeps between steps: each storage of its state's tensors, counted once.
+    Read from the state itself, not from the tracker's category, so a temporary of the step that is
+    freed a moment late (a frame another thread held, a garbage cycle) is never counted as state."""
+    from torch.distributed._tools.common_utils import get_untyped_storages
+
+    seen: dict[tuple[str, int], int] = {}
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                for st in get_untyped_storages(value):
+                    seen[(str(st.device), st.data_ptr())] = st.nbytes()
+    return sum(seen.values())
 
 
 def _ref(t: Any, name: str) -> Any:

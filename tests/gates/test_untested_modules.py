@@ -46,7 +46,6 @@ UNTESTED: set[str] = {
     "jupyter_mgpu.strategies.compare_run",
     "jupyter_mgpu.strategies.ddp",
     "jupyter_mgpu.strategies.fsdp",
-    "jupyter_mgpu.strategies.measure",
     "jupyter_mgpu.strategies.pp",
     "jupyter_mgpu.strategies.single",
     "jupyter_mgpu.strategies.step",
