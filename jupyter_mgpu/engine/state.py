@@ -40,6 +40,8 @@ class EngineState:
     # while mg.profile() records (engine/records/rank_profiler.py): the outermost calls and the collectives watched
     call_log: list[tuple[str, int, int]] | None = None
     collective_log: list[dict[str, Any]] | None = None
+    # while this rank's pdb waits for a line from the notebook (engine/execution/rank_debugger.py): since, line
+    debugging: dict[str, Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 

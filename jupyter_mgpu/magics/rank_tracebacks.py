@@ -146,6 +146,7 @@ def show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_
     """Show jupyter_mgpu errors as one line, without the controller-side traceback; a failure on the
     ranks also shows each rank's traceback folded under it (a notebook) or a hint (a terminal)."""
     stb = [f"{etype.__name__}: {evalue}"]
+    sys.last_type, sys.last_value, sys.last_traceback = etype, evalue, tb  # as IPython keeps any error's
     shell._showtraceback(etype, evalue, stb)
     if isinstance(evalue, RankError):
         folded = details_html(evalue)
@@ -153,6 +154,8 @@ def show_mgpu_error(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_
             from IPython.display import display
 
             display({"text/html": folded, "text/plain": f"({HINT})"}, raw=True)
+        if getattr(shell, "call_pdb", False):  # %pdb on: the post-mortem opens on the rank's frames
+            shell.debugger(force=True)
     return stb
 
 

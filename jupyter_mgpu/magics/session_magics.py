@@ -324,6 +324,7 @@ def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:
 
 
 def register(ipython: Any) -> None:
+    from jupyter_mgpu.magics import rank_debug
     from jupyter_mgpu.magics.cell_magics import CellMagics
     from jupyter_mgpu.magics.rank_tracebacks import TracebackMagics, show_mgpu_error
     from jupyter_mgpu.magics.rank_where import WhereMagics
@@ -332,6 +333,7 @@ def register(ipython: Any) -> None:
     ipython.register_magics(CellMagics)
     ipython.register_magics(TracebackMagics)
     ipython.register_magics(WhereMagics)
+    rank_debug.install(ipython)  # %mgpu_debug; %debug and %pdb on reach the ranks
     if not hasattr(ipython, "kernel"):  # a terminal shell: ipyparallel reads .kernel when a rank opens a widget
         ipython.kernel = None
     ipython.set_custom_exc((MgpuError, Interrupted), show_mgpu_error)

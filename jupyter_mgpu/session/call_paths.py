@@ -35,6 +35,7 @@ def run_direct(s: Session, args: tuple[Any, ...], ranks: list[int], label: str, 
     deadline = None if timeout is None else time.monotonic() + timeout
     s.recovery.start_call()
     s.hang_watch.start_call()
+    s.debug_desk.start_call()
 
     def check(pending: list[int], done: dict[int, Any]) -> None:
         call_wait.check_waiting(s, ranks, lambda: pending, label, deadline, timeout, done=done)
@@ -68,6 +69,7 @@ def collect(
     deadline = None if timeout is None else time.monotonic() + timeout
     s.recovery.start_call()
     s.hang_watch.start_call()
+    s.debug_desk.start_call()
     try:
         while not ar.ready():
             ar.wait(0.05)

@@ -53,7 +53,8 @@ def check_waiting(
 ) -> None:
     """While waiting on ``ranks``: raise for a dead rank, a broken cluster or the deadline, interrupting
     the ranks still at work first; release ranks left waiting in a collective by a rank that already
-    failed (``done``: the reports that came back) and ranks stuck or mismatched in one."""
+    failed (``done``: the reports that came back) and ranks stuck or mismatched in one; serve a rank
+    stopped at a pdb prompt (``session/rank_debugging.py``; time there does not count to the deadline)."""
     dead = {r: e for r, e in s.cluster.exits().items() if r in ranks}
     if dead:
         if relay is not None:
@@ -66,7 +67,8 @@ def check_waiting(
     if done:
         s.recovery.watch(done, waiting)
     s.hang_watch.watch(waiting, set(done or {}), what_runs(label), live=relay is not None and relay.live)
-    if deadline is not None and time.monotonic() > deadline:
+    s.debug_desk.serve(waiting, relay)
+    if deadline is not None and time.monotonic() > deadline + s.debug_desk.paused_s:
         waiting = pending()
         s.cluster.interrupt(waiting)
         # SIGINT does not reach a rank blocked in a collective: the next call rebuilds the group

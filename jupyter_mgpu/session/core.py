@@ -23,6 +23,7 @@ from jupyter_mgpu.session.direct_channel import DirectChannel
 from jupyter_mgpu.session.hang_watch import HangWatch
 from jupyter_mgpu.session.output_relay import OutputRelay
 from jupyter_mgpu.session.pending import PendingResult
+from jupyter_mgpu.session.rank_debugging import DebugDesk
 from jupyter_mgpu.session.recovery import GroupRecovery
 from jupyter_mgpu.session.targets import parse_targets
 
@@ -52,6 +53,8 @@ class Session:
         self.hang_watch = HangWatch(
             lambda: call_wait.read_where(self), self.recovery.release, getattr(cluster.spec, "hang_after", 2.0)
         )
+        # ranks stopped at a pdb prompt (breakpoint()) answered through the notebook's input box
+        self.debug_desk = DebugDesk(self)
         # seconds the slowest rank spent inside calls, summed over calls: wall time minus this is dispatch
         self.engine_seconds = 0.0
         # (function, names) already said to be defined both in the notebook and on the ranks

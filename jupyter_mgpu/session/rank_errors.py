@@ -130,6 +130,11 @@ def _build_error(
         # one rank failed on its own; the others were stuck waiting for it in a collective
         inner = _build_error({r: failures[r] for r in real}, succeeded=None, budgets=budgets, device_kind=device_kind)
         return type(inner)(f"{inner}; {_left_waiting(timed, released, timeout)}", failed, failures)
+    quit_ = [r for r in failed if failures[r].get("debug_quit")]
+    if quit_ and all(failures[r].get("debug_quit") or failures[r].get("interrupted") for r in failed):
+        msg = f"debugging ended with q on {rank_list(quit_)}{_where(failures[quit_[0]])}"
+        msg += ", and the code after that line did not run there"
+        return RankError(msg + (f" ({rank_list(succeeded)} finished)" if succeeded else ""), failed, failures)
     if all(failures[r].get("interrupted") for r in failed):
         return RankError(f"interrupted on {rank_list(failed)}", failed, failures)
     groups: dict[tuple[str, str], list[int]] = {}

@@ -104,6 +104,7 @@ ALLOWED: dict[str, set[str]] = {
         "engine.execution.calls",
         "engine.execution.direct_channel",
         "engine.execution.namespace_transfer",
+        "engine.execution.rank_debugger",  # the rank half of pdb on the ranks: post_mortem, sent by reference
         "engine.execution.rank_namespace",
         "engine.execution.shipped_function",
         "engine.group.process_group",

@@ -60,7 +60,6 @@ UNTESTED: set[str] = {
     "jupyter_mgpu.engine.program.fresh_program",
     "jupyter_mgpu.engine.program.script_run",
     "jupyter_mgpu.engine.records.rank_profiler",
-    "jupyter_mgpu.engine.watch.collective_watch",
     "jupyter_mgpu.engine.wire.link_agent",
     # processes' entry points and the multi-host start, run as subprocesses (tests/cluster, tests/multihost)
     "jupyter_mgpu.engine.startup.controller",

@@ -17,6 +17,7 @@ from jupyter_mgpu.engine.records import telemetry
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 from jupyter_mgpu.session import call_wait
 from jupyter_mgpu.session.hang_watch import HangWatch
+from jupyter_mgpu.session.rank_debugging import DebugDesk
 from jupyter_mgpu.session.recovery import GroupRecovery
 
 
@@ -50,6 +51,7 @@ def _session(path: Path, world_size: int = 4, dead: dict[int, dict[str, Any]] | 
 
     s.recovery = GroupRecovery(str(path), world_size, 5.0, run_on_all, lambda reason: None)
     s.hang_watch = HangWatch(lambda: call_wait.read_where(s), s.recovery.release)
+    s.debug_desk = DebugDesk(s)
     return s
 
 
@@ -132,6 +134,16 @@ def test_a_passed_deadline_interrupts_the_waiting_ranks_and_dirties_the_group(tm
     )
     assert s.cluster.interrupted == [[3, 1]]
     assert s.recovery.dirty == "the timeout"
+
+
+def test_time_at_a_pdb_prompt_does_not_count_to_the_deadline(tmp_path):
+    s = _session(tmp_path)
+    s.debug_desk.paused_s = 30.0  # the call spent 30 s at prompts
+    call_wait.check_waiting(s, [0, 1], lambda: [1], "%%mgpu", time.monotonic() - 5, 10.0)
+    assert s.cluster.interrupted == []
+    s.debug_desk.start_call()  # a new call: its own time only
+    with pytest.raises(MgpuError, match="did not finish within 10 s"):
+        call_wait.check_waiting(s, [0, 1], lambda: [1], "%%mgpu", time.monotonic() - 5, 10.0)
 
 
 def test_a_wait_with_nothing_wrong_goes_on(tmp_path):

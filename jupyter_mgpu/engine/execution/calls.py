@@ -7,6 +7,7 @@ which ranks failed, the error, the user's own frame.
 from __future__ import annotations
 
 import ast
+import bdb
 import linecache
 import sys
 import time
@@ -15,7 +16,7 @@ from typing import Any
 
 from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine.execution import cell_value, namespace_transfer, rank_namespace
+from jupyter_mgpu.engine.execution import cell_value, namespace_transfer, rank_debugger, rank_namespace
 from jupyter_mgpu.engine.group import user_process_group
 from jupyter_mgpu.engine.shards import budget
 
@@ -39,8 +40,11 @@ def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, 
         "oom": budget.is_oom(exc),
         "requested_bytes": budget.requested_bytes(message),
         "interrupted": isinstance(exc, KeyboardInterrupt),
+        "debug_quit": isinstance(exc, bdb.BdbQuit),  # q at this rank's pdb prompt
         "op": st.current_op if st else None,
     }
+    if not info["debug_quit"] and tb is not None:
+        rank_debugger.remember(tb)  # for %mgpu_debug, as IPython keeps sys.last_traceback
     lowered = message.lower()
     if any(s in lowered for s in ("timed out", "timeout", "connection closed by peer", "connection reset")):
         info["collective_failure"] = True
@@ -166,9 +170,11 @@ def _exec_cell(source: str, filename: str, user_ns: dict[str, Any], rich: bool =
             if result is not None:
                 value = cell_value.describe(result) if rich else repr(result)
                 user_ns["_"] = result
+        rank_debugger.tidy(user_ns)
         return {"ok": True, "value": value}
     except BaseException as exc:
         info = failure(exc, exc.__traceback__, entry=filename)
+        rank_debugger.tidy(user_ns)
         if isinstance(exc, SyntaxError):
             info["frames"] = [
                 {

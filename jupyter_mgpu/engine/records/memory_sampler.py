@@ -130,6 +130,7 @@ class Sampler(threading.Thread):
         self._resume = threading.Event()
         self._fd: int | None = None
         self._written = RECORD_BYTES
+        self._write_lock = threading.Lock()  # the thread's ticks and publish_now() from the main thread
 
     def apply_control(self) -> None:
         """Apply the kernel's ``control.json`` (period, peak resets) if it changed since last tick."""
@@ -153,6 +154,10 @@ class Sampler(threading.Thread):
             self.period = float(period)
 
     def write_once(self) -> None:
+        with self._write_lock:
+            self._write()
+
+    def _write(self) -> None:
         self.seq += 1
         data = {
             "seq": self.seq,
@@ -211,6 +216,12 @@ def maybe_start(state: EngineState) -> Sampler | None:
     _sampler = Sampler(state, max(MIN_PERIOD, min(MAX_PERIOD, period)))
     _sampler.start()
     return _sampler
+
+
+def publish_now() -> None:
+    """Write a sample now, off the period (a rank stopping at a pdb prompt says so at once)."""
+    if _sampler is not None and _sampler.period > 0:
+        _sampler.write_once()
 
 
 def set_period(period: float) -> None:

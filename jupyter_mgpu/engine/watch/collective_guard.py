@@ -37,6 +37,11 @@ _group_sockets: set[int] = set()  # inodes of sockets opened while making proces
 exclusions: list[Callable[[], set[int]]] = []
 _lock = threading.Lock()
 _installed = False
+# more requests, by name: each gets the request's body (``name <bytes>\n`` then that many bytes) and
+# returns the reply
+# (the rank's debugger registers ``debug-take`` and ``debug-line``: engine/execution/rank_debugger.py)
+commands: dict[str, Callable[[str], dict[str, Any]]] = {}
+MAX_REQUEST = 1 << 20
 
 
 def socket_path(rundir: str | Path, rank: int) -> Path:
@@ -130,7 +135,8 @@ def progress(state: EngineState) -> dict[str, Any]:
 
 
 class Listener(threading.Thread):
-    """Answers the kernel's ``progress``, ``where`` and ``release`` requests while the main thread is busy."""
+    """Answers the kernel's ``progress``, ``where`` and ``release`` requests (and those in :data:`commands`)
+    while the main thread is busy."""
 
     def __init__(self, rundir: str, state: EngineState) -> None:
         super().__init__(name="mgpu-collective-guard", daemon=True)
@@ -154,8 +160,10 @@ class Listener(threading.Thread):
         if not unix_socket.same_user(conn):
             return
         conn.settimeout(REQUEST_TIMEOUT)
-        command = conn.recv(64).decode().strip()
-        if command == "release":
+        command, body = _read_request(conn)
+        if command in commands:
+            reply = commands[command](body)
+        elif command == "release":
             reply = {"released": release(self.state.backend), **progress(self.state)}
         elif command == "progress":
             reply = progress(self.state)
@@ -168,6 +176,29 @@ class Listener(threading.Thread):
         conn.sendall(json.dumps(reply).encode())
 
 
+def _read_request(conn: socket.socket) -> tuple[str, str]:
+    """A request's name and body: ``name\n``, or ``name <bytes>\n`` and a body of that many bytes.
+    Ended by its length, never by the client's half-close (a relay across hosts need not pass it on)."""
+    data = b""
+    while b"\n" not in data and len(data) < 256:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    header, _, rest = data.partition(b"\n")
+    words = header.decode().split()
+    if not words:
+        return "", ""
+    size = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+    size = min(size, MAX_REQUEST)
+    while len(rest) < size:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return words[0], rest[:size].decode()
+
+
 def start(rundir: str, state: EngineState) -> Listener:
     """Serve this rank's guard socket from a daemon thread."""
     listener = Listener(rundir, state)
@@ -175,13 +206,18 @@ def start(rundir: str, state: EngineState) -> Listener:
     return listener
 
 
-def ask(rundir: str | Path, rank: int, command: str, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any] | None:
-    """Kernel side: send ``command`` to ``rank``'s guard; its reply, or None if it cannot be reached."""
+def ask(
+    rundir: str | Path, rank: int, command: str, timeout: float = REQUEST_TIMEOUT, body: str | None = None
+) -> dict[str, Any] | None:
+    """Kernel side: send ``command`` (with ``body``, for a request of :data:`commands`) to ``rank``'s
+    guard; its reply, or None if it cannot be reached."""
+    raw = body.encode() if body is not None else b""
+    request = (f"{command} {len(raw)}\n" if body is not None else f"{command}\n").encode() + raw
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             unix_socket.connect(s, socket_path(rundir, rank))
-            s.sendall(command.encode())
+            s.sendall(request)
             s.shutdown(socket.SHUT_WR)
             data = b""
             while chunk := s.recv(4096):

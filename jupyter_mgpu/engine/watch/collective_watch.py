@@ -273,7 +273,11 @@ def stack() -> list[str]:
 
 def where(st: Any) -> dict[str, Any]:
     """What this rank does now: ``state`` (``collective``, ``running`` or ``idle``), ``since`` (epoch s),
-    ``collective`` (``barrier #7``), ``line``, and for a collective its group, key and fingerprint."""
+    ``collective`` (``barrier #7``), ``line``, and for a collective its group, key and fingerprint.
+    A rank at a pdb prompt says ``debugging``: neither busy nor stuck, and not done."""
+    dbg = getattr(st, "debugging", None)
+    if dbg is not None:
+        return {"state": "debugging", "since": dbg["since"], "collective": None, "line": dbg.get("line")}
     cur = _current
     if cur is None and _pending is not None:  # nccl: a collective the GPU has not finished
         try:
@@ -296,11 +300,14 @@ def where(st: Any) -> dict[str, Any]:
 
 
 def describe(where: dict[str, Any] | None, now: float) -> str | None:
-    """``waiting in barrier #7 for 44 s`` or ``running line 3 of the cell for 45 s``; None when idle.
-    The live status line and the sidebar say a rank's activity in these words."""
-    if not where or where.get("state") not in ("collective", "running"):
+    """``waiting in barrier #7 for 44 s``, ``running line 3 of the cell for 45 s`` or ``at a pdb prompt at
+    line 3 of the cell for 9 s``; None when idle. The live status line and the sidebar say a rank's
+    activity in these words."""
+    if not where or where.get("state") not in ("collective", "running", "debugging"):
         return None
     seconds = max(0.0, now - float(where.get("since") or now))
+    if where["state"] == "debugging":
+        return f"at a pdb prompt at {where.get('line') or 'an unknown line'} for {seconds:.0f} s"
     if where["state"] == "collective":
         return f"waiting in {where.get('collective')} for {seconds:.0f} s"
     return f"running {where.get('line') or 'its code'} for {seconds:.0f} s"

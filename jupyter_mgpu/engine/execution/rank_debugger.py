@@ -1,0 +1,208 @@
+"""pdb on this rank with the notebook's input box as its terminal: ``breakpoint()``, ``pdb.set_trace()``
+and post-mortem (``%mgpu_debug``). The kernel half is ``session/rank_debugging.py``.
+
+The rank's pdb writes into a buffer and reads its lines from a queue. When it wants a line it says
+``debugging`` in ``where`` (through ``engine/state.py``, read by ``engine/watch/collective_watch.py``)
+and in its telemetry at once; the kernel, waiting for the call, sees that, takes the prompt and what pdb
+printed since the last one over the guard socket (``debug-take``), asks the person through the
+notebook's input box (stdin, as IPython's ``%debug`` does) and hands the line back (``debug-line``).
+Nothing new listens: the guard socket is the rank's private one, in the cluster's 0700 directory.
+"""
+
+from __future__ import annotations
+
+import bdb
+import io
+import json
+import os
+import pdb
+import queue
+import sys
+import threading
+import time
+from types import FrameType, TracebackType
+from typing import Any
+
+from jupyter_mgpu.engine import state as rank_state
+
+# frames pdb never stops in when stepping: ours and the engine's machinery around the user's code
+SKIP = ["jupyter_mgpu.*", "ipyparallel.*", "ipykernel.*", "IPython.*", "tornado.*", "zmq.*", "asyncio.*", "runpy"]
+POLL_S = 0.2  # how often a wait for a line looks up from the queue (the stop button gets in between)
+
+
+class _Port:
+    """The one prompt this rank waits at (if any) and the lines the kernel sends it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lines: queue.Queue[tuple[int, str]] = queue.Queue()
+        self.pending: dict[str, Any] | None = None
+        self.count = 0
+
+    def take(self, body: str = "") -> dict[str, Any]:
+        """The guard's ``debug-take``: the prompt waiting for a line, or ``{"prompt": None}``."""
+        with self.lock:
+            return dict(self.pending) if self.pending else {"prompt": None}
+
+    def give(self, body: str) -> dict[str, Any]:
+        """The guard's ``debug-line``: ``{"n": ..., "line": ..., "eof": ...}`` answers prompt ``n``."""
+        msg = json.loads(body)
+        with self.lock:
+            if not self.pending or self.pending["n"] != msg["n"]:
+                return {"ok": False}
+            self.pending = None
+        self.lines.put((int(msg["n"]), "" if msg.get("eof") else str(msg["line"]) + "\n"))
+        return {"ok": True}
+
+
+PORT = _Port()
+
+
+class _Input:
+    """pdb's stdin: each ``readline`` publishes the prompt and waits for the notebook's line."""
+
+    def __init__(self, debugger: RankPdb) -> None:
+        self.debugger = debugger
+
+    def readline(self) -> str:
+        return self.debugger.ask()
+
+
+class RankPdb(pdb.Pdb):
+    """pdb reading from the notebook's input box, its prompt naming the rank, the engine's frames skipped.
+    The stop button at its prompt ends debugging and interrupts the call (plain pdb would swallow it)."""
+
+    def __init__(self) -> None:
+        self.buffer = io.StringIO()
+        super().__init__(stdin=_Input(self), stdout=self.buffer, skip=SKIP)  # type: ignore[arg-type]
+        self.use_rawinput = False
+        st = rank_state.STATE
+        self.rank = st.rank if st is not None else 0
+        self.prompt = f"(Pdb rank {self.rank}) "
+
+    def _cmdloop(self) -> None:
+        self.cmdloop()  # a KeyboardInterrupt ends the debugging and reaches the call
+
+    def ask(self) -> str:
+        """Publish the prompt with what pdb printed since the last one; wait for the notebook's line."""
+        text = self.buffer.getvalue()
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        if text.endswith(self.prompt):
+            text = text[: -len(self.prompt)]
+        for stream in (sys.stdout, sys.stderr):  # the user's own output first, in order
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        st = rank_state.STATE
+        frame = getattr(self, "curframe", None)
+        line = _frame_line(frame) if frame is not None else None
+        with PORT.lock:
+            PORT.count += 1
+            n = PORT.count
+            PORT.pending = {"n": n, "rank": self.rank, "prompt": self.prompt, "output": text, "line": line}
+        if st is not None:
+            st.debugging = {"since": time.time(), "line": line}
+        _publish_now()
+        try:
+            while True:
+                try:
+                    got, reply = PORT.lines.get(timeout=POLL_S)
+                except queue.Empty:
+                    continue
+                if got == n:
+                    return reply
+        finally:
+            with PORT.lock:
+                if PORT.pending and PORT.pending["n"] == n:
+                    PORT.pending = None
+            if st is not None:
+                st.debugging = None
+            _publish_now()
+
+
+def _frame_line(frame: FrameType) -> str | None:
+    """``line 3 of the cell`` for the frame pdb shows."""
+    from jupyter_mgpu.engine import rank_traceback
+
+    f = {
+        "file": rank_traceback.display_path(frame.f_code.co_filename),
+        "line": frame.f_lineno,
+        "name": frame.f_code.co_name,
+    }
+    return str(rank_traceback.place(f))
+
+
+def _publish_now() -> None:
+    """Write a telemetry sample now, so the kernel sees the prompt (or its end) at once."""
+    try:
+        from jupyter_mgpu.engine.records import memory_sampler
+
+        memory_sampler.publish_now()
+    except Exception:
+        pass
+
+
+def set_trace(frame: FrameType | None = None, *, header: str | None = None) -> None:
+    """``pdb.set_trace()`` on this rank: stop in the caller's frame, prompt in the notebook."""
+    debugger = RankPdb()
+    if header is not None:
+        debugger.message(header)
+    debugger.set_trace(frame or sys._getframe().f_back)
+
+
+def breakpointhook(*args: Any, **kwargs: Any) -> Any:
+    """``sys.breakpointhook`` of the rank: honours ``PYTHONBREAKPOINT`` as Python's own hook does
+    (``0`` skips, another callable is called), and stops in :class:`RankPdb` otherwise."""
+    hook = os.environ.get("PYTHONBREAKPOINT", "")
+    if hook == "0":
+        return None
+    if hook not in ("", "pdb.set_trace"):
+        return sys.__breakpointhook__(*args, **kwargs)
+    return set_trace(sys._getframe().f_back, **kwargs)
+
+
+def post_mortem(tb: TracebackType | None = None) -> None:
+    """pdb on the frames of this rank's last failure (``%mgpu_debug``)."""
+    tb = tb or last_traceback()
+    if tb is None:
+        raise RuntimeError("no failure to debug on this rank")
+    debugger = RankPdb()
+    debugger.reset()
+    try:
+        debugger.interaction(None, tb)
+    except bdb.BdbQuit:
+        pass  # q ends a post-mortem, as in IPython's %debug
+
+
+_last: list[TracebackType | None] = [None]
+
+
+def remember(tb: TracebackType | None) -> None:
+    """Keep the traceback of this rank's last failure for post-mortem (as ``sys.last_traceback``)."""
+    _last[0] = tb
+
+
+def last_traceback() -> TracebackType | None:
+    return _last[0]
+
+
+def has_failure() -> bool:
+    """Whether this rank has a failure to debug."""
+    return _last[0] is not None
+
+
+def tidy(namespace: dict[str, Any]) -> None:
+    """Drop the names pdb leaves in a module's namespace (``__return__``, ``__exception__``) once a
+    cell that stopped in it ends: the cell's namespace is the rank's, and the next cell would show them."""
+    namespace.pop("__return__", None)
+    namespace.pop("__exception__", None)
+
+
+def install() -> dict[str, Any]:
+    """Make ``breakpoint()`` and ``pdb.set_trace()`` on this engine stop in :class:`RankPdb`; returns the
+    guard requests that serve its prompts (``engine/startup/runtime.py`` registers them)."""
+    sys.breakpointhook = breakpointhook
+    pdb.set_trace = set_trace
+    return {"debug-take": PORT.take, "debug-line": PORT.give}

@@ -1,0 +1,144 @@
+"""The kernel's half of pdb on the ranks (``engine/execution/rank_debugger.py``): while a call waits, a
+rank at a pdb prompt is served through the notebook's input box (stdin, as IPython's ``%debug`` asks),
+one rank at a time, lowest first; and ``%mgpu_debug``'s post-mortem on one rank.
+
+A rank says ``debugging`` in its telemetry the moment it stops at a prompt; the wait loop
+(``session/call_wait.py``) calls :meth:`DebugDesk.serve`, which takes that prompt over the rank's guard
+socket, prints what pdb printed, asks for a line and hands it back. Time at a prompt does not count
+against the call's timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from jupyter_mgpu.engine.watch import collective_guard
+from jupyter_mgpu.errors import MgpuError, RankError, rank_list
+
+if TYPE_CHECKING:
+    from jupyter_mgpu.session.core import Session
+    from jupyter_mgpu.session.output_relay import OutputRelay
+
+POLL_S = 0.1  # how often the wait loop looks for a rank at a prompt
+ASK_GUARD_S = 1.0  # how often a rank with no fresh telemetry (telemetry off, busy in C++) is asked
+FOLLOW_S = 0.5  # after a line, how long the desk waits for that rank's next prompt before looking round
+NO_FAILURE = "there is no failure to debug: no %%mgpu cell, mg.* call or script has failed on the ranks of this session"
+
+
+def read_line(prompt: str) -> tuple[str, bool]:
+    """A line from the person (the notebook's input box); ``("", True)`` when this frontend takes no
+    input, which pdb reads as end of input (it quits), as a terminal's Ctrl-D."""
+    try:
+        return input(prompt), False
+    except (EOFError, OSError):  # no stdin: a script, a test's captured stdin
+        return "", True
+    except Exception as exc:  # ipykernel's StdinNotImplementedError: the frontend has no input box
+        if type(exc).__name__ == "StdinNotImplementedError":
+            return "", True
+        raise
+
+
+class DebugDesk:
+    """Serves the ranks' pdb prompts while one call runs."""
+
+    def __init__(self, s: Session) -> None:
+        self.s = s
+        self._next = 0.0
+        self._asked = 0.0
+        self.served: dict[int, int] = {}  # rank -> the number of the last prompt answered
+        self.paused_s = 0.0  # seconds the current call spent at prompts
+        self._told: tuple[int, ...] = ()
+
+    def start_call(self) -> None:
+        self._next, self.paused_s, self._told = 0.0, 0.0, ()
+
+    def serve(self, pending: list[int], relay: OutputRelay | None = None) -> None:
+        """One look (at most every ``POLL_S``): answer the lowest rank waiting at a prompt, and follow it
+        from prompt to prompt while it stops again at once."""
+        now = time.monotonic()
+        if not pending or now < self._next:
+            return
+        self._next = now + POLL_S
+        from jupyter_mgpu.session.call_wait import read_where
+
+        where = read_where(self.s)
+        waiting = [r for r in pending if (where.get(r) or {}).get("state") == "debugging"]
+        if now - self._asked >= ASK_GUARD_S:  # ranks whose telemetry says nothing: ask them
+            self._asked = now
+            waiting += [r for r in pending if r not in where]
+        rank, prompt = None, None
+        for r in sorted(set(waiting)):
+            p = self._take(r)
+            if p is not None:
+                rank, prompt = r, p
+                break
+        while rank is not None and prompt is not None:
+            self._answer(rank, prompt, sorted(set(waiting) - {rank}), relay)
+            prompt = self._follow(rank)
+        self._next = time.monotonic()  # another rank may be at a prompt already
+
+    def _take(self, rank: int) -> dict[str, Any] | None:
+        p = collective_guard.ask(self.s.cluster.path, rank, "debug-take")
+        if not p or not p.get("prompt") or self.served.get(rank) == p.get("n"):
+            return None
+        return p
+
+    def _follow(self, rank: int) -> dict[str, Any] | None:
+        end = time.monotonic() + FOLLOW_S
+        while time.monotonic() < end:
+            p = self._take(rank)
+            if p is not None:
+                return p
+            time.sleep(0.01)
+        return None
+
+    def _answer(self, rank: int, p: dict[str, Any], others: list[int], relay: OutputRelay | None) -> None:
+        start = time.monotonic()
+        if relay is not None:
+            relay.poll()  # what the rank printed before it stopped comes first
+        if p.get("output"):
+            sys.stdout.write(p["output"])
+        if tuple(others) != self._told:
+            self._told = tuple(others)
+            if others:
+                verb = "waits" if len(others) == 1 else "wait"
+                print(f"mgpu: {rank_list(others)} also {verb} at a pdb prompt, served after rank {rank}")
+        sys.stdout.flush()
+        try:
+            line, eof = read_line(str(p["prompt"]))
+        finally:
+            self.paused_s += time.monotonic() - start
+        self.served[rank] = int(p["n"])
+        body = json.dumps({"n": p["n"], "line": line, "eof": eof})
+        collective_guard.ask(self.s.cluster.path, rank, "debug-line", body=body)
+
+
+def default_rank(err: BaseException | None) -> int | None:
+    """The rank ``%mgpu_debug`` opens without ``--rank``: the lowest that failed on its own (not one left
+    waiting in a collective for it), else the lowest that failed."""
+    if not isinstance(err, RankError) or not err.ranks:
+        return None
+    errors = err.errors or {}
+    own = [r for r in err.ranks if not (errors.get(r) or {}).get("collective_failure")]
+    return min(own or err.ranks)
+
+
+def post_mortem(s: Session, rank: int | None = None) -> None:
+    """pdb on ``rank``'s frames of the last failure (the lowest failed rank by default), through the
+    notebook's input box."""
+    from jupyter_mgpu.engine.execution import rank_debugger
+
+    err = s.last_error
+    if rank is None:
+        rank = default_rank(err)
+        if rank is None:
+            raise MgpuError(NO_FAILURE)
+    if not 0 <= rank < s.world_size:
+        raise MgpuError(f"--rank {rank} is not a rank of this session (0 to {s.world_size - 1})")
+    if not s.run(rank_debugger.has_failure, targets=[rank], label="%mgpu_debug")[0]:
+        raise MgpuError(f"rank {rank} has no failure to debug: nothing has failed on it in this session")
+    print(f"mgpu: post-mortem on rank {rank}; q or c ends it")
+    s.run(rank_debugger.post_mortem, targets=[rank], label="%mgpu_debug")

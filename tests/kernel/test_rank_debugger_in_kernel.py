@@ -1,0 +1,191 @@
+"""pdb on the ranks in a real ipykernel, answered through stdin as a notebook's input box answers:
+``breakpoint()`` stops every rank in turn, pdb's commands work on the rank's frame, ``q`` ends the cell in
+one sentence, ``PYTHONBREAKPOINT=0`` skips, ``%mgpu_debug`` opens a rank's failure, the stop button at a
+prompt returns quickly, a script's ``breakpoint()`` works the same
+(``engine/execution/rank_debugger.py``, ``session/rank_debugging.py``, ``magics/rank_debug.py``)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kernel_client import Kernel
+from processes import wait_gone
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+def kernel(request, tmp_path_factory):
+    k = Kernel()
+    pids: list[int] = []
+    try:
+        pids = k.start_cluster(request.param)
+        k.n = request.param
+        k.folder = tmp_path_factory.mktemp("debugger")
+        yield k
+        k.km.shutdown_kernel(now=False)
+    finally:
+        k.close()
+    assert wait_gone(pids, 10) == []
+
+
+def debug(k: Kernel, code: str, answers: list[str], timeout: float = 60) -> tuple[dict, list[str], str]:
+    """Run ``code`` answering each input request with the next of ``answers``; the reply, the prompts
+    asked, and everything the cell printed (streams and errors) in order."""
+    prompts: list[str] = []
+    out: list[str] = []
+    todo = list(answers)
+
+    def on_stdin(msg: dict) -> None:
+        prompts.append(msg["content"]["prompt"])
+        assert todo, f"asked {msg['content']['prompt']!r} with no answer left; printed: {''.join(out)[-1500:]}"
+        k.kc.input(todo.pop(0))
+
+    def on_output(msg: dict) -> None:
+        c = msg["content"]
+        out.append(c.get("text", "") or "".join(c.get("traceback", [])))
+
+    reply = k.kc.execute_interactive(
+        code, timeout=timeout, allow_stdin=True, stdin_hook=on_stdin, output_hook=on_output
+    )
+    return reply["content"], prompts, "".join(out)
+
+
+def test_breakpoint_stops_every_rank_in_turn_p_prints_its_values_c_finishes(kernel):
+    n = kernel.n
+    reply, prompts, out = debug(
+        kernel,
+        "%%mgpu\nsecret = rank * 100 + 7\nbreakpoint()\nafter = secret + 1\nafter",
+        [a for _ in range(n) for a in ("p secret", "c")],
+    )
+    assert reply["status"] == "ok", out
+    # each rank asked twice in a row (p, then c), its prompt naming it; served one rank after another
+    assert sorted(set(prompts)) == [f"(Pdb rank {r}) " for r in range(n)]
+    assert all(prompts[i] == prompts[i + 1] for i in range(0, 2 * n, 2)) and len(prompts) == 2 * n
+    for r in range(n):
+        assert f"\n{r * 100 + 7}\n" in out, out  # p secret printed that rank's own value
+    assert "also wait" in out and "at a pdb prompt" in out  # the other ranks were said to be waiting
+    reply, prompts, out = debug(kernel, "%%mgpu\nafter", [])
+    assert prompts == []
+    for r in range(n):
+        assert str(r * 100 + 8) in out  # the values the cell made were kept
+
+
+def test_n_steps_on_the_rank_and_the_namespace_stays_clean(kernel):
+    answers = ["n", "p a", "c"] * kernel.n
+    reply, prompts, out = debug(kernel, "%%mgpu\nbreakpoint()\na = rank + 40\nb = a * 2\nb", answers)
+    assert reply["status"] == "ok", out
+    assert "-> a = rank + 40" in out and "-> b = a * 2" in out
+    for r in range(kernel.n):
+        assert f"\n{40 + r}\n" in out  # each rank stepped over `a = rank + 40` and printed its own
+    reply, _, out = debug(kernel, "%%mgpu --targets 0\n'__return__' in globals()", [])
+    assert "False" in out
+
+
+def test_q_ends_the_cell_in_one_sentence_and_the_session_goes_on(kernel):
+    answers = ["q"] + ["c"] * (kernel.n - 1)
+    reply, prompts, out = debug(kernel, "%%mgpu\nstate = 'before'\nbreakpoint()\nstate = 'after'\n", answers)
+    assert reply["status"] == "error" and reply["ename"] == "RankError"
+    first = int(prompts[0].split()[2].rstrip(")"))  # the rank served first got the q
+    assert f"debugging ended with q on rank {first} at line 3 of the cell: state = 'after'" in reply["evalue"]
+    assert "did not run there" in reply["evalue"]
+    reply, _, out = debug(kernel, "%%mgpu\nstate", [])
+    assert reply["status"] == "ok"
+    assert "'before'" in out and "'after'" in out  # rank 0 stopped there, the others went on
+
+
+def test_pythonbreakpoint_0_skips_every_breakpoint(kernel):
+    reply, prompts, out = debug(
+        kernel,
+        "%%mgpu\nimport os\nos.environ['PYTHONBREAKPOINT'] = '0'\nbreakpoint()\n"
+        "del os.environ['PYTHONBREAKPOINT']\n'went on'",
+        [],
+    )
+    assert reply["status"] == "ok" and prompts == [] and "went on" in out
+
+
+def test_pdb_set_trace_works_as_breakpoint_does(kernel):
+    reply, prompts, out = debug(kernel, "%%mgpu\nimport pdb\npdb.set_trace()\nx = 1\n", ["p rank * 3", "c"] * kernel.n)
+    assert reply["status"] == "ok", out
+    assert sorted(set(prompts)) == [f"(Pdb rank {r}) " for r in range(kernel.n)]
+    for r in range(kernel.n):
+        assert f"\n{3 * r}\n" in out
+
+
+def test_post_mortem_on_the_one_rank_that_failed_prints_its_locals(kernel):
+    last = kernel.n - 1
+    reply, _, out = debug(
+        kernel,
+        f"%%mgpu\ndef f(v):\n    local_value = v * 11\n    if v == {last}:\n        1 / 0\n    return v\nf(rank)",
+        [],
+    )
+    assert reply["status"] == "error" and f"ZeroDivisionError on rank {last}" in reply["evalue"]
+    reply, prompts, out = debug(kernel, "%mgpu_debug", ["p local_value", "w", "q"])
+    assert reply["status"] == "ok", out
+    assert prompts == [f"(Pdb rank {last}) "] * 3
+    assert f"\n{last * 11}\n" in out and "1 / 0" in out and f"post-mortem on rank {last}" in out
+    # IPython's own %debug reaches the rank's frames too
+    reply, prompts, out = debug(kernel, "%debug", ["p v", "q"])
+    assert reply["status"] == "ok" and prompts == [f"(Pdb rank {last}) "] * 2 and f"\n{last}\n" in out
+    reply, _, out = debug(kernel, "%mgpu_debug --rank 0", [])
+    assert reply["status"] == "error" and "rank 0 has no failure to debug" in reply["evalue"]
+
+
+def test_a_breakpoint_in_a_script_run_with_mgpu_run(kernel):
+    script = kernel.folder / "train.py"
+    script.write_text(
+        "import os\nrank = int(os.environ['RANK'])\nloss = 2.5 + rank\nbreakpoint()\nprint('done', loss)\n"
+    )
+    reply, prompts, out = debug(kernel, f"%mgpu_run {script}", ["p loss", "c"] * kernel.n)
+    assert reply["status"] == "ok", out
+    # the ranks reach the line in any order; each is served once it waits, the lowest first among those
+    assert sorted(set(prompts)) == [f"(Pdb rank {r}) " for r in range(kernel.n)] and len(prompts) == 2 * kernel.n
+    for r in range(kernel.n):
+        assert f"\n{2.5 + r}\n" in out and f"done {2.5 + r}" in out
+    assert "train.py(5)<module>()" in out
+
+
+def test_the_stop_button_at_a_prompt_returns_quickly_and_the_session_goes_on(kernel):
+    msg_id = kernel.kc.execute("%%mgpu\nbreakpoint()\nx = 1\n", allow_stdin=True)
+    request = kernel.kc.get_stdin_msg(timeout=60)
+    assert request["content"]["prompt"].startswith("(Pdb rank ")
+    pressed = time.monotonic()
+    kernel.km.interrupt_kernel()
+    while True:
+        reply = kernel.kc.get_shell_msg(timeout=30)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            break
+    took = time.monotonic() - pressed
+    assert took < 5, took
+    assert reply["content"]["status"] == "error"
+    reply, prompts, out = debug(kernel, "%%mgpu\nrank + 1", [])
+    assert reply["status"] == "ok" and prompts == []
+    for r in range(kernel.n):
+        assert str(r + 1) in out
+
+
+def test_ranks_waiting_in_a_collective_for_a_rank_at_a_prompt_are_not_released(kernel):
+    """Rank 0 sits at its prompt well past the hang rule's 2 s while the others wait in all_reduce for
+    it: they are not called stuck, and the all_reduce gives the right sum once rank 0 goes on."""
+    prompts: list[str] = []
+
+    def on_stdin(msg: dict) -> None:
+        prompts.append(msg["content"]["prompt"])
+        time.sleep(3.5)
+        kernel.kc.input("c")
+
+    out: list[str] = []
+    reply = kernel.kc.execute_interactive(
+        "%%mgpu\nt = torch.ones(1) * (rank + 1)\nif rank == 0:\n    breakpoint()\n    pass\n"
+        "dist.all_reduce(t)\nt.item()",
+        timeout=60,
+        allow_stdin=True,
+        stdin_hook=on_stdin,
+        output_hook=lambda m: out.append(m["content"].get("text", "") or "".join(m["content"].get("traceback", []))),
+    )
+    text = "".join(out)
+    assert reply["content"]["status"] == "ok", text
+    assert prompts == ["(Pdb rank 0) "]
+    total = kernel.n * (kernel.n + 1) / 2
+    assert text.count(str(total)) >= 1 and "stuck" not in text
