@@ -1,0 +1,35 @@
+// 11_debugging_on_the_ranks: a person at the notebook's input box. Each pdb prompt that appears gets
+// the next answer, typed and sent with Enter, as a reader following the notebook would type them.
+const ANSWERS = [
+  // %mgpu_debug --rank 2: the failure's frame, then the cell's, then quit
+  'p xs',
+  'u',
+  'p readings[rank]',
+  'q',
+  // pending.get(): rank 2 at its breakpoint steps over one line, prints its value, goes on
+  'n',
+  'p mean',
+  'c'
+];
+
+export async function during({ page, report }) {
+  const typed = [];
+  while (!(await page.evaluate(() => window.__mgpuDone))) {
+    const box = await page.$('input.jp-Stdin-input');
+    if (box && typed.length < ANSWERS.length) {
+      const prompt = await box.evaluate(
+        el => el.closest('.jp-Stdin')?.querySelector('.jp-Stdin-prompt')?.textContent ?? null
+      );
+      const answer = ANSWERS[typed.length];
+      await box.fill(answer);
+      await box.press('Enter');
+      typed.push({ prompt, answer });
+      await page.waitForFunction(el => !el.isConnected || el.disabled, box, {
+        timeout: 10000
+      });
+    } else {
+      await page.waitForTimeout(100);
+    }
+  }
+  report('stdin', { typed });
+}

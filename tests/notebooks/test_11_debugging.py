@@ -1,0 +1,49 @@
+"""notebooks/11_debugging_on_the_ranks.ipynb, run in real JupyterLab with Chromium, a person typing at
+the input box (``tests/browser/notebook_hooks/11_debugging_on_the_ranks.mjs``): a bug only rank 2 has,
+opened with ``%mgpu_debug --rank 2``, ``%mgpu_where`` showing rank 2 at its prompt while the others wait,
+a ``breakpoint()`` stepped through on rank 2 only, and ``PYTHONBREAKPOINT=0`` skipping it."""
+
+from labrun import assert_page_is_clean, notebook_module
+
+SHOTS = {
+    "01_post_mortem": "%mgpu_debug --rank 2",
+    "02_where": "pending = _",
+    "03_breakpoint": "pending.get()",
+}
+
+pytestmark, run = notebook_module("11_debugging_on_the_ranks.ipynb", SHOTS, timeout_s=300)
+
+
+def test_the_person_was_asked_by_rank_2_only_and_typed_every_answer(run):
+    typed = run.steps["stdin"]["typed"]
+    assert [t["answer"] for t in typed] == ["p xs", "u", "p readings[rank]", "q", "n", "p mean", "c"]
+    assert {t["prompt"] for t in typed} == {"(Pdb rank 2) "}
+
+
+def test_the_failure_names_rank_2_and_the_post_mortem_shows_its_values(run):
+    text = run.text
+    failed = text["%%mgpu\nreadings = "]
+    assert "ZeroDivisionError on rank 2: division by zero" in failed and "average()" in failed
+    assert "ranks 0, 1, 3 were left waiting in a collective" in failed
+    debugged = text["%mgpu_debug --rank 2"]
+    assert "post-mortem on rank 2" in debugged
+    assert "-> return total / len(xs)" in debugged and debugged.count("[]") >= 2  # xs, then readings[rank]
+
+
+def test_where_shows_rank_2_debugging_and_the_others_waiting(run):
+    where = run.text["pending = _"]
+    rows = {line.split()[0]: line for line in where.splitlines() if line[:1].isdigit()}
+    assert "debugging" in rows["2"], where
+    for r in "013":
+        assert "collective" in rows[r] and "all_reduce" in rows[r], where
+
+
+def test_the_breakpoint_steps_on_rank_2_and_the_all_reduce_completes(run):
+    got = run.text["pending.get()"]
+    assert "(Pdb rank 2)  p mean\ntensor([0.])\n" in got  # rank 2's own value: the fix gives 0, not a crash
+    assert got.count("13.75") == 4  # 3.75 + 5.0 + 0.0 + 5.0 on every rank
+    assert "0.0" in run.text['%%mgpu\nimport os\nos.environ["PYTHONBREAKPOINT"]']
+
+
+def test_page_is_clean(run):
+    assert_page_is_clean(run)
