@@ -18,7 +18,9 @@ export async function during({ page, report }) {
     const box = await page.$('input.jp-Stdin-input');
     if (box && typed.length < ANSWERS.length) {
       const prompt = await box.evaluate(
-        el => el.closest('.jp-Stdin')?.querySelector('.jp-Stdin-prompt')?.textContent ?? null
+        el =>
+          el.closest('.jp-Stdin')?.querySelector('.jp-Stdin-prompt')
+            ?.textContent ?? null
       );
       const answer = ANSWERS[typed.length];
       await box.fill(answer);
