@@ -16,7 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
 from jupyter_mgpu.magics.auto_mode import AUTO, set_auto
-from jupyter_mgpu.session import cell_names
+from jupyter_mgpu.session import cell_names, rank_debugging
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.session.cell_values import RankValues
 from jupyter_mgpu.session.output_relay import grouped_by_rank
@@ -62,8 +62,16 @@ class CellMagics(Magics):
             if args.profile:
                 raise UsageError("--profile waits for the cell: leave out --noblock")
             return s.run_cell(cell, targets=ranks, block=False, stream=args.stream, lent=lent)
-        with grouped_by_rank(), self._profiled(args.profile):  # live lines; at the end, grouped by rank
-            reports = s.run_cell(cell, targets=ranks, block=True, stream=True, lent=lent, rich=True, show=show)
+        panel = rank_debugging.panel  # JupyterLab's debugger panel: its gutter breakpoints stop the ranks
+        breaks = panel.cell_breaks(cell) if panel is not None else None
+        try:
+            with grouped_by_rank(), self._profiled(args.profile):  # live lines; at the end, grouped by rank
+                reports = s.run_cell(
+                    cell, targets=ranks, block=True, stream=True, lent=lent, rich=True, show=show, breaks=breaks or None
+                )
+        finally:
+            if breaks:
+                panel.cell_ended()
         if args.local:
             self._run_here(cell)
         if all(report is None for report in reports):

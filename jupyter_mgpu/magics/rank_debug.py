@@ -62,6 +62,9 @@ def install(ipython: Any) -> None:
     """Register ``%mgpu_debug``; make ``%debug`` and ``%pdb on`` open the rank's frames after a failure on
     the ranks (every other failure keeps IPython's own debugger)."""
     ipython.register_magics(DebugMagics)
+    from jupyter_mgpu.magics import debug_panel
+
+    debug_panel.install(ipython)  # JupyterLab's debugger panel: gutter breakpoints in %%mgpu cells
     if getattr(ipython.debugger, "_mgpu", False):
         return
     original = ipython.debugger

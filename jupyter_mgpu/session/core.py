@@ -206,12 +206,14 @@ class Session:
         lent: dict[str, bytes] | None = None,
         rich: bool = False,
         show: list[int] | None = None,
+        breaks: list[int] | None = None,
     ) -> Any:
         """Run notebook cell source on the ranks (what ``%%mgpu`` does); the reprs of its last value (with
         ``rich``, what ``engine/execution/cell_value.py`` describes). ``lent``: notebook values (``cell_names``);
-        ``show``: the ranks whose output shows (the others' a click away)."""
+        ``show``: the ranks whose output shows (the others' a click away); ``breaks``: lines of ``code``
+        where the ranks stop for JupyterLab's debugger panel (``magics/debug_panel.py``)."""
         ranks = parse_targets(targets, self.world_size)
-        ar = self._submit(calls.run_cell, (code, None, lent, rich), ranks)
+        ar = self._submit(calls.run_cell, (code, None, lent, rich, breaks), ranks)
         relay = OutputRelay(ar, ranks, prefix=True, show=show) if stream else None
         if not block:
             return PendingResult(self, ar, ranks, "%%mgpu cell", relay)

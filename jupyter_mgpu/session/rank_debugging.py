@@ -25,7 +25,16 @@ if TYPE_CHECKING:
 POLL_S = 0.1  # how often the wait loop looks for a rank at a prompt
 ASK_GUARD_S = 1.0  # how often a rank with no fresh telemetry (telemetry off, busy in C++) is asked
 FOLLOW_S = 0.5  # after a line, how long the desk waits for that rank's next prompt before looking round
+# JupyterLab's debugger panel, when the kernel has one (``magics/debug_panel.py``): a rank stopped at one of
+# its breakpoints is announced to it instead of asking in the input box
+panel: Any = None
 NO_FAILURE = "there is no failure to debug: no %%mgpu cell, mg.* call or script has failed on the ranks of this session"
+
+
+def ask(s: Session, rank: int, command: str, body: str | None = None) -> dict[str, Any]:
+    """A debugger request to ``rank``'s guard (``debug-take``, ``debug-line``, ``debug-frames``,
+    ``debug-vars``); ``{}`` when it cannot be reached."""
+    return collective_guard.ask(s.cluster.path, rank, command, body=body) or {}
 
 
 def read_line(prompt: str) -> tuple[str, bool]:
@@ -72,9 +81,14 @@ class DebugDesk:
         rank, prompt = None, None
         for r in sorted(set(waiting)):
             p = self._take(r)
-            if p is not None:
+            if p is not None and p.get("panel") and panel is not None:
+                self.served[r] = int(p["n"])  # the panel drives this rank: announced once per stop
+                panel.rank_stopped(self.s, r, p)
+            elif p is not None:
                 rank, prompt = r, p
                 break
+        if panel is not None:
+            panel.tick()
         while rank is not None and prompt is not None:
             self._answer(rank, prompt, sorted(set(waiting) - {rank}), relay)
             prompt = self._follow(rank)

@@ -121,13 +121,18 @@ def call(
 
 
 def run_cell(
-    code: str, user_ns: dict[str, Any] | None = None, lent: dict[str, bytes] | None = None, rich: bool = False
+    code: str,
+    user_ns: dict[str, Any] | None = None,
+    lent: dict[str, bytes] | None = None,
+    rich: bool = False,
+    breaks: list[int] | None = None,
 ) -> dict[str, Any]:
     """Run ``%%mgpu`` cell source in this engine's user namespace, IPython syntax allowed.
 
     The value of a final expression is returned as its repr (like ``Out[]``), or with ``rich`` as
     :func:`cell_value.describe` says it; ``None`` when there is none. ``lent``: the notebook's values
     (pickled) of names the cell reads and this rank lacks, in the namespace while the cell runs.
+    ``breaks``: lines of the cell with a breakpoint of JupyterLab's debugger panel.
     """
     global _cell_counter
     _cell_counter += 1
@@ -148,14 +153,16 @@ def run_cell(
         put: dict[str, Any] = {}
         try:
             namespace_transfer.lend(user_ns, lent or {}, put)
-            return scope.report(_exec_cell(source, filename, user_ns, rich))
+            return scope.report(_exec_cell(source, filename, user_ns, rich, breaks))
         except NameError as exc:  # a notebook value that could not be loaded here
             return scope.report(failure(exc, None))
         finally:
             namespace_transfer.take_back(user_ns, put)
 
 
-def _exec_cell(source: str, filename: str, user_ns: dict[str, Any], rich: bool = False) -> dict[str, Any]:
+def _exec_cell(
+    source: str, filename: str, user_ns: dict[str, Any], rich: bool = False, breaks: list[int] | None = None
+) -> dict[str, Any]:
     try:
         tree = ast.parse(source, filename=filename)
         last = None
@@ -163,13 +170,13 @@ def _exec_cell(source: str, filename: str, user_ns: dict[str, Any], rich: bool =
         if isinstance(tail, ast.Expr):
             tree.body.pop()
             last = ast.Expression(tail.value)
-        exec(compile(tree, filename, "exec"), user_ns)
+        with rank_debugger.breakpoints(filename, breaks):
+            exec(compile(tree, filename, "exec"), user_ns)
+            result = eval(compile(last, filename, "eval"), user_ns) if last is not None else None
         value = None
-        if last is not None:
-            result = eval(compile(last, filename, "eval"), user_ns)
-            if result is not None:
-                value = cell_value.describe(result) if rich else repr(result)
-                user_ns["_"] = result
+        if result is not None:
+            value = cell_value.describe(result) if rich else repr(result)
+            user_ns["_"] = result
         rank_debugger.tidy(user_ns)
         return {"ok": True, "value": value}
     except BaseException as exc:

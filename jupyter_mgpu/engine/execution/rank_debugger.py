@@ -12,6 +12,7 @@ Nothing new listens: the guard socket is the rank's private one, in the cluster'
 from __future__ import annotations
 
 import bdb
+import contextlib
 import io
 import json
 import os
@@ -20,6 +21,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -28,6 +30,13 @@ from jupyter_mgpu.engine import state as rank_state
 # frames pdb never stops in when stepping: ours and the engine's machinery around the user's code
 SKIP = ["jupyter_mgpu.*", "ipyparallel.*", "ipykernel.*", "IPython.*", "tornado.*", "zmq.*", "asyncio.*", "runpy"]
 POLL_S = 0.2  # how often a wait for a line looks up from the queue (the stop button gets in between)
+HIDDEN = {"In", "Out", "exit", "quit", "open", "get_ipython", "torch", "dist", "mgpu"}  # a cell's given names
+MAX_REPR = 500
+MAX_VARIABLES = 300
+
+
+def _is_ours(filename: str) -> bool:
+    return os.sep + "jupyter_mgpu" + os.sep in filename
 
 
 class _Port:
@@ -38,6 +47,7 @@ class _Port:
         self.lines: queue.Queue[tuple[int, str]] = queue.Queue()
         self.pending: dict[str, Any] | None = None
         self.count = 0
+        self.debugger: RankPdb | None = None  # the one at the prompt: its frames, for the debugger panel
 
     def take(self, body: str = "") -> dict[str, Any]:
         """The guard's ``debug-take``: the prompt waiting for a line, or ``{"prompt": None}``."""
@@ -53,6 +63,43 @@ class _Port:
             self.pending = None
         self.lines.put((int(msg["n"]), "" if msg.get("eof") else str(msg["line"]) + "\n"))
         return {"ok": True}
+
+    def frames(self, body: str = "") -> dict[str, Any]:
+        """The guard's ``debug-frames``: the user's frames of the rank at the prompt, innermost first."""
+        with self.lock:
+            dbg = self.debugger if self.pending else None
+        if dbg is None:
+            return {"frames": []}
+        out = []
+        for i in range(len(dbg.stack) - 1, -1, -1):
+            frame, line = dbg.stack[i]
+            if dbg.is_skipped_module(frame.f_globals.get("__name__", "")) or _is_ours(frame.f_code.co_filename):
+                continue
+            out.append({"index": i, "name": frame.f_code.co_name, "file": frame.f_code.co_filename, "line": line})
+        return {"frames": out}
+
+    def variables(self, body: str) -> dict[str, Any]:
+        """The guard's ``debug-vars``: ``{"index": i}`` names frame ``i`` of the stack; its local names
+        (a cell's or a script's module frame: the user's names, not modules or private ones)."""
+        index = int(json.loads(body or "{}").get("index", -1))
+        with self.lock:
+            dbg = self.debugger if self.pending else None
+        if dbg is None or not 0 <= index < len(dbg.stack):
+            return {"variables": []}
+        frame = dbg.stack[index][0]
+        names = frame.f_locals if frame.f_code.co_name != "<module>" else frame.f_globals
+        out = []
+        for name, value in list(names.items()):
+            if name.startswith("_") or isinstance(value, type(sys)) or name in HIDDEN:
+                continue
+            try:
+                text = repr(value)
+            except Exception as exc:  # a broken __repr__ is the user's: say so, do not fail the panel
+                text = f"<repr failed: {type(exc).__name__}>"
+            out.append({"name": name, "value": text[:MAX_REPR], "type": type(value).__name__})
+            if len(out) >= MAX_VARIABLES:
+                break
+        return {"variables": out}
 
 
 PORT = _Port()
@@ -72,7 +119,8 @@ class RankPdb(pdb.Pdb):
     """pdb reading from the notebook's input box, its prompt naming the rank, the engine's frames skipped.
     The stop button at its prompt ends debugging and interrupts the call (plain pdb would swallow it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, panel: bool = False) -> None:
+        self.panel = panel  # stopped at a breakpoint of JupyterLab's debugger panel: it drives this rank
         self.buffer = io.StringIO()
         super().__init__(stdin=_Input(self), stdout=self.buffer, skip=SKIP)  # type: ignore[arg-type]
         self.use_rawinput = False
@@ -101,7 +149,15 @@ class RankPdb(pdb.Pdb):
         with PORT.lock:
             PORT.count += 1
             n = PORT.count
-            PORT.pending = {"n": n, "rank": self.rank, "prompt": self.prompt, "output": text, "line": line}
+            PORT.pending = {
+                "n": n,
+                "rank": self.rank,
+                "prompt": self.prompt,
+                "output": text,
+                "line": line,
+                "panel": self.panel,
+            }
+            PORT.debugger = self
         if st is not None:
             st.debugging = {"since": time.time(), "line": line}
         _publish_now()
@@ -193,6 +249,26 @@ def has_failure() -> bool:
     return _last[0] is not None
 
 
+@contextlib.contextmanager
+def breakpoints(filename: str, lines: list[int] | None) -> Iterator[None]:
+    """Run the block with breakpoints at ``lines`` of ``filename`` (a cell's), set in JupyterLab's
+    debugger panel: the rank runs on until it reaches one, then stops for the panel."""
+    if not lines:
+        yield
+        return
+    dbg = RankPdb(panel=True)
+    for line in lines:
+        dbg.set_break(filename, line)
+    dbg.reset()
+    dbg.botframe = sys._getframe(2)  # the frame that runs the cell: above it, never stop
+    dbg.set_continue()
+    sys.settrace(dbg.trace_dispatch)
+    try:
+        yield
+    finally:
+        sys.settrace(None)
+
+
 def tidy(namespace: dict[str, Any]) -> None:
     """Drop the names pdb leaves in a module's namespace (``__return__``, ``__exception__``) once a
     cell that stopped in it ends: the cell's namespace is the rank's, and the next cell would show them."""
@@ -205,4 +281,9 @@ def install() -> dict[str, Any]:
     guard requests that serve its prompts (``engine/startup/runtime.py`` registers them)."""
     sys.breakpointhook = breakpointhook
     pdb.set_trace = set_trace
-    return {"debug-take": PORT.take, "debug-line": PORT.give}
+    return {
+        "debug-take": PORT.take,
+        "debug-line": PORT.give,
+        "debug-frames": PORT.frames,
+        "debug-vars": PORT.variables,
+    }

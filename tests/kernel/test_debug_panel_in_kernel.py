@@ -1,0 +1,147 @@
+"""JupyterLab's debugger panel across the ranks, driven over the kernel's debug protocol exactly as
+JupyterLab drives it (debug_request on the control channel, debug_event on iopub): a breakpoint set in a
+``%%mgpu`` cell stops the ranks, which are threads ``rank 0``, ``rank 1``; a rank's stack points into the
+cell, its variables are its own; ``next`` steps that rank; ``continue`` (which JupyterLab sends for thread
+1 once it has forgotten the shown one) lets it go and shows the next; an ordinary cell keeps ipykernel's
+own debugging (``magics/debug_panel.py``)."""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import Any
+
+import pytest
+from kernel_client import Kernel
+from processes import wait_gone
+
+pytestmark = pytest.mark.kernel
+
+THREADS = 1_000_000
+
+
+class Panel:
+    """The debugger panel's side of the protocol: requests, and the events seen so far."""
+
+    def __init__(self, k: Kernel) -> None:
+        self.kc, self.seq, self.events = k.kc, 0, []
+
+    def request(self, command: str, **arguments: Any) -> dict[str, Any]:
+        self.seq += 1
+        body = {"type": "request", "seq": self.seq, "command": command, "arguments": arguments}
+        msg = self.kc.session.msg("debug_request", body)
+        self.kc.control_channel.send(msg)
+        while True:
+            reply = self.kc.control_channel.get_msg(timeout=30)
+            if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                return reply["content"]
+
+    def wait_event(self, name: str, seconds: float = 30, **body: Any) -> dict[str, Any]:
+        """The next ``name`` event whose body has ``body``'s items (events before it are kept)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                m = self.kc.iopub_channel.get_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            if m["msg_type"] != "debug_event":
+                continue
+            event = m["content"]
+            self.events.append(event)
+            if event["event"] == name and all(event["body"].get(k) == v for k, v in body.items()):
+                return event
+        raise AssertionError(f"no {name} {body} event in {seconds} s; seen: {[e['event'] for e in self.events]}")
+
+    def set_breakpoint(self, code: str, line: int) -> str:
+        path = self.request("dumpCell", code=code)["body"]["sourcePath"]
+        reply = self.request(
+            "setBreakpoints", source={"path": path}, breakpoints=[{"line": line}], sourceModified=False
+        )
+        assert reply["success"], reply
+        return path
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = Kernel()
+    pids: list[int] = []
+    try:
+        pids = k.start_cluster(2)
+        panel = Panel(k)
+        assert panel.request("initialize", clientID="test", adapterID="python", pathFormat="path")["success"]
+        assert panel.request("attach")["success"]
+        assert panel.request("configurationDone")["success"]
+        k.panel = panel
+        yield k
+        panel.request("disconnect", restart=False, terminateDebuggee=False)
+        k.km.shutdown_kernel(now=False)
+    finally:
+        k.close()
+    assert wait_gone(pids, 10) == []
+
+
+def _reply(k: Kernel, msg_id: str) -> dict[str, Any]:
+    while True:
+        reply = k.kc.get_shell_msg(timeout=60)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"]
+
+
+def test_a_breakpoint_in_an_mgpu_cell_stops_the_ranks_as_threads_with_their_own_values(kernel):
+    panel = kernel.panel
+    code = "%%mgpu\nvalue = rank * 10 + 3\ndoubled = value * 2\ntripled = value * 3\n(doubled, tripled)"
+    path = panel.set_breakpoint(code, 3)
+    msg_id = kernel.kc.execute(code)
+    first = panel.wait_event("stopped")["body"]["threadId"]
+    rank = first - THREADS
+    assert rank in (0, 1)
+    threads = {t["id"]: t["name"] for t in panel.request("threads")["body"]["threads"]}
+    assert threads[THREADS] == "rank 0" and threads[THREADS + 1] == "rank 1"
+    frames = panel.request("stackTrace", threadId=first)["body"]["stackFrames"]
+    assert [(f["name"], f["line"], f["source"]["path"]) for f in frames] == [(f"rank {rank} · <module>", 3, path)]
+    scopes = panel.request("scopes", frameId=frames[0]["id"])["body"]["scopes"]
+    names = {
+        v["name"]: v["value"]
+        for v in panel.request("variables", variablesReference=scopes[0]["variablesReference"])["body"]["variables"]
+    }
+    assert names["value"] == str(rank * 10 + 3) and names["rank"] == str(rank) and "doubled" not in names
+
+    # next: the same rank, one line on, its new value seen
+    assert panel.request("next", threadId=first)["success"]
+    panel.wait_event("stopped", threadId=first)
+    frames = panel.request("stackTrace", threadId=first)["body"]["stackFrames"]
+    assert frames[0]["line"] == 4
+    scopes = panel.request("scopes", frameId=frames[0]["id"])["body"]["scopes"]
+    names = {
+        v["name"]: v["value"]
+        for v in panel.request("variables", variablesReference=scopes[0]["variablesReference"])["body"]["variables"]
+    }
+    assert names["doubled"] == str((rank * 10 + 3) * 2)
+
+    # continue as JupyterLab sends it (thread 1, the shown one already forgotten): the other rank is shown
+    assert panel.request("continue", threadId=1)["success"]
+    second = panel.wait_event("stopped")["body"]["threadId"]
+    assert second == THREADS + 1 - rank
+    assert panel.request("continue", threadId=1)["success"]
+    reply = _reply(kernel, msg_id)
+    assert reply["status"] == "ok"
+    reply = kernel.execute("%%mgpu\n(doubled, tripled)")
+    assert "(6, 9)" in reply[1] and "(26, 39)" in reply[1]
+
+
+def test_a_cell_without_breakpoints_runs_straight_through_with_the_panel_on(kernel):
+    reply, out = kernel.execute("%%mgpu\nrank + 100")
+    assert reply["status"] == "ok" and "100" in out and "101" in out
+
+
+def test_an_ordinary_cell_keeps_ipykernels_own_debugging(kernel):
+    panel = kernel.panel
+    code = "a = 40\nb = a + 2\nb"
+    panel.set_breakpoint(code, 2)
+    msg_id = kernel.kc.execute(code)
+    stopped = panel.wait_event("stopped")["body"]
+    assert stopped["threadId"] < THREADS  # the kernel's own thread, stopped by debugpy
+    frames = panel.request("stackTrace", threadId=stopped["threadId"])["body"]["stackFrames"]
+    assert frames[0]["line"] == 2
+    assert panel.request("continue", threadId=stopped["threadId"])["success"]
+    assert _reply(kernel, msg_id)["status"] == "ok"
