@@ -189,3 +189,50 @@ def test_ranks_waiting_in_a_collective_for_a_rank_at_a_prompt_are_not_released(k
     assert prompts == ["(Pdb rank 0) "]
     total = kernel.n * (kernel.n + 1) / 2
     assert text.count(str(total)) >= 1 and "stuck" not in text
+
+
+def test_interact_is_a_console_in_the_ranks_frame_through_the_input_box(kernel):
+    answers = ["interact", "z = secret_value + 1", "print(z * 2)", "exit()", "p secret_value", "c"]
+    reply, prompts, out = debug(kernel, "%%mgpu --targets 1\nsecret_value = 20\nbreakpoint()\nfinal = 1", answers)
+    assert reply["status"] == "ok", out
+    assert prompts == [
+        "(Pdb rank 1) ",
+        "(rank 1) >>> ",
+        "(rank 1) >>> ",
+        "(rank 1) >>> ",
+        "(Pdb rank 1) ",
+        "(Pdb rank 1) ",
+    ]
+    assert "*interactive*" in out and "\n42\n" in out and "\n20\n" in out
+
+
+def test_a_breakpoint_in_a_function_sent_with_session_run(kernel):
+    code = (
+        "import jupyter_mgpu as mg\n"
+        "def step(scale):\n"
+        "    import torch.distributed as dist\n"
+        "    inside = dist.get_rank() * scale\n"
+        "    breakpoint()\n"
+        "    return inside + 1\n"
+        "print(mg.current().run(step, 5))"
+    )
+    reply, prompts, out = debug(kernel, code, ["p inside", "c"] * kernel.n)
+    assert reply["status"] == "ok", out
+    assert sorted(set(prompts)) == [f"(Pdb rank {r}) " for r in range(kernel.n)]
+    for r in range(kernel.n):
+        assert f"\n{5 * r}\n" in out
+    assert str([5 * r + 1 for r in range(kernel.n)]) in out
+
+
+def test_pdb_on_opens_the_failed_ranks_frames_after_a_failing_cell(kernel):
+    debug(kernel, "%pdb on", [])
+    try:
+        reply, prompts, out = debug(
+            kernel,
+            "%%mgpu\nlocal_here = rank + 500\nif rank == 1:\n    raise KeyError('missing')\n",
+            ["p local_here", "q"],
+        )
+    finally:
+        debug(kernel, "%pdb off", [])
+    assert reply["status"] == "error" and "KeyError on rank 1" in reply["evalue"]
+    assert prompts == ["(Pdb rank 1) ", "(Pdb rank 1) "] and "\n501\n" in out

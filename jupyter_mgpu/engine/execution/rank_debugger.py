@@ -12,6 +12,7 @@ Nothing new listens: the guard socket is the rank's private one, in the cluster'
 from __future__ import annotations
 
 import bdb
+import code
 import contextlib
 import io
 import json
@@ -131,13 +132,32 @@ class RankPdb(pdb.Pdb):
     def _cmdloop(self) -> None:
         self.cmdloop()  # a KeyboardInterrupt ends the debugging and reaches the call
 
-    def ask(self) -> str:
+    def do_interact(self, arg: str) -> None:
+        """``interact``: a Python console in the frame's names, its lines from the input box too
+        (``exit()`` or an empty line at ``>>>`` ends it)."""
+        ns = {**self.curframe.f_globals, **self.curframe_locals}
+        console = code.InteractiveConsole(ns)
+        prompt = f"(rank {self.rank}) "
+
+        def raw_input(text: str = "") -> str:
+            line = self.ask(prompt + text)
+            if not line or (text.startswith(">>>") and line.strip() in ("", "exit()", "quit()", "exit", "quit")):
+                raise EOFError
+            return line.rstrip("\n")
+
+        console.raw_input = raw_input  # type: ignore[method-assign]
+        console.write = self.buffer.write  # type: ignore[method-assign]
+        with contextlib.redirect_stdout(self.buffer):
+            console.interact(banner="*interactive* (exit() or an empty line ends it)", exitmsg="")
+
+    def ask(self, prompt: str | None = None) -> str:
         """Publish the prompt with what pdb printed since the last one; wait for the notebook's line."""
+        prompt = prompt or self.prompt
         text = self.buffer.getvalue()
         self.buffer.seek(0)
         self.buffer.truncate()
-        if text.endswith(self.prompt):
-            text = text[: -len(self.prompt)]
+        if text.endswith(prompt):
+            text = text[: -len(prompt)]
         for stream in (sys.stdout, sys.stderr):  # the user's own output first, in order
             try:
                 stream.flush()
@@ -152,7 +172,7 @@ class RankPdb(pdb.Pdb):
             PORT.pending = {
                 "n": n,
                 "rank": self.rank,
-                "prompt": self.prompt,
+                "prompt": prompt,
                 "output": text,
                 "line": line,
                 "panel": self.panel,
