@@ -135,18 +135,10 @@ class RankPdb(pdb.Pdb):
     def do_interact(self, arg: str) -> None:
         """``interact``: a Python console in the frame's names, its lines from the input box too
         (``exit()`` or an empty line at ``>>>`` ends it)."""
-        ns = {**self.curframe.f_globals, **self.curframe_locals}
-        console = code.InteractiveConsole(ns)
-        prompt = f"(rank {self.rank}) "
-
-        def raw_input(text: str = "") -> str:
-            line = self.ask(prompt + text)
-            if not line or (text.startswith(">>>") and line.strip() in ("", "exit()", "quit()", "exit", "quit")):
-                raise EOFError
-            return line.rstrip("\n")
-
-        console.raw_input = raw_input  # type: ignore[method-assign]
-        console.write = self.buffer.write  # type: ignore[method-assign]
+        frame = self.curframe
+        if frame is None:
+            return
+        console = _Console({**frame.f_globals, **self.curframe_locals}, self)
         with contextlib.redirect_stdout(self.buffer):
             console.interact(banner="*interactive* (exit() or an empty line ends it)", exitmsg="")
 
@@ -196,6 +188,23 @@ class RankPdb(pdb.Pdb):
             if st is not None:
                 st.debugging = None
             _publish_now()
+
+
+class _Console(code.InteractiveConsole):
+    """pdb's ``interact`` on a rank: its lines from the input box, its output into pdb's buffer."""
+
+    def __init__(self, names: dict[str, Any], debugger: RankPdb) -> None:
+        super().__init__(names)
+        self.debugger = debugger
+
+    def raw_input(self, prompt: str = "") -> str:
+        line = self.debugger.ask(f"(rank {self.debugger.rank}) {prompt}")
+        if not line or (prompt.startswith(">>>") and line.strip() in ("", "exit()", "quit()", "exit", "quit")):
+            raise EOFError
+        return line.rstrip("\n")
+
+    def write(self, data: str) -> None:
+        self.debugger.buffer.write(data)
 
 
 def _frame_line(frame: FrameType) -> str | None:
