@@ -4,17 +4,45 @@ notebook shows a value, labelled by rank.
 A value that travelled (see ``engine/execution/cell_value.py``) is itself in the list and shown by the
 notebook's own display machinery, so a DataFrame, an image or a plotly figure renders as it would in
 a plain cell; one that could not (a widget, a value too big to copy) is shown from the rank's mime
-bundle and is its repr in the list. When every shown rank's output is the same it is shown once
-("ranks 0–3"). Plain-text values keep the compact ``Out[rank 1]: 100`` line.
+bundle and is its repr in the list. A value that travelled is formatted here (the ranks do not format
+it). When every shown rank's output is the same it is shown once ("ranks 0–3"): outputs are compared
+as the notebook would show them, less the HTML of a value that also has a JSON form (a plotly figure's
+HTML holds a random element id). Plain-text values keep the compact ``Out[rank 1]: 100`` line.
 """
 
 from __future__ import annotations
 
 import html
 import pickle
+import threading
 from typing import Any
 
+from jupyter_mgpu.engine.execution import cell_value
+
 _NOTHING = object()
+_warming: threading.Thread | None = None
+
+
+def warm_formatters() -> threading.Thread | None:
+    """Pay plotly's first-figure cost in the notebook now, from a background thread, off any cell: its
+    renderers import nbformat, whose schema validation compiles grammars for seconds on a first use
+    (4 s here); a figure a cell brings back from the ranks is then shown at once. Nothing happens
+    when plotly is not installed."""
+    global _warming
+    import importlib.util
+
+    if _warming is not None or importlib.util.find_spec("plotly") is None:
+        return _warming
+
+    def warm() -> None:
+        try:
+            import plotly.io._renderers  # noqa: F401 - imports nbformat and its validator
+        except Exception:
+            pass
+
+    _warming = threading.Thread(target=warm, name="mgpu-warm-formatters", daemon=True)
+    _warming.start()
+    return _warming
 
 
 def rank_label(ranks: list[int]) -> str:
@@ -48,6 +76,7 @@ class RankValues(list[Any]):
         self.ranks = list(ranks)
         self.reports = list(reports)
         self.show = None if show is None else list(show)
+        self._bundles: dict[int, dict[str, Any]] = {}
 
     def groups(self) -> list[tuple[list[int], int]]:
         """(ranks, index) pairs to show: one for all shown ranks when their outputs agree, else one each."""
@@ -56,20 +85,38 @@ class RankValues(list[Any]):
         ]
         if not shown:
             return []
-        first = self.reports[shown[0]]
-        assert first is not None
-        same = len(shown) > 1 and all(self._same(first, self.reports[i]) for i in shown[1:])
+        pickles = {(self.reports[i] or {}).get("pickled") for i in shown}
+        if len(shown) > 1 and len(pickles) == 1 and None not in pickles:  # the same bytes: no need to format
+            return [([self.ranks[i] for i in shown], shown[0])]
+        first = self._key(shown[0])
+        same = len(shown) > 1 and all(self._key(i) == first for i in shown[1:])
         if same:
             return [([self.ranks[i] for i in shown], shown[0])]
         return [([self.ranks[i]], i) for i in shown]
 
-    @staticmethod
-    def _same(a: dict[str, Any], b: dict[str, Any] | None) -> bool:
-        return b is not None and a["data"] == b["data"]  # the same output, whatever the bytes of its pickle
+    def _travelled(self, i: int) -> bool:
+        report = self.reports[i]
+        return report is not None and report.get("pickled") is not None and self[i] is not report["repr"]
+
+    def _data(self, i: int) -> dict[str, Any]:
+        """What the notebook shows for rank ``i``'s value: formatted here when it travelled."""
+        report = self.reports[i]
+        assert report is not None
+        if not self._travelled(i):
+            return dict(report["data"])
+        if i not in self._bundles:
+            self._bundles[i] = cell_value.bundle(self[i])[0]
+        return self._bundles[i]
+
+    def _key(self, i: int) -> dict[str, Any]:
+        """The output compared between ranks (the same output, whatever the bytes of its pickle)."""
+        data = self._data(i)
+        if any(mime.endswith("json") for mime in data):
+            data = {k: v for k, v in data.items() if k != "text/html"}
+        return data
 
     def _text_only(self, i: int) -> bool:
-        report = self.reports[i]
-        return report is not None and set(report["data"]) == {"text/plain"}
+        return self.reports[i] is not None and set(self._data(i)) == {"text/plain"}
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -85,7 +132,7 @@ class RankValues(list[Any]):
                 {"text/plain": f"[{label}]", "text/html": f"<div class='mgpu-rank-label'>{html.escape(label)}</div>"},
                 raw=True,
             )
-            if report.get("pickled") is not None and self[i] is not report["repr"]:
+            if self._travelled(i):
                 display(self[i])
             else:
                 display(report["data"], raw=True, metadata=report.get("metadata") or {})

@@ -34,16 +34,43 @@ def test_last_values_are_the_ranks_values_shown_once_when_equal(ip, s2, capsys):
     assert cell(ip, "%%mgpu\nx = 1") is None  # no last value: nothing shown, nothing in _
 
 
-def test_a_dataframe_renders_as_in_the_notebook_and_a_widget_from_its_bundle(ip, s2):
+@pytest.fixture
+def rich_shell(ip, monkeypatch):
+    """This terminal shell formatting every mime type, as a notebook's kernel does."""
+    formatter = ip.display_formatter
+    monkeypatch.setattr(formatter, "active_types", list(formatter.formatters))
+    return ip
+
+
+def test_a_dataframe_renders_as_in_the_notebook_and_a_widget_from_its_bundle(rich_shell, s2):
+    ip = rich_shell
     frames = cell(ip, "%%mgpu\nimport pandas as pd\npd.DataFrame({'rank': [rank], 'sq': [rank * rank]})")
     import pandas as pd
 
     assert all(isinstance(f, pd.DataFrame) for f in frames) and frames[1]["sq"].tolist() == [1]
     assert [ranks for ranks, _ in frames.groups()] == [[0], [1]]  # different frames: one per rank
-    assert all("text/html" in frames.reports[i]["data"] for i in (0, 1))
+    assert all("text/html" in frames._data(i) for i in (0, 1))  # formatted here, as a plain cell's value
     sliders = cell(ip, "%%mgpu\nimport ipywidgets\nipywidgets.IntSlider(value=7)")
     assert all(isinstance(v, str) and "IntSlider" in v for v in sliders)  # a widget cannot travel: its repr
     assert "application/vnd.jupyter.widget-view+json" in sliders.reports[0]["data"]
+
+
+def test_an_equal_plotly_figure_shows_once_and_no_rank_formats_it(rich_shell, s2, monkeypatch):
+    import plotly.io as pio
+
+    ip = rich_shell
+
+    monkeypatch.setattr(pio.renderers, "default", "plotly_mimetype")  # as in a notebook (this shell has none)
+    figures = cell(ip, "%%mgpu\nimport plotly.graph_objects as go\ngo.Figure(go.Bar(x=['a', 'b'], y=[3, 4]))")
+    import plotly.graph_objects as go
+
+    assert all(isinstance(f, go.Figure) for f in figures)
+    assert [ranks for ranks, _ in figures.groups()] == [[0, 1]]  # one figure, "ranks 0–1"
+    assert "application/vnd.plotly.v1+json" in figures._data(0)
+    # the ranks never formatted it: nothing of nbformat's schema validation was imported there
+    assert cell(ip, "%%mgpu\nimport sys\n'jsonschema' in sys.modules or 'nbformat' in sys.modules") == [False, False]
+    different = cell(ip, "%%mgpu\ngo.Figure(go.Bar(x=['a'], y=[rank]))")
+    assert [ranks for ranks, _ in different.groups()] == [[0], [1]]
 
 
 def test_too_big_a_value_is_shown_not_copied(ip, s2):

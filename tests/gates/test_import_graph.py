@@ -102,6 +102,7 @@ ALLOWED: dict[str, set[str]] = {
         "init_options",
         "units",
         "engine.execution.calls",
+        "engine.execution.cell_value",  # a travelled value formatted in the notebook as on a rank
         "engine.execution.direct_channel",
         "engine.execution.namespace_transfer",
         "engine.execution.rank_debugger",  # the rank half of pdb on the ranks: post_mortem, sent by reference

@@ -4,6 +4,7 @@ and labelled, and what auto mode does to a cell's lines."""
 from __future__ import annotations
 
 import pickle
+from types import SimpleNamespace
 
 from jupyter_mgpu.magics.auto_mode import AutoMode
 from jupyter_mgpu.session.cell_names import free_names
@@ -74,3 +75,35 @@ def test_completion_asks_the_ranks_in_mgpu_bodies_and_in_auto_mode_cells(monkeyp
     monkeypatch.setattr(auto_mode, "AUTO", auto)
     assert mgpu_body("mod", None) == (0, "%%mgpu")  # every code cell runs on the ranks
     assert mgpu_body("%%local\nmod", None) is None
+
+
+class Figure:
+    """A figure as plotly shows one: its JSON, and HTML with a fresh element id at each render."""
+
+    def __init__(self, y: int, note: int = 0) -> None:
+        self.y, self.note = y, note  # note: not shown, so equal figures can pickle apart
+
+    def __repr__(self) -> str:
+        return f"Figure(y={self.y})"
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        import uuid
+
+        return {
+            "application/vnd.plotly.v1+json": {"data": [{"y": [self.y]}]},
+            "text/html": f"<div id='{uuid.uuid4()}'></div>",
+            "text/plain": repr(self),
+        }
+
+
+def test_equal_figures_show_once_and_are_formatted_in_the_notebook(monkeypatch):
+    import IPython
+    from IPython.core.formatters import DisplayFormatter
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: SimpleNamespace(display_formatter=DisplayFormatter()))
+    same = RankValues([0, 1, 2, 3], [_report(Figure(1, r), {"text/plain": "Figure(y=1)"}) for r in range(4)])
+    assert len({r["pickled"] for r in same.reports}) == 4  # compared as shown, not by their bytes
+    assert same.groups() == [([0, 1, 2, 3], 0)]  # the HTML's random ids do not make them differ
+    assert "application/vnd.plotly.v1+json" in same._data(0) and not same._text_only(0)
+    apart = RankValues([0, 1], [_report(Figure(1), {"text/plain": "x"}), _report(Figure(2), {"text/plain": "x"})])
+    assert apart.groups() == [([0], 0), ([1], 1)]

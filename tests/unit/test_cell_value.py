@@ -30,6 +30,11 @@ def shell(monkeypatch):
 
 
 class Rich:
+    """A rich value that cannot travel (a widget's comm lives on the rank): formatted on the rank."""
+
+    def __init__(self) -> None:
+        self.comm = threading.Lock()
+
     def __repr__(self) -> str:
         return "Rich()"
 
@@ -94,9 +99,33 @@ def test_a_big_tensor_is_refused_before_it_is_pickled(no_shell, monkeypatch):
     assert cv.describe(torch.zeros(1000))["pickled"] is None
 
 
-def test_the_shells_formatters_give_the_rich_bundle(shell):
+def test_the_shells_formatters_give_the_rich_bundle_of_a_value_that_cannot_travel(shell):
     out = cv.describe(Rich())
     assert out["data"] == {"text/plain": "Rich()", "text/html": "<b>rich</b>"} and out["repr"] == "Rich()"
+    assert out["pickled"] is None
+
+
+class TravellingRich:
+    def __repr__(self) -> str:
+        return "TravellingRich()"
+
+    def _repr_html_(self) -> str:
+        return "<b>formatted in the notebook</b>"
+
+
+def test_a_value_that_travels_is_not_formatted_on_the_rank(shell, monkeypatch):
+    """A plotly figure's first bundle costs a rank a second (nbformat, jsonschema): the notebook formats it."""
+    monkeypatch.setattr(shell.display_formatter, "format", lambda v: pytest.fail("formatted on the rank"))
+    out = cv.describe(TravellingRich())
+    assert out["data"] == {"text/plain": "TravellingRich()"} and out["pickled"] is not None
+
+
+def test_a_repr_that_fails_is_said_not_raised(no_shell):
+    class NoRepr:
+        def __repr__(self) -> str:
+            raise RuntimeError("no")
+
+    assert cv.describe(NoRepr())["repr"] == "<NoRepr: repr failed: RuntimeError>"
 
 
 def test_a_value_that_displays_itself_is_formatted_not_published(shell):

@@ -1,10 +1,12 @@
-"""A ``%%mgpu`` cell's last value as it leaves a rank: what the rank's display machinery makes of it
-(the mime bundle a notebook would show), its repr, and the value itself when it can travel.
+"""A ``%%mgpu`` cell's last value as it leaves a rank: the value itself when it can travel, else what
+the rank's display machinery makes of it (the mime bundle a notebook would show); its repr either way.
 
 The notebook shows the value itself where it arrived (so a DataFrame or a plotly figure renders as it
-would in the notebook, and ``_`` holds it); a value that cannot travel — a widget, whose comm lives
-on the rank, a value too big to copy, one that does not pickle — is shown from this bundle, and ``_``
-holds its repr. See ``session/cell_values.py`` for the notebook's side.
+would in the notebook, and ``_`` holds it), formatted there, once: the ranks never pay a formatter's
+first-use cost for it (a plotly figure's first bundle imports nbformat and jsonschema, 1 s a process
+here, 10 s for 4 ranks on 2 cores). A value that cannot travel — a widget, whose comm lives on the
+rank, a value too big to copy, one that does not pickle — is formatted here and shown from that
+bundle, and ``_`` holds its repr. See ``session/cell_values.py`` for the notebook's side.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from typing import Any
 MAX_TRAVEL_BYTES = 16 << 20  # a bigger last value is shown, not copied: mg.gather or %mgpu_pull copy on purpose
 
 
-def _bundle(value: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The value's mime bundle from this rank's IPython formatters, without letting an object's own
-    ``_ipython_display_`` publish it here (it would show twice)."""
+def bundle(value: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The value's mime bundle from this process's IPython formatters (a rank's, or the notebook's for a
+    value that travelled), without letting an object's own ``_ipython_display_`` publish it here (it
+    would show twice)."""
     try:
         from IPython import get_ipython
 
@@ -70,6 +73,18 @@ def _travelling(value: Any) -> bytes | None:
 
 
 def describe(value: Any) -> dict[str, Any]:
-    """{"repr", "data", "metadata", "pickled"}: the last value of a cell, ready to leave this rank."""
-    data, metadata = _bundle(value)
-    return {"repr": data["text/plain"], "data": data, "metadata": metadata, "pickled": _travelling(value)}
+    """{"repr", "data", "metadata", "pickled"}: the last value of a cell, ready to leave this rank
+    (``data`` is only its text when it travels: the notebook formats it)."""
+    pickled = _travelling(value)
+    if pickled is not None:
+        text = _repr(value)
+        return {"repr": text, "data": {"text/plain": text}, "metadata": {}, "pickled": pickled}
+    data, metadata = bundle(value)
+    return {"repr": data["text/plain"], "data": data, "metadata": metadata, "pickled": None}
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception as exc:  # the user's __repr__ failed: say so rather than lose the value
+        return f"<{type(value).__name__}: repr failed: {type(exc).__name__}>"
