@@ -107,3 +107,14 @@ def test_equal_figures_show_once_and_are_formatted_in_the_notebook(monkeypatch):
     assert "application/vnd.plotly.v1+json" in same._data(0) and not same._text_only(0)
     apart = RankValues([0, 1], [_report(Figure(1), {"text/plain": "x"}), _report(Figure(2), {"text/plain": "x"})])
     assert apart.groups() == [([0], 0), ([1], 1)]
+
+
+def test_plotlys_first_use_is_paid_in_the_background_once():
+    import sys
+
+    from jupyter_mgpu.session import cell_values
+
+    first = cell_values.warm_formatters()
+    assert first is not None and cell_values.warm_formatters() is first  # one thread, however often asked
+    first.join(60)
+    assert not first.is_alive() and "plotly.io._renderers" in sys.modules
