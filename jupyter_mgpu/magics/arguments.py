@@ -39,3 +39,13 @@ def parse_line(magic: Any, line: str) -> Any:
         raise UsageError(str(exc).strip().splitlines()[-1]) from None
     except SystemExit:  # argparse exits on some malformed input
         raise UsageError(f"cannot read the arguments {line!r}; see %{magic.__name__}?") from None
+
+
+def rank_number(value: str | None) -> int | None:
+    """A ``--rank R`` option's rank (None when not given); a clear ``UsageError`` for anything else."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"--rank takes a rank number, got {value!r}") from None

@@ -8,11 +8,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from jupyter_mgpu.errors import MgpuError, RankError
-from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
+from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line, rank_number
 from jupyter_mgpu.session import lifecycle, rank_debugging
 
 
@@ -27,12 +26,7 @@ class DebugMagics(Magics):
         """Open pdb on a rank's frames of the last failure on the ranks (a ``%%mgpu`` cell, an ``mg.*`` call,
         a ``%mgpu_run`` script): ``p``, ``l``, ``w``, ``u``/``d`` there; ``q`` or ``c`` ends it."""
         args = parse_line(self.mgpu_debug, line)
-        rank = None
-        if args.rank is not None:
-            try:
-                rank = int(args.rank)
-            except ValueError:
-                raise UsageError(f"--rank takes a rank number, got {args.rank!r}") from None
+        rank = rank_number(args.rank)
         s = lifecycle.current()
         if rank is None and s.last_error is None:
             print(f"mgpu: {rank_debugging.NO_FAILURE}")

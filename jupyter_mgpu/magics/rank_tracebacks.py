@@ -17,7 +17,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from jupyter_mgpu.errors import RankError, rank_list
-from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
+from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line, rank_number
 
 # JupyterLab's ANSI colours: black, red, green, yellow, blue, magenta, cyan, white; then the bright ones
 PALETTE = (
@@ -181,12 +181,7 @@ class TracebackMagics(Magics):
     def mgpu_tb(self, line: str = "") -> None:
         """Print the whole traceback of each rank that failed last (``--rank R``: that rank's only)."""
         args = parse_line(self.mgpu_tb, line)
-        rank = None
-        if args.rank is not None:
-            try:
-                rank = int(args.rank)
-            except ValueError:
-                raise UsageError(f"--rank takes a rank number, got {args.rank!r}") from None
+        rank = rank_number(args.rank)
         err = last_failure()
         if err is None:
             print("mgpu: no rank has failed yet in this session")

@@ -232,3 +232,13 @@ def test_debug_and_pdb_on_open_the_ranks_frames_only_after_a_failure_there(monke
         ("rank", [1]),
         ("ipython", False),
     ]
+
+
+def test_a_rank_option_is_a_number_or_one_clear_sentence():
+    from IPython.core.error import UsageError
+
+    from jupyter_mgpu.magics.arguments import rank_number
+
+    assert rank_number(None) is None and rank_number("3") == 3
+    with pytest.raises(UsageError, match=r"^--rank takes a rank number, got 'two'$"):
+        rank_number("two")
