@@ -52,7 +52,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=4)
     args = parser.parse_args()
-    print(f"first %%mgpu cell returning a plotly figure, {args.ranks} ranks, CPU virtual devices, {os.cpu_count()} cores")
+    print(
+        f"first %%mgpu cell returning a plotly figure, {args.ranks} ranks, CPU virtual devices, {os.cpu_count()} cores"
+    )
     print(f"| {'path':<32} | first cell (s) | same cell again (s) |")
     print(f"|{'-' * 34}|{'-' * 16}|{'-' * 21}|")
     for name, code in CELLS.items():
