@@ -152,7 +152,10 @@ def post_mortem(s: Session, rank: int | None = None) -> None:
             raise MgpuError(NO_FAILURE)
     if not 0 <= rank < s.world_size:
         raise MgpuError(f"--rank {rank} is not a rank of this session (0 to {s.world_size - 1})")
-    if not s.run(rank_debugger.has_failure, targets=[rank], label="%mgpu_debug")[0]:
+    state = s.run(rank_debugger.failure_state, targets=[rank], label="%mgpu_debug")[0]
+    if state == "none":
         raise MgpuError(f"rank {rank} has no failure to debug: nothing has failed on it in this session")
+    if state != "kept":
+        raise MgpuError(f"rank {rank}'s last failure cannot be debugged: {state}")
     print(f"mgpu: post-mortem on rank {rank}; q or c ends it")
     s.run(rank_debugger.post_mortem, targets=[rank], label="%mgpu_debug")

@@ -236,3 +236,11 @@ def test_pdb_on_opens_the_failed_ranks_frames_after_a_failing_cell(kernel):
         debug(kernel, "%pdb off", [])
     assert reply["status"] == "error" and "KeyError on rank 1" in reply["evalue"]
     assert prompts == ["(Pdb rank 1) ", "(Pdb rank 1) "] and "\n501\n" in out
+
+
+def test_an_out_of_memory_failure_is_not_kept_for_post_mortem(kernel):
+    reply, _, out = debug(kernel, "%%mgpu --targets 0\nbig = torch.empty(1 << 40, dtype=torch.uint8)", [])
+    assert reply["status"] == "error" and "ran out of device memory" in reply["evalue"], reply["evalue"]
+    reply, prompts, out = debug(kernel, "%mgpu_debug --rank 0", [])
+    assert reply["status"] == "error" and prompts == []
+    assert "rank 0's last failure cannot be debugged: it ran out of memory" in reply["evalue"]

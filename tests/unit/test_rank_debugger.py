@@ -138,12 +138,35 @@ def test_post_mortem_opens_the_frames_of_the_last_failure(rank, tmp_path, monkey
         failing()
     except ValueError as exc:
         rank_debugger.remember(exc.__traceback__)
-    assert rank_debugger.has_failure()
+    assert rank_debugger.failure_state() == "kept"
     t, out = _on_rank(rank_debugger.post_mortem)
     _serve_until_done(_desk(tmp_path), t)
     assert out == {"value": None} and prompts == ["(Pdb rank 1) "] * 2
     assert "'kept for the post-mortem'" in capsys.readouterr().out
     rank_debugger.remember(None)
+
+
+def test_an_out_of_memory_failure_lets_its_frames_go():
+    """The memory an out-of-memory failure's frames hold is what ran out: kept, the next call fails too."""
+    import weakref
+
+    class Big:
+        pass
+
+    def failing() -> None:
+        held = Big()
+        ref.append(weakref.ref(held))
+        raise MemoryError("out of memory")
+
+    ref: list[Any] = []
+    try:
+        failing()
+    except MemoryError as exc:
+        rank_debugger.remember(exc.__traceback__, out_of_memory=True)
+    assert ref[0]() is None  # nothing keeps the failing frame's values
+    assert rank_debugger.failure_state().startswith("it ran out of memory")
+    rank_debugger.remember(None)
+    assert rank_debugger.failure_state() == "none"
 
 
 def test_a_line_for_an_old_prompt_is_refused():

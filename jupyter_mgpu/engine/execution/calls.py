@@ -44,7 +44,7 @@ def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, 
         "op": st.current_op if st else None,
     }
     if not info["debug_quit"] and tb is not None:
-        rank_debugger.remember(tb)  # for %mgpu_debug, as IPython keeps sys.last_traceback
+        rank_debugger.remember(tb, out_of_memory=bool(info["oom"]))  # for %mgpu_debug (not an OOM's frames)
     lowered = message.lower()
     if any(s in lowered for s in ("timed out", "timeout", "connection closed by peer", "connection reset")):
         info["collective_failure"] = True

@@ -262,20 +262,26 @@ def post_mortem(tb: TracebackType | None = None) -> None:
 
 
 _last: list[TracebackType | None] = [None]
+_let_go: list[str | None] = [None]  # why the last failure's frames were not kept
 
 
-def remember(tb: TracebackType | None) -> None:
-    """Keep the traceback of this rank's last failure for post-mortem (as ``sys.last_traceback``)."""
-    _last[0] = tb
+def remember(tb: TracebackType | None, out_of_memory: bool = False) -> None:
+    """Keep the traceback of this rank's last failure for post-mortem, as IPython keeps
+    ``sys.last_traceback``; an out-of-memory failure's frames are let go, since the memory they hold is
+    what ran out (the next call would fail for it)."""
+    _last[0] = None if out_of_memory else tb
+    _let_go[0] = "it ran out of memory, and its frames were let go to give that memory back" if out_of_memory else None
 
 
 def last_traceback() -> TracebackType | None:
     return _last[0]
 
 
-def has_failure() -> bool:
-    """Whether this rank has a failure to debug."""
-    return _last[0] is not None
+def failure_state() -> str:
+    """``kept`` (a failure to debug), ``none``, or why the last failure's frames were not kept."""
+    if _last[0] is not None:
+        return "kept"
+    return _let_go[0] or "none"
 
 
 @contextlib.contextmanager
