@@ -40,7 +40,9 @@ class LabKernel:
 
         def hook(msg: dict) -> None:
             c = msg["content"]
-            if msg["msg_type"] == "stream":
+            if msg["msg_type"] == "clear_output":  # a %%mgpu cell shows out-of-order lines again in rank order
+                out.clear()
+            elif msg["msg_type"] == "stream":
                 out.append(c.get("text", ""))
             elif msg["msg_type"] == "error":
                 out.append("\n".join(c.get("traceback", [])) or f"{c.get('ename')}: {c.get('evalue')}")
