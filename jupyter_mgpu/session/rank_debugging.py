@@ -62,7 +62,9 @@ class DebugDesk:
         self._told: tuple[int, ...] = ()
 
     def start_call(self) -> None:
-        self._next, self.paused_s, self._told = 0.0, 0.0, ()
+        """A call starts: its first look comes ``POLL_S`` in, so a short call pays nothing for the desk."""
+        now = time.monotonic()
+        self._next, self._asked, self.paused_s, self._told = now + POLL_S, now, 0.0, ()
 
     def serve(self, pending: list[int], relay: OutputRelay | None = None) -> None:
         """One look (at most every ``POLL_S``): answer the lowest rank waiting at a prompt, and follow it

@@ -265,3 +265,17 @@ def test_a_rank_option_is_a_number_or_one_clear_sentence():
     assert rank_number(None) is None and rank_number("3") == 3
     with pytest.raises(UsageError, match=r"^--rank takes a rank number, got 'two'$"):
         rank_number("two")
+
+
+def test_a_short_call_pays_nothing_for_the_desk(tmp_path, monkeypatch):
+    from jupyter_mgpu.session import call_wait
+
+    looks: list[int] = []
+    monkeypatch.setattr(call_wait, "read_where", lambda s: looks.append(1) or {})
+    desk = _desk(tmp_path)
+    desk.start_call()
+    desk.serve([0, 1])  # the call's first moments: no telemetry read, no guard asked
+    assert looks == []
+    monkeypatch.setattr(rank_debugging.time, "monotonic", lambda: time.time() + 1e6)
+    desk.serve([0, 1])
+    assert looks == [1]
