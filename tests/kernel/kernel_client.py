@@ -43,6 +43,13 @@ class Kernel:
         reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
         return reply["content"], "".join(out)
 
+    def reply(self, msg_id: str, timeout: float = 60) -> dict:
+        """The shell reply to the request ``msg_id`` (replies to other requests are passed over)."""
+        while True:
+            reply = self.kc.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply
+
     def run_and_interrupt(self, code: str, after: float, **press: Any) -> tuple[dict, str, float]:
         """``stop_button.run_and_interrupt`` on this kernel: run ``code``, press stop ``after`` seconds on
         (``presses``, ``gap``, ``timeout`` and ``until`` as there)."""

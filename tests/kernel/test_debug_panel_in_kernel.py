@@ -80,13 +80,6 @@ def kernel():
     assert wait_gone(pids, 10) == []
 
 
-def _reply(k: Kernel, msg_id: str) -> dict[str, Any]:
-    while True:
-        reply = k.kc.get_shell_msg(timeout=60)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            return reply["content"]
-
-
 def test_a_breakpoint_in_an_mgpu_cell_stops_the_ranks_as_threads_with_their_own_values(kernel):
     panel = kernel.panel
     code = "%%mgpu\nvalue = rank * 10 + 3\ndoubled = value * 2\ntripled = value * 3\n(doubled, tripled)"
@@ -123,8 +116,7 @@ def test_a_breakpoint_in_an_mgpu_cell_stops_the_ranks_as_threads_with_their_own_
     second = panel.wait_event("stopped")["body"]["threadId"]
     assert second == THREADS + 1 - rank
     assert panel.request("continue", threadId=1)["success"]
-    reply = _reply(kernel, msg_id)
-    assert reply["status"] == "ok"
+    assert kernel.reply(msg_id)["content"]["status"] == "ok"
     reply = kernel.execute("%%mgpu\n(doubled, tripled)")
     assert "(6, 9)" in reply[1] and "(26, 39)" in reply[1]
 
@@ -144,4 +136,4 @@ def test_an_ordinary_cell_keeps_ipykernels_own_debugging(kernel):
     frames = panel.request("stackTrace", threadId=stopped["threadId"])["body"]["stackFrames"]
     assert frames[0]["line"] == 2
     assert panel.request("continue", threadId=stopped["threadId"])["success"]
-    assert _reply(kernel, msg_id)["status"] == "ok"
+    assert kernel.reply(msg_id)["content"]["status"] == "ok"
