@@ -1,7 +1,8 @@
 """The two ways a call's results come back to the session (``session/core.py``), and how each waits.
 
 The direct channel (``session/direct_channel.py``) carries blocking calls when nothing of ipyparallel's
-is still queued; ipyparallel's AsyncResult carries the others (streamed output, ``block=False``).
+is still queued, their output streamed back on it (``session/streamed_call.py``); ipyparallel's
+AsyncResult carries the others (``block=False``, and any call while ipyparallel has one queued).
 Both start the call for the group recovery and the hang watch, check while they wait
 (``session/call_wait.py``: dead engines, the deadline, stuck ranks), forward a kernel interrupt to the
 ranks still running, and turn a lost engine into one sentence; the reports become values in
@@ -11,9 +12,9 @@ ranks still running, and turn a lost engine into one sentence; the reports becom
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from jupyter_mgpu.engine.execution import calls
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.session import call_wait
 from jupyter_mgpu.session.call_results import results
@@ -21,38 +22,71 @@ from jupyter_mgpu.session.direct_channel import ChannelClosed
 from jupyter_mgpu.session.output_relay import OutputRelay
 from jupyter_mgpu.session.pending import finished_results, pending_ranks
 from jupyter_mgpu.session.rank_errors import transport_error, transport_failure
+from jupyter_mgpu.session.streamed_call import StreamedCall
 
 if TYPE_CHECKING:
     from jupyter_mgpu.session.core import Session
 
 
-def run_direct(s: Session, args: tuple[Any, ...], ranks: list[int], label: str, timeout: float | None) -> list[Any]:
-    """``calls.call(*args)`` on ``ranks`` through the direct channel; same errors as :func:`collect`."""
+def run_direct(
+    s: Session,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    ranks: list[int],
+    label: str,
+    timeout: float | None,
+    relay: Callable[[StreamedCall], OutputRelay] | None = None,
+) -> list[Any]:
+    """``fn(*args)`` (``calls.call`` or ``calls.run_cell``) on ``ranks`` through the direct channel; same
+    errors as :func:`collect`. With ``relay``, the ranks' output streams back and it shows it."""
     from ipyparallel.serialize import pack_apply_message
 
     s._check_ready(ranks)
-    bufs = pack_apply_message(calls.call, args, {})
+    bufs = pack_apply_message(fn, args, {})
     deadline = None if timeout is None else time.monotonic() + timeout
+    streamed = StreamedCall(ranks) if relay is not None else None
+    shown = relay(streamed) if relay is not None and streamed is not None else None
     s.recovery.start_call()
     s.hang_watch.start_call()
     s.debug_desk.start_call()
 
     def check(pending: list[int], done: dict[int, Any]) -> None:
-        call_wait.check_waiting(s, ranks, lambda: pending, label, deadline, timeout, done=done)
+        if shown is not None:
+            shown.poll()
+        call_wait.check_waiting(s, ranks, lambda: pending, label, deadline, timeout, shown, done=done)
 
     try:
-        reports = s.direct.call(ranks, bufs, check)
+        reports = s.direct.call(
+            ranks, bufs, check, on_output=streamed.add if streamed is not None else None, parent=_comm_parent(s)
+        )
     except ChannelClosed as closed:
         await_exit_record(s, [closed.rank])
         check(ranks, {})
         raise MgpuError(f"{label}: lost contact with rank {closed.rank} (its direct channel closed)") from None
     except KeyboardInterrupt:
         s.cluster.interrupt(ranks)
-        raise s.recovery.after_interrupt(ranks) from None
+        try:
+            raise s.recovery.after_interrupt(ranks) from None
+        finally:
+            if shown is not None:
+                shown.flush()
+    finally:
+        if shown is not None:
+            s.hang_watch.end_call()  # its live status line goes with the call
+    if shown is not None:
+        shown.flush()
     broken = next((reports[r]["transport"] for r in ranks if reports[r].get("transport")), None)
     if broken:
         raise transport_error(broken, label)
     return results(s, [reports[r] for r in ranks], ranks)
+
+
+def _comm_parent(s: Session) -> dict[str, str] | None:
+    """The request the ranks' comm messages (a widget's) answer: one ipyparallel's client relays."""
+    try:
+        return {"session": s.cluster.client.session.session, "msg_id": f"mgpu-direct-{s.id}"}
+    except AttributeError:
+        return None
 
 
 def await_exit_record(s: Session, ranks: list[int], wait: float = 5.0) -> None:

@@ -59,6 +59,9 @@ class Session:
         self.engine_seconds = 0.0
         # (function, names) already said to be defined both in the notebook and on the ranks
         self.said_both_sides: set[tuple[str, tuple[str, ...]]] = set()
+        # how a blocking cell reaches the ranks: "direct" (one hop, flat in the ranks) or "ipyparallel"
+        # (the controller's queues: what benchmarks/cell_latency.py compares against)
+        self.cell_channel = "direct"
         self.last_error: MgpuError | None = None  # the last failure on the ranks (``%mgpu_tb`` reads it)
         # what features keep per session: declared here, set and read only by the module named
         self.active_trace: Any = None  # tracing/capture.py: the mg.trace() recording now, if any
@@ -171,8 +174,9 @@ class Session:
         ranks = parse_targets(targets, self.world_size)
         label = label or str(getattr(fn, "__name__", "function"))
         fn = ship(fn)  # notebook functions travel by value, with the notebook functions they call
-        if block and not stream and self.alive and self._direct_ok(ranks):
-            return call_paths.run_direct(self, (fn, args, kwargs, label), ranks, label, timeout)
+        if block and self.alive and self._direct_ok(ranks):
+            relay = (lambda streamed: OutputRelay(streamed, ranks)) if stream else None
+            return call_paths.run_direct(self, calls.call, (fn, args, kwargs, label), ranks, label, timeout, relay)
         ar = self._submit(calls.call, (fn, args, kwargs, label), ranks)
         relay = OutputRelay(ar, ranks) if stream else None
         if not block:
@@ -213,7 +217,11 @@ class Session:
         ``show``: the ranks whose output shows (the others' a click away); ``breaks``: lines of ``code``
         where the ranks stop for JupyterLab's debugger panel (``magics/debug_panel.py``)."""
         ranks = parse_targets(targets, self.world_size)
-        ar = self._submit(calls.run_cell, (code, None, lent, rich, breaks), ranks)
+        args = (code, None, lent, rich, breaks)
+        if block and self.alive and self.cell_channel == "direct" and self._direct_ok(ranks):
+            relay = (lambda streamed: OutputRelay(streamed, ranks, prefix=True, show=show)) if stream else None
+            return call_paths.run_direct(self, calls.run_cell, args, ranks, "%%mgpu cell", timeout, relay)
+        ar = self._submit(calls.run_cell, args, ranks)
         relay = OutputRelay(ar, ranks, prefix=True, show=show) if stream else None
         if not block:
             return PendingResult(self, ar, ranks, "%%mgpu cell", relay)

@@ -1,8 +1,8 @@
 """The kernel's end of the direct channel (see ``engine/execution/direct_channel.py``): blocking calls, one hop.
 
-``Session.run`` sends a blocking, non-streaming call here when no ipyparallel task is still queued on
-those ranks, so calls keep their order whichever path they take. Everything else (``%%mgpu`` cells
-with live output, ``block=False``) goes through ipyparallel as before.
+``Session.run`` and ``Session.run_cell`` send a blocking call here when no ipyparallel task is still
+queued on those ranks, so calls keep their order whichever path they take; a cell's output streams back
+on the same socket (``session/streamed_call.py``). ``block=False`` goes through ipyparallel.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,31 +87,46 @@ class DirectChannel:
                     raise ChannelClosed(rank) from None
 
     def call(
-        self, ranks: list[int], bufs: list[Any], check: Callable[[list[int], dict[int, Any]], None], poll: float = 0.05
+        self,
+        ranks: list[int],
+        bufs: list[Any],
+        check: Callable[[list[int], dict[int, Any]], None],
+        poll: float = 0.05,
+        on_output: Callable[[int, list[Any]], None] | None = None,
+        parent: dict[str, str] | None = None,
     ) -> dict[int, Any]:
         """Send one request to ``ranks`` and wait for every reply; ``check(pending, replies so far)``
-        runs between polls.
+        runs between polls, and at least every ``poll`` seconds. With ``on_output`` the ranks send what
+        the call prints and displays as it comes (``engine/execution/streamed_output.py``):
+        ``on_output(rank, events)``; ``parent`` (a ``session`` and ``msg_id`` of ipyparallel's client) is what
+        the ranks' comm messages answer, so that client relays a widget's messages to the front end.
 
         ``check`` raises to stop waiting (a dead rank, a timeout); replies to earlier, abandoned
         requests are read and dropped. Raises :class:`ChannelClosed` if a rank's socket closes.
         """
         with self.lock:
             rid = next(self.ids)
-            header = json.dumps({"id": rid}).encode()
+            header = json.dumps({"id": rid, "stream": on_output is not None, "parent": parent}).encode()
             for r in ranks:
                 self._send(r, [header, *bufs])
             try:
-                return self._replies(rid, ranks, check, poll)
+                return self._replies(rid, ranks, check, poll, on_output)
             except KeyboardInterrupt:  # a reply may be half read: start those connections afresh
                 for r in ranks:
                     self.forget(r)
                 raise
 
     def _replies(
-        self, rid: int, ranks: list[int], check: Callable[[list[int], dict[int, Any]], None], poll: float
+        self,
+        rid: int,
+        ranks: list[int],
+        check: Callable[[list[int], dict[int, Any]], None],
+        poll: float,
+        on_output: Callable[[int, list[Any]], None] | None,
     ) -> dict[int, Any]:
         results: dict[int, Any] = {}
         by_fd = {self.socks[r].fileno(): r for r in ranks}
+        checked = time.monotonic()
         while len(results) < len(ranks):
             pending = [r for r in ranks if r not in results]
             ready, _, _ = select.select([self.socks[r] for r in pending], [], [], poll)
@@ -121,8 +137,17 @@ class DirectChannel:
                 except (EOFError, OSError):
                     self.forget(r)
                     raise ChannelClosed(r) from None
-                if json.loads(bytes(parts[0])).get("id") == rid:
+                header = json.loads(bytes(parts[0]))
+                if header.get("id") != rid:
+                    continue
+                if header.get("out"):
+                    if on_output is not None:
+                        on_output(r, rank_channel.load_value(parts[1:]))
+                else:
                     results[r] = rank_channel.load_value(parts[1:])
-            if not ready:  # a quiet poll: is anyone dead, is the time up?
-                check([r for r in ranks if r not in results], results)
+            now = time.monotonic()
+            if not ready or now - checked >= poll:  # a quiet poll, or output streaming: anyone dead, time up?
+                checked = now
+                if len(results) < len(ranks):
+                    check([r for r in ranks if r not in results], results)
         return results

@@ -108,6 +108,7 @@ def test_controller_killed(own_session):
     with own_session(2) as s:
         pids = cluster_pids(s)
         os.kill(s.cluster.controller.pid, signal.SIGKILL)
+        s.cluster.controller.wait(5)  # gone before the cell (a direct-channel cell takes 2 ms: it could win)
         start = time.monotonic()
         with pytest.raises(MgpuError, match="controller was killed by SIGKILL; its engines were stopped"):
             s.run_cell("rank")

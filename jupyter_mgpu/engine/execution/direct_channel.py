@@ -8,8 +8,10 @@ skips the controller's schedulers and ipykernel's message handling: about a mill
 five on a 2-core machine (``benchmarks/collectives.py`` prints both).
 
 Frames: ``!I`` count, then ``!Q`` length of each part, then the parts. A request is a JSON header
-(``id``) and the buffers of ``ipyparallel.serialize.pack_apply_message``; a reply is the header and
-:func:`dump_value` of the result (pickle 5, CPU tensors as raw out-of-band buffers).
+(``id``; ``stream``: send output as it comes, ``engine/execution/streamed_output.py``; ``parent``: the
+ipyparallel request its comm messages answer) and the buffers of ``ipyparallel.serialize.pack_apply_message``; a reply is the header and
+:func:`dump_value` of the result (pickle 5, CPU tensors as raw out-of-band buffers); output frames
+before it carry ``"out": true`` in their header and a list of output events.
 
 The other half: ``session/direct_channel.py``, its controller side.
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_mgpu.engine.execution import calls
+from jupyter_mgpu.engine.execution.streamed_output import StreamedOutput
 from jupyter_mgpu.engine.wire import unix_socket
 from jupyter_mgpu.engine.wire.link import recv_exact
 
@@ -97,18 +100,31 @@ class Server:
             self._drop(conn)
             return
         header = json.loads(bytes(parts[0]))
+        rid = json.dumps({"id": header["id"]}).encode()
+        output = None
+        if header.get("stream"):  # output goes back as it comes, in frames marked "out"
+            marked = json.dumps({"id": header["id"], "out": True}).encode()
+            send = lambda events: send_frames(conn, [marked, *dump_value(events)])  # noqa: E731
+            output = StreamedOutput(send, header.get("parent"))
+            conn.settimeout(None)  # a notebook at a pdb prompt reads later; a closed one fails the send
         try:
-            reply = run_request(parts[1:], self.user_ns)
+            reply = run_request(parts[1:], self.user_ns, output)
         except BaseException as exc:
             reply = dump_value(calls.failure(exc, exc.__traceback__))
+        if output is not None:
+            conn.settimeout(PARTIAL_FRAME_TIMEOUT)
+            if output.broken:
+                self._drop(conn)
+                return
         try:
-            send_frames(conn, [json.dumps({"id": header["id"]}).encode(), *reply])
+            send_frames(conn, [rid, *reply])
         except OSError:
             self._drop(conn)
 
 
-def run_request(bufs: list[Any], user_ns: dict[str, Any]) -> list[Any]:
-    """Unpack and run one call like ipyparallel's ``apply_request`` would; the serialized result."""
+def run_request(bufs: list[Any], user_ns: dict[str, Any], output: StreamedOutput | None = None) -> list[Any]:
+    """Unpack and run one call like ipyparallel's ``apply_request`` would; the serialized result.
+    ``output`` streams what the call prints and displays; without it, that output is dropped."""
     from ipyparallel.serialize import unpack_apply_message
 
     try:
@@ -118,8 +134,12 @@ def run_request(bufs: list[Any], user_ns: dict[str, Any]) -> list[Any]:
     previous = signal.getsignal(signal.SIGINT)
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the stop button reaches the call
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            result = f(*args, **kwargs)
+        if output is not None:
+            with output:
+                result = f(*args, **kwargs)
+        else:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                result = f(*args, **kwargs)
     except BaseException as exc:
         result = calls.failure(exc, exc.__traceback__)
     finally:
