@@ -19,7 +19,6 @@ from jupyter_mgpu.magics.auto_mode import AUTO, set_auto
 from jupyter_mgpu.session import cell_names, rank_debugging
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.session.cell_values import RankValues
-from jupyter_mgpu.session.output_relay import grouped_by_rank
 from jupyter_mgpu.session.targets import parse_targets
 
 
@@ -65,7 +64,7 @@ class CellMagics(Magics):
         panel = rank_debugging.panel  # JupyterLab's debugger panel: its gutter breakpoints stop the ranks
         breaks = panel.cell_breaks(cell) if panel is not None else None
         try:
-            with grouped_by_rank(), self._profiled(args.profile):  # live lines; at the end, grouped by rank
+            with self._profiled(args.profile):  # lines live, and they stay where they were shown
                 reports = s.run_cell(
                     cell, targets=ranks, block=True, stream=True, lent=lent, rich=True, show=show, breaks=breaks or None
                 )

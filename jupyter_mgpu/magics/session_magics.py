@@ -15,7 +15,6 @@ from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
 from jupyter_mgpu.magics.rank_table import RankTable
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.session.cell_values import warm_formatters
-from jupyter_mgpu.session.output_relay import grouped_by_rank
 from jupyter_mgpu.session.targets import parse_targets
 from jupyter_mgpu.units import format_bytes
 
@@ -203,10 +202,9 @@ class MgpuMagics(Magics):
         args = parse_line(self.mgpu_run, line)
         timeout = _seconds(args.timeout) if args.timeout is not None else None
         s = sessmod.current()
-        with grouped_by_rank():
-            s.run_script(
-                args.target, args.args, targets=args.targets, module=args.module, timeout=timeout, fresh=args.fresh
-            )
+        s.run_script(
+            args.target, args.args, targets=args.targets, module=args.module, timeout=timeout, fresh=args.fresh
+        )
 
     @magic_arguments()
     @argument(

@@ -7,7 +7,9 @@ a plain cell; one that could not (a widget, a value too big to copy) is shown fr
 bundle and is its repr in the list. A value that travelled is formatted here (the ranks do not format
 it). When every shown rank's output is the same it is shown once ("ranks 0–3"): outputs are compared
 as the notebook would show them, less the HTML of a value that also has a JSON form (a plotly figure's
-HTML holds a random element id). Plain-text values keep the compact ``Out[rank 1]: 100`` line.
+HTML holds a random element id). Plain-text values keep the compact ``Out[rank 1]: 100`` line. Values
+a browser shows as HTML (DataFrames, images) are one output however many ranks differ, each under its
+rank label, so JupyterLab's limit of 50 outputs per cell never hides a rank.
 """
 
 from __future__ import annotations
@@ -20,6 +22,40 @@ from typing import Any
 from jupyter_mgpu.engine.execution import cell_value
 
 _NOTHING = object()
+# groups whose value the front end draws itself (a plotly figure, a widget) each take two outputs; past
+# this many, the rest are named, not shown (JupyterLab folds a cell's outputs past 50)
+MAX_RICH_GROUPS = 20
+# what a browser shows as HTML in one block: values made only of these merge into one output
+_MERGEABLE = {"text/plain", "text/html", "image/png", "image/jpeg", "image/gif", "image/svg+xml"}
+
+
+def as_html(data: dict[str, Any]) -> str | None:
+    """A value's mime bundle as one HTML block, or None when the front end must draw it itself."""
+    if not set(data) <= _MERGEABLE or set(data) == {"text/plain"}:
+        return None
+    if "text/html" in data:
+        return str(data["text/html"])
+    if "image/svg+xml" in data:
+        return str(data["image/svg+xml"])
+    for mime in ("image/png", "image/jpeg", "image/gif"):
+        if mime in data:
+            return f"<img src='data:{mime};base64,{data[mime]}'/>"
+    return None
+
+
+def _show_merged(blocks: list[str], plain: list[str]) -> None:
+    """One output for the labelled blocks gathered so far (every rank's DataFrame in one place)."""
+    if not blocks:
+        return
+    from IPython.display import display
+
+    scroll = " style='max-height:640px;overflow-y:auto'" if len(blocks) > 4 else ""  # many ranks: one box
+    html_text = f"<div class='mgpu-rank-values'{scroll}>" + "".join(blocks) + "</div>"
+    display({"text/plain": "\n".join(plain), "text/html": html_text}, raw=True)
+    blocks.clear()
+    plain.clear()
+
+
 _warming: threading.Thread | None = None
 
 
@@ -121,13 +157,29 @@ class RankValues(list[Any]):
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        for ranks, i in self.groups():
+        merged: list[str] = []  # labelled HTML blocks of consecutive groups, shown as one output
+        plain: list[str] = []
+        rich_shown = 0
+        groups = self.groups()
+        for n, (ranks, i) in enumerate(groups):
             label = rank_label(ranks)
             report = self.reports[i]
             assert report is not None
             if self._text_only(i):
+                _show_merged(merged, plain)
                 print(f"Out[{label}]: {report['repr']}")
                 continue
+            block = as_html(self._data(i))
+            if block is not None:
+                merged.append(f"<div class='mgpu-rank-label'>{html.escape(label)}</div>{block}")
+                plain.append(f"[{label}]\n{self._data(i).get('text/plain', '')}")
+                continue
+            _show_merged(merged, plain)
+            if rich_shown == MAX_RICH_GROUPS:  # past the front end's output limit: say where the rest are
+                rest = [r for rr, _ in groups[n:] for r in rr]
+                print(f"Out[{rank_label(rest)}]: {len(groups) - n} more values, not shown here; they are in _")
+                return
+            rich_shown += 1
             display(
                 {"text/plain": f"[{label}]", "text/html": f"<div class='mgpu-rank-label'>{html.escape(label)}</div>"},
                 raw=True,
@@ -136,6 +188,7 @@ class RankValues(list[Any]):
                 display(self[i])
             else:
                 display(report["data"], raw=True, metadata=report.get("metadata") or {})
+        _show_merged(merged, plain)
 
     def __repr__(self) -> str:
         return "\n".join(

@@ -1,38 +1,29 @@
 """Relay engines' output to the notebook as it arrives, each line prefixed with its rank.
 
-Lines show live, in the order they arrive (rank 3 may well print first). A relay made inside
-:func:`grouped_by_rank` (the ``%%mgpu`` magic, whose cell output is all the ranks' output) ends by
-showing the cell's output again grouped by rank — rank 0's lines, then rank 1's, … — when the ranks'
-lines arrived interleaved or out of order (in a notebook; a terminal keeps the order they came in, as
-it cannot clear what it printed).
+Lines show live and stay where they were shown: the cell's output never moves or re-sorts when it
+ends. Lines that arrive together (within :data:`SETTLE_S` of each other: ranks printing the same
+step) show in rank order; lines further apart show in the order they came.
 
-A line still being written — a text progress bar redrawn with ``\\r`` (tqdm) — shows in one live area
-below, one line per rank, redrawn as the ranks redraw it; it joins the output when it ends. With
+A line still being written — a text progress bar redrawn with ``\\r`` (tqdm) — shows in one live area,
+one line per rank, redrawn as the ranks redraw it; when it ends it stays there, as it was drawn. With
 ``show`` (``%%mgpu --show 0``) only those ranks' output shows; the others' is one click away at the end.
+Both call paths feed it: ipyparallel's AsyncResult and the direct channel's ``session/streamed_call.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import html
 import sys
-from collections.abc import Iterator
+import time
 from typing import Any
 
-_GROUP = contextvars.ContextVar("mgpu_group_by_rank", default=False)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-
-
-@contextlib.contextmanager
-def grouped_by_rank() -> Iterator[None]:
-    """Relays made inside end by regrouping the output they showed by rank (clearing the cell's output:
-    use it only where the relay's output is all the cell shows)."""
-    token = _GROUP.set(True)
-    try:
-        yield
-    finally:
-        _GROUP.reset(token)
+SETTLE_S = 0.15  # lines that arrive this close together show in rank order
+# HTML text in the size and font of the cell's stream output (an HTML <pre> is larger by default)
+PRE_STYLE = (
+    "font-family:var(--jp-code-font-family,monospace);font-size:var(--jp-code-font-size,13px);"
+    "line-height:var(--jp-code-line-height,1.39);margin:0;padding:0"
+)
 
 
 def visible(line: str) -> str:
@@ -80,13 +71,14 @@ class OutputRelay:
         self.ranks = ranks
         self.prefix = prefix
         self.show = None if show is None else set(show)
-        self.live = _in_kernel() if live is None else live  # a front end that redraws and clears output
-        self.group = _GROUP.get() and self.live  # a terminal cannot clear what it printed: no second copy
+        self.live = _in_kernel() if live is None else live  # a front end that redraws output in place
+        self.clock = time.monotonic
         self._streams = {(r, s): _Stream() for r in ranks for s in ("stdout", "stderr")}
         self._shown_outputs = dict.fromkeys(ranks, 0)
-        self._shown: list[tuple[int, str, Any]] = []  # (rank, "stdout" | "stderr" | "display", what), as shown
-        self._hidden: list[tuple[int, str, Any]] = []  # the same, for ranks --show leaves out
+        self._waiting: list[tuple[float, int, str, Any]] = []  # (arrived, rank, kind, what) not shown yet
+        self._hidden: list[tuple[int, str, Any]] = []  # (rank, "stdout" | "stderr" | "display", what), --show
         self._drawing: dict[tuple[int, str], str] = {}  # lines being redrawn now, by (rank, stream)
+        self._drawn: dict[tuple[int, str], list[str]] = {}  # redrawn lines that ended: they stay in the area
         self._live_handle: Any = None
         self._live_text = ""
 
@@ -103,13 +95,23 @@ class OutputRelay:
     def _hides(self, rank: int) -> bool:
         return self.show is not None and rank not in self.show
 
-    def _emit(self, rank: int, name: str, text: str) -> None:
+    def _emit(self, rank: int, name: str, what: Any) -> None:
         if self._hides(rank):
-            self._hidden.append((rank, name, text))
+            self._hidden.append((rank, name, what))
             return
-        if self.group:  # kept only to be shown again in rank order at the end
-            self._shown.append((rank, name, text))
-        self._write(rank, name, text)
+        self._waiting.append((self.clock(), rank, name, what))
+
+    def _release(self, final: bool) -> None:
+        """Show what waited: all of it, in rank order, once the oldest has waited :data:`SETTLE_S`."""
+        if not self._waiting or not (final or self.clock() - self._waiting[0][0] >= SETTLE_S):
+            return
+        batch = sorted(self._waiting, key=lambda item: item[1])  # stable: each rank's own order
+        self._waiting = []
+        for _, rank, name, what in batch:
+            if name == "display":
+                self._display(what, rank)
+            else:
+                self._write(rank, name, what)
 
     def poll(self, final: bool = False) -> None:
         metadata = self.ar._metadata
@@ -119,13 +121,9 @@ class OutputRelay:
                 self._poll_stream(rank, name, md.get(name) or "", final)
             outputs = md.get("outputs") or []
             for out in outputs[self._shown_outputs[rank] :]:
-                if self._hides(rank):
-                    self._hidden.append((rank, "display", out))
-                    continue
-                if self.group:
-                    self._shown.append((rank, "display", out))
-                self._display(out, rank)
+                self._emit(rank, "display", out)
             self._shown_outputs[rank] = len(outputs)
+        self._release(final)
         self._redraw()
 
     def _poll_stream(self, rank: int, name: str, text: str, final: bool) -> None:
@@ -139,7 +137,11 @@ class OutputRelay:
             stream.offset = end
             lines = (chunk[:-1] if chunk.endswith("\n") else chunk).split("\n")
             stream.lines += len(lines) if final and not chunk.endswith("\n") else chunk.count("\n")
-            self._emit(rank, name, "\n".join(visible(line) for line in lines))
+            lines = [visible(line) for line in lines]
+            if (rank, name) in self._drawing and self.live and not self._hides(rank):
+                self._drawn.setdefault((rank, name), []).append(lines.pop(0))  # a bar that ended stays put
+            if lines:
+                self._emit(rank, name, "\n".join(lines))
         tail = visible(text[stream.offset :]) if not final else ""
         if tail and not self._hides(rank):
             self._drawing[(rank, name)] = tail
@@ -147,16 +149,21 @@ class OutputRelay:
             self._drawing.pop((rank, name), None)
 
     def _redraw(self) -> None:
-        """Show the lines being redrawn now (progress bars) in the live area, one per rank."""
+        """Show the lines being redrawn (progress bars) in the live area, one per rank, and those that ended."""
         if not self.live:
             return
-        text = "\n".join(self._prefixed(r, line).rstrip("\n") for (r, _), line in sorted(self._drawing.items()))
+        rows = []
+        for key in sorted(set(self._drawing) | set(self._drawn)):
+            now = [self._drawing[key]] if key in self._drawing else []
+            rows += [self._prefixed(key[0], line).rstrip("\n") for line in [*self._drawn.get(key, []), *now]]
+        text = "\n".join(rows)
         if text == self._live_text:
             return
         self._live_text = text
         from IPython.display import display
 
-        bundle = {"text/plain": text, "text/html": f"<pre class='mgpu-live'>{html.escape(text)}</pre>" if text else ""}
+        body = f"<pre class='mgpu-live' style='{PRE_STYLE}'>{html.escape(text)}</pre>" if text else ""
+        bundle = {"text/plain": text, "text/html": body}
         if self._live_handle is None:
             self._live_handle = display(bundle, raw=True, display_id=True)
         else:
@@ -178,31 +185,11 @@ class OutputRelay:
         except Exception:
             pass
 
-    def in_rank_order(self) -> bool:
-        """Whether what was shown is already grouped by rank, in rank order."""
-        ranks = [r for r, _, _ in self._shown]
-        return ranks == sorted(ranks)
-
     def flush(self) -> None:
-        """Show what is left; then, when grouping, show the whole output again grouped by rank if needed;
-        then what ``show`` left out, folded."""
+        """Show what is left, then what ``show`` left out, folded."""
         self.poll(final=True)
-        if self.group and not self.in_rank_order():
-            self._regroup()
         if self._hidden:
             self._show_hidden()
-
-    def _regroup(self) -> None:
-        from IPython.display import clear_output
-
-        clear_output(wait=True)
-        self._live_handle, self._live_text = None, ""
-        for rank, name, what in sorted(self._shown, key=lambda item: item[0]):  # stable: each rank's own order
-            if name == "display":
-                self._display(what, rank)
-            else:
-                self._write(rank, name, what)
-        self._shown.sort(key=lambda item: item[0])
 
     def _show_hidden(self) -> None:
         """The output of the ranks ``show`` left out, one click away (a folded block in a notebook)."""
@@ -220,7 +207,7 @@ class OutputRelay:
             {
                 "text/plain": f"({summary})",
                 "text/html": f"<details class='mgpu-hidden'><summary>{html.escape(summary)}</summary>"
-                f"<pre>{html.escape(body)}</pre></details>",
+                f"<pre style='{PRE_STYLE}'>{html.escape(body)}</pre></details>",
             },
             raw=True,
         )

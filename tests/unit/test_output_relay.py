@@ -1,4 +1,4 @@
-"""The output relay: ranks' lines show live as they arrive; a %%mgpu cell ends grouped by rank."""
+"""The output relay: ranks' lines show live, in rank order when they arrive together, and stay where they were shown."""
 
 from __future__ import annotations
 
@@ -6,65 +6,56 @@ from types import SimpleNamespace
 
 import IPython.display
 
-from jupyter_mgpu.session.output_relay import OutputRelay, grouped_by_rank
+from jupyter_mgpu.session.output_relay import SETTLE_S, OutputRelay
 
 
-def _relay(group: bool, live: bool = True) -> tuple[OutputRelay, list[dict]]:
-    """A relay of 4 ranks; ``live``: in a notebook front end (which can clear a cell's output)."""
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _relay(live: bool = True) -> tuple[OutputRelay, list[dict], Clock]:
+    """A relay of 4 ranks on a clock the test moves; ``live``: in a notebook front end."""
     md = [{"stdout": ""} for _ in range(4)]
-    if group:
-        with grouped_by_rank():
-            relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1, 2, 3], live=live)
-    else:
-        relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1, 2, 3], live=live)
-    return relay, md
+    relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1, 2, 3], live=live)
+    relay.clock = clock = Clock()
+    return relay, md, clock
 
 
-def test_lines_show_live_as_they_arrive_then_grouped_by_rank(capsys, monkeypatch):
+def test_lines_that_arrive_together_show_in_rank_order_and_never_move(capsys, monkeypatch):
     cleared = []
     monkeypatch.setattr(IPython.display, "clear_output", lambda wait=False: cleared.append(wait))
-    relay, md = _relay(group=True)
-    for rank in (3, 2, 0, 1):  # the order the issue saw
+    relay, md, clock = _relay()
+    for rank in (3, 2, 0, 1):  # the order the issue saw, within a few milliseconds
         md[rank]["stdout"] += f"hello from {rank}\n"
         relay.poll()
-    live = capsys.readouterr().out
-    assert live.splitlines() == [f"[rank {r}] hello from {r}" for r in (3, 2, 0, 1)]  # live, as they came
+        clock.now += 0.01
+    assert capsys.readouterr().out == ""  # they wait to settle
+    clock.now += SETTLE_S
+    relay.poll()
+    assert capsys.readouterr().out.splitlines() == [f"[rank {r}] hello from {r}" for r in range(4)]
     md[3]["stdout"] += "bye from 3\n"
     relay.flush()
-    assert cleared == [True]  # cleared when the regrouped output arrives
-    assert capsys.readouterr().out.splitlines()[-5:] == [
-        "[rank 0] hello from 0",
-        "[rank 1] hello from 1",
-        "[rank 2] hello from 2",
-        "[rank 3] hello from 3",
-        "[rank 3] bye from 3",
-    ]
+    assert capsys.readouterr().out.splitlines() == ["[rank 3] bye from 3"]  # after what was shown, nothing again
+    assert cleared == []  # the output is never cleared: nothing moves when the cell ends
 
 
-def test_a_terminal_keeps_the_order_lines_came_in_and_shows_each_once(capsys, monkeypatch):
-    cleared = []
-    monkeypatch.setattr(IPython.display, "clear_output", lambda wait=False: cleared.append(wait))
-    relay, md = _relay(group=True, live=False)  # IPython in a terminal: what it printed stays printed
-    for rank in (1, 0):
-        md[rank]["stdout"] += f"hello from {rank}\n"
-        relay.poll()
+def test_lines_far_apart_show_in_the_order_they_came_within_the_settling_time(capsys):
+    relay, md, clock = _relay(live=False)
+    md[1]["stdout"] += "first\n"
+    relay.poll()
+    clock.now += SETTLE_S + 0.01
+    relay.poll()
+    assert capsys.readouterr().out.splitlines() == ["[rank 1] first"]  # shown within the settling time
+    md[0]["stdout"] += "later\n"
     relay.flush()
-    assert cleared == [] and capsys.readouterr().out.splitlines() == ["[rank 1] hello from 1", "[rank 0] hello from 0"]
+    assert capsys.readouterr().out.splitlines() == ["[rank 0] later"]
 
 
-def test_no_regrouping_when_already_in_order_or_not_asked(capsys, monkeypatch):
-    cleared = []
-    monkeypatch.setattr(IPython.display, "clear_output", lambda wait=False: cleared.append(wait))
-    for group, order in ((True, (0, 1, 2, 3)), (False, (3, 2, 0, 1))):
-        relay, md = _relay(group)
-        for rank in order:
-            md[rank]["stdout"] += f"line {rank}\n"
-            relay.poll()
-        relay.flush()
-    assert cleared == []  # in order already; and a relay outside %%mgpu never clears a cell
-
-
-def test_a_progress_bar_redraws_live_per_rank_and_ends_as_one_line(capsys, monkeypatch):
+def test_a_progress_bar_redraws_live_per_rank_and_ends_where_it_was_drawn(capsys, monkeypatch):
     shown = []
 
     class Handle:
@@ -78,6 +69,7 @@ def test_a_progress_bar_redraws_live_per_rank_and_ends_as_one_line(capsys, monke
     monkeypatch.setattr(IPython.display, "display", display)
     md = [{"stderr": ""}, {"stderr": ""}]
     relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1], live=True)
+    relay.clock = clock = Clock()
     md[0]["stderr"] = "\r 10%|#"
     md[1]["stderr"] = "\r 50%|#####"
     relay.poll()
@@ -88,12 +80,15 @@ def test_a_progress_bar_redraws_live_per_rank_and_ends_as_one_line(capsys, monke
     md[0]["stderr"] = "100%|##########|\nafter\n"
     md[1]["stderr"] = "\r 50%|#####\r100%|##########|\n"
     relay.poll()
-    assert shown[-1] == ""  # nothing left being drawn
-    err = capsys.readouterr().err
-    assert err.splitlines() == ["[rank 0] 100%|##########|", "[rank 0] after", "[rank 1] 100%|##########|"]
-    md[0]["stderr"] += "more\n"
+    # the bars that ended stay in the live area as drawn (not moved into the stderr stream below)
+    assert shown[-1] == "[rank 0] 100%|##########|\n[rank 1] 100%|##########|"
+    clock.now += SETTLE_S
     relay.poll()
+    assert capsys.readouterr().err.splitlines() == ["[rank 0] after"]
+    md[0]["stderr"] += "more\n"
+    relay.flush()
     assert capsys.readouterr().err == "[rank 0] more\n"  # the count of relayed lines survives the rewrite
+    assert shown[-1] == "[rank 0] 100%|##########|\n[rank 1] 100%|##########|"
 
 
 def test_show_folds_the_other_ranks_output_into_one_block(capsys, monkeypatch):
