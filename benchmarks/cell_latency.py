@@ -6,6 +6,11 @@ in either figure). Tab and Shift-Tab in a ``%%mgpu`` cell, answered by rank 0
 namespace (as ipykernel asks it: jedi on, IPython's default).
 
     python benchmarks/cell_latency.py [--ranks 4] [--repeat 50]
+    python benchmarks/cell_latency.py --ranks 2,4,8,16,32 --repeat 15
+
+With several rank counts it prints one row per count (a fresh session each): an empty plain cell,
+ipyparallel's own ``%px pass``, ``%%mgpu pass`` through ipyparallel's queues (the path cells took
+before) and through the direct channel (now), and ``Session.run`` of a no-op.
 """
 
 from __future__ import annotations
@@ -60,17 +65,70 @@ def _completion_rows(ip: Any) -> list[tuple[str, Callable[[], object], Callable[
     ]
 
 
+def _empty_cell_rows(ip: Any, s: Any, repeat: int) -> dict[str, float]:
+    """An empty cell each way on the session now running (ms, medians)."""
+
+    def noop() -> None:
+        return None
+
+    view = s.cluster.client[:]
+    view.block = True  # %px waits for the engines, as %%mgpu does
+    view.activate()  # %px on every engine of this cluster
+
+    def mgpu_via(channel: str) -> Callable[[], object]:
+        def run() -> object:
+            s.cell_channel = channel
+            try:
+                return ip.run_cell_magic("mgpu", "", "pass")
+            finally:
+                s.cell_channel = "direct"
+
+        return run
+
+    ways = {
+        "plain cell": lambda: ip.run_cell("pass"),
+        "%px pass": lambda: ip.run_cell_magic("px", "", "pass"),
+        "%%mgpu via ipyparallel": mgpu_via("ipyparallel"),
+        "%%mgpu": mgpu_via("direct"),
+        "Session.run": lambda: s.run(noop),
+    }
+    return {name: statistics.median(_times(fn, repeat)) * 1e3 for name, fn in ways.items()}
+
+
+def scaling(ip: Any, counts: list[int], repeat: int) -> None:
+    """The empty-cell table: one row per number of ranks, a fresh session each."""
+    import jupyter_mgpu as mg
+
+    rows = []
+    for n in counts:
+        ip.run_line_magic("mgpu_init", f"{n} --cpu --no-dashboard")
+        rows.append((n, _empty_cell_rows(ip, mg.current(), repeat)))
+        ip.run_line_magic("mgpu_shutdown", "")
+    names = list(rows[0][1])
+    print(f"empty cell, CPU ranks, median of {repeat} (ms)")
+    print(f"{'ranks':>6}" + "".join(f"{name:>24}" for name in names))
+    for n, row in rows:
+        print(f"{n:>6}" + "".join(f"{row[name]:>24.2f}" for name in names))
+    base = dict(rows[0][1]) if rows[0][0] == 4 else next((r for c, r in rows if c == 4), None)
+    if base:
+        print("ratio to 4 ranks: " + ", ".join(f"{n}: {row['%%mgpu'] / base['%%mgpu']:.2f}x" for n, row in rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--ranks", default="4", help="a number of ranks, or several: 2,4,8,16,32 (a table by ranks)")
     ap.add_argument("--repeat", type=int, default=50)
     a = ap.parse_args()
+    counts = [int(c) for c in a.ranks.split(",")]
     os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
     from IPython.testing.globalipapp import start_ipython
 
     ip = start_ipython()
     ip.run_line_magic("load_ext", "jupyter_mgpu")
-    ip.run_line_magic("mgpu_init", f"{a.ranks} --cpu --no-dashboard")
+    if len(counts) > 1:
+        scaling(ip, counts, a.repeat)
+        return
+    ip.run_line_magic("mgpu_init", f"{counts[0]} --cpu --no-dashboard")
     with tempfile.TemporaryDirectory() as tmp:
         empty = os.path.join(tmp, "empty.py")
         open(empty, "w").close()
@@ -79,7 +137,7 @@ def main() -> None:
             ("empty script", lambda: ip.run_line_magic("run", empty), lambda: ip.run_line_magic("mgpu_run", empty)),
             *_completion_rows(ip),
         ]
-        print(f"per-cell latency, {a.ranks} CPU ranks, median of {a.repeat} (ms)")
+        print(f"per-cell latency, {counts[0]} CPU ranks, median of {a.repeat} (ms)")
         print(f"{'what':<14}{'plain IPython':>15}{'jupyter_mgpu':>15}{'ratio':>9}")
         for name, plain, ours in rows:
             p = statistics.median(_times(plain, a.repeat)) * 1e3

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,8 @@ class StreamedOutput:
                 last[1] += what
             else:
                 self._events.append([kind, what])
+            if last is None:
+                _FLUSHER.pending.set()
 
     def flush(self) -> None:
         """Send what was caught since the last flush."""
@@ -165,31 +168,31 @@ def _comms_reach(parent: dict[str, str]) -> None:
 
 
 class _Flusher:
-    """One thread per engine that flushes the call's output every :data:`FLUSH_S` (none between calls)."""
+    """One thread per engine that sends the call's output :data:`FLUSH_S` after it starts to come; a
+    call that prints nothing never wakes it."""
 
     def __init__(self) -> None:
         self._current: StreamedOutput | None = None
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
+        self.pending = threading.Event()  # set by the first output since the last flush
         self._thread: threading.Thread | None = None
 
     def watch(self, output: StreamedOutput | None) -> None:
+        """Flush ``output`` from now on (None: stop, once a flush under way has ended)."""
         with self._lock:
             self._current = output
             if output is not None and self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="mgpu-streamed-output", daemon=True)
                 self._thread.start()
-            self._wake.notify()
 
     def _run(self) -> None:
-        with self._lock:
-            while True:
-                if self._current is None:
-                    self._wake.wait()
-                    continue
-                self._wake.wait(FLUSH_S)
+        while True:
+            self.pending.wait()
+            time.sleep(FLUSH_S)  # what comes meanwhile goes in the same frame
+            with self._lock:
+                self.pending.clear()
                 if self._current is not None:
-                    self._current.flush()  # under the lock: watch(None) waits for it
+                    self._current.flush()
 
 
 _FLUSHER = _Flusher()
