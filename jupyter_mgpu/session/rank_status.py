@@ -54,15 +54,20 @@ def where(cluster: Any, world_size: int, timeout: float = 2.0) -> list[dict[str,
     """What every rank does now, in rank order (``mg.where``): ``state`` (``running``, ``collective``,
     ``idle``, or ``unknown`` for a rank that did not answer), ``seconds`` in it, ``collective``
     (``barrier #7``), ``line`` (the innermost line of the user's code) and ``stack`` (their frames,
-    outermost first). Each rank's guard thread answers, so a busy rank answers too."""
+    outermost first). Each rank's guard thread answers, so a busy rank answers too; the ranks are asked
+    at once, so 64 ranks with some silent take ``timeout`` once, not once each."""
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     from jupyter_mgpu.engine.watch import collective_guard
 
     dead = cluster.exits()
+    alive = [r for r in range(world_size) if r not in dead]
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(alive)))) as pool:
+        answers = dict(zip(alive, pool.map(lambda r: collective_guard.ask(cluster.path, r, "where", timeout), alive)))
     out: list[dict[str, Any]] = []
     for r in range(world_size):
-        w = None if r in dead else collective_guard.ask(cluster.path, r, "where", timeout)
+        w = answers.get(r)
         if not w or "state" not in w:
             out.append(
                 {

@@ -77,3 +77,39 @@ def test_the_default_class_and_a_table_without_cells():
     assert Bare([])._repr_html_().startswith("<table class='mgpu-table'>")
     with pytest.raises(NotImplementedError):
         repr(Bare([{"rank": 0}]))
+
+
+def _status_rows(n: int, per_host: int = 8) -> list[dict[str, Any]]:
+    return [
+        {
+            "rank": r,
+            "name": f"n{r}",
+            "device": f"node{r // per_host}:cuda:{r % per_host}",
+            "state": "busy" if r % 16 == 5 else "idle",
+        }
+        for r in range(n)
+    ]
+
+
+class HostTable(PetTable):
+    COLUMNS = ("rank", "device", "state")
+
+    def _cells(self, row: dict[str, Any]) -> list[str]:
+        return [str(row["rank"]), row["device"], row["state"]]
+
+
+def test_64_ranks_on_8_hosts_are_counted_boxed_and_grouped_by_host():
+    table = HostTable(_status_rows(64))
+    assert table.summary() == "64 ranks on 8 hosts: 60 idle, 4 busy"
+    page = table._repr_html_()
+    assert "max-height:420px;overflow-y:auto" in page and "position:sticky" in page  # it scrolls, header in view
+    hosts = re.findall(r"<tr class='mgpu-host'><th colspan='3'[^>]*>([^<]*)</th>", page)
+    assert hosts == [f"node{h} · ranks {8 * h}–{8 * h + 7}" for h in range(8)]
+    assert page.count("<td>") == 64 * 3  # every rank once
+    assert repr(table).splitlines()[0] == "64 ranks on 8 hosts: 60 idle, 4 busy"
+
+
+def test_a_few_ranks_keep_the_plain_table():
+    table = HostTable(_status_rows(4))
+    assert "mgpu-host" not in table._repr_html_() and "max-height" not in table._repr_html_()
+    assert repr(table).splitlines()[0].split() == ["rank", "device", "state"]
