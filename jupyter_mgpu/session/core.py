@@ -175,8 +175,8 @@ class Session:
         label = label or str(getattr(fn, "__name__", "function"))
         fn = ship(fn)  # notebook functions travel by value, with the notebook functions they call
         if block and self.alive and self._direct_ok(ranks):
-            relay = (lambda streamed: OutputRelay(streamed, ranks)) if stream else None
-            return call_paths.run_direct(self, calls.call, (fn, args, kwargs, label), ranks, label, timeout, relay)
+            shows = (lambda streamed: OutputRelay(streamed, ranks)) if stream else None
+            return call_paths.run_direct(self, calls.call, (fn, args, kwargs, label), ranks, label, timeout, shows)
         ar = self._submit(calls.call, (fn, args, kwargs, label), ranks)
         relay = OutputRelay(ar, ranks) if stream else None
         if not block:
@@ -219,8 +219,8 @@ class Session:
         ranks = parse_targets(targets, self.world_size)
         args = (code, None, lent, rich, breaks)
         if block and self.alive and self.cell_channel == "direct" and self._direct_ok(ranks):
-            relay = (lambda streamed: OutputRelay(streamed, ranks, prefix=True, show=show)) if stream else None
-            return call_paths.run_direct(self, calls.run_cell, args, ranks, "%%mgpu cell", timeout, relay)
+            shows = (lambda streamed: OutputRelay(streamed, ranks, prefix=True, show=show)) if stream else None
+            return call_paths.run_direct(self, calls.run_cell, args, ranks, "%%mgpu cell", timeout, shows)
         ar = self._submit(calls.run_cell, args, ranks)
         relay = OutputRelay(ar, ranks, prefix=True, show=show) if stream else None
         if not block:

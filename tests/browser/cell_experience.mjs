@@ -71,7 +71,9 @@ async function cellOutputs(index) {
         mime: o.dataset.mimeType ?? null,
         text: o.innerText,
         label: o.querySelector('.mgpu-rank-label')?.textContent ?? null,
-        labels: Array.from(o.querySelectorAll('.mgpu-rank-label')).map(l => l.textContent),
+        labels: Array.from(o.querySelectorAll('.mgpu-rank-label')).map(
+          l => l.textContent
+        ),
         table: Array.from(o.querySelectorAll('table.dataframe tr')).map(tr =>
           Array.from(tr.children).map(td => td.textContent.trim())
         ),

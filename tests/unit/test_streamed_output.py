@@ -58,3 +58,14 @@ def test_a_closed_notebook_end_drops_output_but_not_the_call(monkeypatch):
     with StreamedOutput(broken) as output:
         print("x")
     assert output.broken
+
+
+def test_the_notebook_keeps_the_events_as_ipyparallel_keeps_a_tasks_output():
+    from jupyter_mgpu.session.streamed_call import StreamedCall
+
+    call = StreamedCall([2, 5])
+    call.add(5, [["stdout", "a\n"], ["stderr", "\r 10%"], ["display", {"data": {"text/plain": "x"}}]])
+    call.add(5, [["stderr", "\r 90%"], ["stdout", "b\n"]])
+    md = call._metadata[1]
+    assert md["stdout"] == "a\nb\n" and md["stderr"] == " 90%"  # only the last redraw of a line is kept
+    assert md["outputs"] == [{"data": {"text/plain": "x"}}] and call._metadata[0]["stdout"] == ""
