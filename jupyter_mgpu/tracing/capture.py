@@ -6,6 +6,8 @@ events are merged into one timeline, ``t.events``: dicts with ``rank``, ``step``
 (hold, send, recv, compute, reduce, free), ``blocks`` (tensor, global index box), ``bytes``, ``time``
 (and ``op``, ``label``, ``peer``). ``t.play()`` is the animated replay, ``t.save_html(path)`` a page
 that plays without a kernel, ``t.final_placement()`` what the replay says each rank holds at the end.
+``t.frames()`` are the player's steps (``tracing.replay.steps``: the (op, step)s that change
+something); the repr, the player's badge and ``t.summary()`` count both the events and those steps.
 
 Live mode: the ranks also append each op's events to ``<rundir>/trace/rank<r>.jsonl``; a player made
 while the block is still running follows those files from a kernel thread (like the telemetry).
@@ -98,13 +100,20 @@ class Trace:
         return len(self.events)
 
     def __repr__(self) -> str:
-        state = "recording" if self.running else f"{len(self.events)} events"
+        state = "recording" if self.running else self.summary()
         ops = sorted({e["label"] for e in self.events})
         return f"<Trace {self.trace_id} on {self.world_size} ranks: {state}{'; ' + ', '.join(ops) if ops else ''}>"
 
+    def summary(self) -> str:
+        """``52 events in 3 steps (0–2)``: what the replay shows, counted as its step counter counts."""
+        n = len(self.frames())
+        steps = f"{n} step{'s' if n != 1 else ''}" + (f" (0–{n - 1})" if n > 1 else "")
+        return f"{len(self.events)} event{'s' if len(self.events) != 1 else ''} in {steps}"
+
     def frames(self) -> list[list[dict[str, Any]]]:
-        """The merged events cut into frames: one per (op, step)."""
-        return tr.group(self.events)
+        """The events of each step the player shows (one per (op, step) that changes something; the events
+        of those that change nothing are in the step they join, so every event is in one step)."""
+        return tr.step_events(self.events, self.world_size)
 
     def states(self) -> list[list[set[tr.Key]]]:
         """What each rank holds after each frame."""
@@ -183,7 +192,7 @@ class Trace:
         return f"trace of {ops}" if ops else "trace: waiting for the first events"
 
     def _badge(self) -> str:
-        live = "live: following the ranks" if self.running else "replay of real events"
+        live = "live: following the ranks" if self.running else f"replay of real events: {self.summary()}"
         return f"{live}, {self.world_size} ranks"
 
     def _repr_html_(self) -> str:

@@ -1,6 +1,11 @@
 """Pure replay of a trace: merge the ranks' events into one timeline, group them into frames, and
 compute what each rank holds after every frame (no torch, nothing drawn).
 
+The player shows :func:`steps`: the frames, less those that change nothing (a ``hold`` of a block
+already held, a ``free`` of one that is not), whose events join the next step of their op (or the
+previous one) so that every event is still counted; each step has its own caption (:func:`caption`:
+the op, which of its steps this is, the collective, the count of each action, the bytes received).
+
 Semantics of the actions: ``hold`` and ``recv`` add their blocks to the rank's holdings, ``free``
 removes them; ``send``, ``compute`` and ``reduce`` change nothing (they are drawn as arrows and
 highlights). A block is ``(tensor, box, buf)``; ``buf`` tags a temporary copy (a ring chunk slot, a
@@ -9,8 +14,10 @@ panel buffer), so a copy of a block a rank already holds is counted in its memor
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 Key = tuple[str, tuple[tuple[int, int], ...], Any]
@@ -130,13 +137,106 @@ def final_placement(
     return out
 
 
-def caption(frame: list[dict[str, Any]], tensors: dict[str, dict[str, Any]]) -> str:
-    """One line saying what happens in a frame (the op, counts per action, bytes received)."""
-    e0 = frame[0]
+@dataclass(frozen=True)
+class Step:
+    """One step of the replay: its events (those that changed nothing folded in), its op and its place."""
+
+    events: list[dict[str, Any]]
+    op: int
+    label: str
+    index: int  # 1-based, among the steps of its op
+    of: int  # the steps of its op
+    repeat: int = 0  # 2, 3, ... for an op whose label an earlier op already had (0: the first)
+
+
+def _changes(frame: list[dict[str, Any]], before: list[set[Key]], after: list[set[Key]]) -> bool:
+    """Whether a frame shows anything: a holding that changes, a transfer or a computation."""
+    return before != after or any(e["action"] in ("send", "recv", "reduce", "compute") for e in frame)
+
+
+def steps(events: list[dict[str, Any]], world_size: int) -> list[Step]:
+    """The merged events as the player's steps: one per (op, step) that changes something (see the module)."""
+    frames = group(events)
+    states = replay(frames, world_size)
+    empty: list[set[Key]] = [set() for _ in range(world_size)]
+    keep = [_changes(fr, states[i - 1] if i else empty, st) for i, (fr, st) in enumerate(zip(frames, states))]
+    if frames and not any(keep):
+        keep[0] = True  # nothing changes at all: still one step to show the events
+    kept = [i for i, k in enumerate(keep) if k]
+    owner: dict[int, int] = {}  # frame -> the kept frame its events join
+    for i, fr in enumerate(frames):
+        if keep[i]:
+            owner[i] = i
+            continue
+        at = bisect.bisect(kept, i)
+        nxt, prev = kept[at] if at < len(kept) else None, kept[at - 1] if at else None
+        same = [j for j in (nxt, prev) if j is not None and frames[j][0].get("op", 0) == fr[0].get("op", 0)]
+        owner[i] = (same or [j for j in (nxt, prev) if j is not None])[0]
+    joined: dict[int, list[dict[str, Any]]] = {j: [] for j in kept}
+    for i, fr in enumerate(frames):
+        joined[owner[i]].extend(fr)
+    per_op: dict[int, int] = {}
+    for j in kept:
+        op = frames[j][0].get("op", 0)
+        per_op[op] = per_op.get(op, 0) + 1
+    out: list[Step] = []
+    seen_op: dict[int, int] = {}
+    label_ops: dict[str, list[int]] = {}
+    for j in kept:
+        e0 = frames[j][0]
+        op, label = e0.get("op", 0), str(e0.get("label", ""))
+        seen_op[op] = seen_op.get(op, 0) + 1
+        ops = label_ops.setdefault(label, [])
+        if op not in ops:
+            ops.append(op)
+        repeat = ops.index(op) + 1 if len(ops) > 1 else 0
+        events_j = sorted(joined[j], key=lambda e: (e.get("op", 0), e["step"], e["time"], e["rank"], e.get("seq", 0)))
+        out.append(Step(events_j, op, label, seen_op[op], per_op[op], repeat))
+    return out
+
+
+def step_events(events: list[dict[str, Any]], world_size: int) -> list[list[dict[str, Any]]]:
+    """The events of each of :func:`steps`, as :func:`group`'s frames are (for :func:`replay`)."""
+    return [s.events for s in steps(events, world_size)]
+
+
+def _tensor_names(frame: list[dict[str, Any]], action: str, tensors: dict[str, dict[str, Any]]) -> str:
+    names = dict.fromkeys(
+        str(tensors.get(b["tensor"], {}).get("label", b["tensor"]))
+        for e in frame
+        if e["action"] == action
+        for b in e["blocks"]
+    )
+    return ", ".join(names)
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,} bytes"
+
+
+def caption(
+    step: Step | list[dict[str, Any]], tensors: dict[str, dict[str, Any]], size: Callable[[int], str] = _bytes
+) -> str:
+    """One line saying what a step shows: the op (numbered when an earlier op had its label), which of
+    the op's steps this is, the collective and mesh dim when the events name them, how many events of
+    each action (the tensors held), the bytes received (written by ``size``) and how many events the step
+    stands for."""
+    if not isinstance(step, Step):
+        step = Step(step, step[0].get("op", 0), str(step[0].get("label", "")), 1, 1)
+    frame = step.events
     counts: dict[str, int] = {}
     for e in frame:
         counts[e["action"]] = counts.get(e["action"], 0) + 1
-    what = ", ".join(f"{n} {a}" for a, n in counts.items())
-    moved = sum(e["bytes"] for e in frame if e["action"] in ("recv",))
-    tail = f", {moved:,} bytes received" if moved else ""
-    return f"{e0.get('label', '')}: {what}{tail}"
+    parts = []
+    for a, n in counts.items():
+        held = _tensor_names(frame, a, tensors) if a == "hold" else ""
+        parts.append(f"{n} {a}" + (f" ({held})" if held else ""))
+    what = ", ".join(parts)
+    colls = list(dict.fromkeys(str(e["collective"]) for e in frame if e.get("collective")))
+    dims = list(dict.fromkeys(e["mesh_dim"] for e in frame if e.get("mesh_dim") is not None))
+    how = " and ".join(colls) + (f" on mesh dim {', '.join(map(str, dims))}" if colls and dims else "")
+    moved = sum(e["bytes"] for e in frame if e["action"] == "recv")
+    tail = f", {size(moved)} received" if moved else ""
+    name = step.label + (f" #{step.repeat}" if step.repeat else "")
+    place = f" ({step.index}/{step.of})" if step.of > 1 else ""
+    return f"{name}{place}: {how + ' · ' if how else ''}{what}{tail} · {len(frame)} events"

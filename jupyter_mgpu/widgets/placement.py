@@ -3,7 +3,9 @@
 State lives in synced traitlets (``data`` is sent once; ``index``/``playing``/``speed`` move it), so
 both are testable without a browser. Each widget's mime bundle carries a static SVG (the current
 frame) and a text picture next to the live view, so exported notebooks and terminals keep a picture.
-``save_html`` writes one self-contained page (the same ES module inlined, no network).
+``save_html`` writes one self-contained page (the same ES module inlined, no network). The data
+travels with its positions (``placement_geometry``: ``data["geo"]``), so the live view and the static
+SVG draw the same picture; a view's one heading is its caption (no title above it, none per panel).
 
 The other half: ``layout/placement.py``, the data it draws.
 """
@@ -19,6 +21,7 @@ import traitlets
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.widgets import placement_data as pdata
 from jupyter_mgpu.widgets import standalone_page
+from jupyter_mgpu.widgets.placement_geometry import with_geometry
 from jupyter_mgpu.widgets.placement_svg import frame_svg
 from jupyter_mgpu.widgets.transport import TransportWidget, module_source
 
@@ -35,6 +38,10 @@ class PlacementWidget(TransportWidget):
     live = traitlets.Bool(False).tag(sync=True)
     follow = traitlets.Bool(True).tag(sync=True)
     mode = traitlets.Unicode("player").tag(sync=True)
+
+    @traitlets.validate("data")
+    def _data(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        return with_geometry(proposal["value"])  # the positions travel with the data (placement_geometry)
 
     @traitlets.validate("speed")
     def _speed(self, proposal: dict[str, Any]) -> float:
@@ -77,7 +84,7 @@ class PlacementWidget(TransportWidget):
 def standalone_html(data: dict[str, Any], title: str = "", badge: str = "") -> str:
     """One self-contained page that plays ``data`` without a kernel."""
     state = {
-        "data": data,
+        "data": with_geometry(data),
         "index": 0,
         "playing": False,
         "interval_ms": 600,
@@ -111,9 +118,7 @@ def placement_view(tensor: Any, dims: Any = None) -> PlacementWidget:
         )
     except ValueError as exc:
         raise MgpuError(str(exc)) from None
-    w = PlacementWidget(
-        data=data, mode="view", title=f"placement {tensor.placement.label}", badge=f"{tensor.world_size} ranks"
-    )
+    w = PlacementWidget(data=data, mode="view")  # the caption names the tensor, its placement and ranks
     try:
         w.text_summary = repr(tensor) + "\n" + text_diagram(tensor.shape, tensor.placement, tensor.world_size, dims)
     except ValueError:
@@ -127,7 +132,7 @@ def layout_view(layout: Any, world_size: int, summary: str, dims: Any = None) ->
         data = pdata.mesh_view_data(layout, world_size, dims)
     except ValueError as exc:
         raise MgpuError(str(exc)) from None
-    w = PlacementWidget(data=data, mode="view", title=f"placement {layout.label}", badge=f"{world_size} ranks")
+    w = PlacementWidget(data=data, mode="view")  # the caption names the tensor, its placement and ranks
     w.text_summary = summary + "\n" + layout.text()
     return w
 
@@ -156,7 +161,7 @@ def tensor_html(tensor: Any) -> str:
             f"{tensor.shape} {tensor.dtype_name}",
             None if tensor.ndim < 3 else (0, 1),
         )
-    except ValueError as exc:  # more than 16 ranks, too many small multiples: the text summary only
+    except ValueError as exc:  # more than 64 ranks, too many small multiples: the text summary only
         return f"<pre>{html.escape(repr(tensor))}</pre><div>({html.escape(str(exc))})</div>"
     return f"<div class='mgpu-placement-static'>{frame_svg(data, 0)}<pre>{html.escape(repr(tensor))}</pre></div>"
 
@@ -193,7 +198,8 @@ def side_by_side(*widgets: PlacementWidget) -> Any:
             data = bundle[0] if isinstance(bundle, tuple) else bundle
             if isinstance(data, dict):
                 cells = "".join(
-                    f"<div style='max-width:100%'><b>{html.escape(w.title)}</b><br>{w.svg(-1)}</div>"
+                    f"<div style='max-width:100%'>{f'<b>{html.escape(w.title)}</b><br>' if w.title else ''}"
+                    f"{w.svg(-1)}</div>"
                     for w in self.children
                 )
                 data["text/html"] = (

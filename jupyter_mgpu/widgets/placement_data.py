@@ -4,7 +4,10 @@ One format for both: ``panels`` (a grid of tiles each), ``blocks`` (a rectangle 
 tiles it covers), and ``frames`` (blocks each rank gains/loses, transfer arrows, computed blocks,
 bytes held per rank, a caption). The static view is one frame; a trace is many. Frames carry only
 differences, so a trace of thousands of events stays small, and the browser steps back and forth
-by applying them (nothing is re-sent while playing).
+by applying them (nothing is re-sent while playing). Everything here grows linearly with the ranks
+but a frame's transfer arrows, which an all-gather makes for every pair: above :data:`MAX_ARROWS` a
+frame carries each rank's count of sends and receives (``flows``) instead. Where each part is drawn is
+``placement_geometry.py``'s; a single panel has no title of its own (the caption names the tensor).
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from jupyter_mgpu.layout import tiles as lay
 from jupyter_mgpu.tracing import replay as tr
 from jupyter_mgpu.units import format_bytes
 from jupyter_mgpu.widgets.colors import rank_color
+from jupyter_mgpu.widgets.placement_geometry import check_world
+
+MAX_ARROWS = 64  # a frame draws at most this many arrows, or 2 per rank; beyond, each rank's counts
+TEXT_FORM = "mg.show(tensor, text=True) prints its placement as text instead"
 
 
 def _project(box: Sequence[Sequence[int]], dims: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -100,8 +107,7 @@ def pieces_view_data(
 ) -> dict[str, Any]:
     """One frame where every rank holds its piece: ``pieces`` = ``(rank, global box, tip note)`` in rank order."""
     shape = tuple(shape)
-    if not 1 <= world_size <= 16:
-        raise ValueError(f"the placement view draws 1 to 16 ranks, this session has {world_size}")
+    check_world(world_size, "the placement view", TEXT_FORM)
     d = lay.check_dims(len(shape), dims)
     boxes = {rank: tuple((int(r[0]), int(r[1])) for r in box) for rank, box, _ in pieces}
     notes = {rank: note for rank, _, note in pieces}
@@ -112,7 +118,7 @@ def pieces_view_data(
     out_panels, blocks, adds, tips = [], [], [], []
     for pi, p in enumerate(panels):
         fixed = ", ".join(f"dim {i}: {a}:{b}" for i, (a, b) in p["fixed"])
-        out_panels.append(_panel_out(p, fixed or title, size, itemsize, names))
+        out_panels.append(_panel_out(p, fixed, size, itemsize, names))  # the caption names the tensor
         ptips = []
         for t in p["tiles"]:
             lines = [
@@ -158,11 +164,14 @@ def trace_data(
     world_size: int,
     samples: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The data of a trace replay: one frame per (op, step) of the merged ``events``.
+    """The data of a trace replay: one frame per step of the merged ``events`` (``tracing.replay.steps``:
+    the (op, step)s that change something).
 
     ``samples`` (telemetry: rank, time, bytes) add each rank's measured memory at each frame's time.
     """
-    frames = tr.group(events)
+    check_world(world_size, "the trace player", "t.events and t.final_placement() give the trace as data instead")
+    steps = tr.steps(events, world_size)
+    frames = [s.events for s in steps]
     states = tr.replay(frames, world_size)
     mem = tr.memory(states, tensors)
     names = [n for n in tensors if any(b["tensor"] == n for e in events for b in e["blocks"])]
@@ -215,30 +224,14 @@ def trace_data(
 
     out_frames: list[dict[str, Any]] = []
     prev: set[tuple[int, int]] = set()
-    for fr, st, m in zip(frames, states, mem):
+    for step, st, m in zip(steps, states, mem):
         vis = visible(st)
-        arrows: list[list[Any]] = []
-        compute: list[list[int]] = []
-        for e in fr:
-            bs = [blk(b) for b in e["blocks"]]
-            peer = e.get("peer")
-            if e["action"] in ("send", "reduce") and peer is not None:
-                arrows.append([e["rank"], peer, bs[0] if bs else -1, e["action"] == "reduce"])
-            elif e["action"] == "recv" and peer is not None and peer < 0:
-                arrows.append([peer, e["rank"], bs[0] if bs else -1, False])
-            elif e["action"] == "compute":
-                compute.extend([e["rank"], b] for b in bs)
-        out_frames.append(
-            {
-                "add": sorted(vis - prev),
-                "rm": sorted(prev - vis),
-                "arrows": arrows,
-                "compute": compute,
-                "mem": m,
-                "mem_text": [format_bytes(x) for x in m],
-                "caption": tr.caption(fr, tensors),
-            }
-        )
+        moves = _moves(step.events, blk, world_size)
+        caption = tr.caption(step, tensors, format_bytes)
+        if "flows" in moves:
+            caption += f" · {moves['transfers']:,} transfers, drawn as each rank's counts"
+        add, rm, mem_text = sorted(vis - prev), sorted(prev - vis), [format_bytes(x) for x in m]
+        out_frames.append({"add": add, "rm": rm, **moves, "mem": m, "mem_text": mem_text, "caption": caption})
         prev = vis
     for p in panels:
         del p["_layout"]
@@ -253,6 +246,33 @@ def trace_data(
         "tips": [],
         "max_mem": max([x for m in mem for x in m] + [1]),
     }
+
+
+def _moves(frame: list[dict[str, Any]], blk: Any, world_size: int) -> dict[str, Any]:
+    """A frame's ``arrows`` (``[from, to, block, is_reduce]``; -1 is the notebook) and ``compute``
+    (``[rank, block]``); with more arrows than :data:`MAX_ARROWS` (or two per rank), ``flows`` instead:
+    ``[rank, sends, receives]`` for each rank that moves anything, so the frame stays linear in the ranks."""
+    arrows: list[list[Any]] = []
+    compute: list[list[int]] = []
+    for e in frame:
+        bs = [blk(b) for b in e["blocks"]]
+        peer = e.get("peer")
+        if e["action"] in ("send", "reduce") and peer is not None:
+            arrows.append([e["rank"], peer, bs[0] if bs else -1, e["action"] == "reduce"])
+        elif e["action"] == "recv" and peer is not None and peer < 0:
+            arrows.append([peer, e["rank"], bs[0] if bs else -1, False])
+        elif e["action"] == "compute":
+            compute.extend([e["rank"], b] for b in bs)
+    if len(arrows) <= max(MAX_ARROWS, 2 * world_size):
+        return {"arrows": arrows, "compute": compute}
+    sends, gets = [0] * world_size, [0] * world_size
+    for a, b, _, _ in arrows:
+        if 0 <= a < world_size:
+            sends[a] += 1
+        if 0 <= b < world_size:
+            gets[b] += 1
+    flows = [[r, sends[r], gets[r]] for r in range(world_size) if sends[r] or gets[r]]
+    return {"arrows": [], "compute": compute, "flows": flows, "transfers": len(arrows)}
 
 
 def _full(box: tuple[Any, ...], shape: tuple[Any, ...], dims: tuple[int, ...]) -> list[tuple[int, int]]:

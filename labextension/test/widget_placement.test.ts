@@ -4,10 +4,25 @@
 /** The placement view's geometry and frame drawing (static/placement.js, transport.js prepended). */
 import { fakeModel, loadWidget } from './widget_source';
 
-const { esc, geometry, tileRect, drawFrame, render } = loadWidget(
-  'placement.js',
-  ['esc', 'geometry', 'tileRect', 'drawFrame', 'render']
-);
+const {
+  esc,
+  geometry,
+  tileRect,
+  drawFrame,
+  render,
+  wrap,
+  tileLabel,
+  labelFit
+} = loadWidget('placement.js', [
+  'esc',
+  'geometry',
+  'tileRect',
+  'drawFrame',
+  'render',
+  'wrap',
+  'tileLabel',
+  'labelFit'
+]);
 
 // two ranks, one 4×4 panel of two row halves; block b: [panel, r0, r1, c0, c1, tiles]
 const data = {
@@ -48,7 +63,25 @@ const data = {
       rm: [],
       compute: [[1, 0]]
     }
-  ]
+  ],
+  // what widgets/placement_geometry.geometry gives for this data (Python sends it with the data)
+  geo: {
+    width: 360,
+    height: 361.7,
+    caption: [21, 1, 45],
+    panels: [[10, 49, 200, 200]],
+    titles: true,
+    ranks: [
+      [92, 289.7],
+      [174, 289.7]
+    ],
+    box: [78, 40],
+    compact: false,
+    groups: [],
+    host: [10, 289.7],
+    arrow_room: 28.7,
+    row_room: 24
+  }
 };
 
 const owners = (svg: string): string[] => {
@@ -65,23 +98,61 @@ describe('placement.js', () => {
     expect(esc(3)).toBe('3');
   });
 
-  it('lays out panels within 200 px, aspect kept within 1:6', () => {
-    const square = geometry({ world_size: 2, panels: [{ size: [4, 4] }] });
-    expect(square.panels).toEqual([
-      { x: 10, y: 44, w: 200, h: 200, R: 4, C: 4 }
+  it('draws where Python placed everything, with the same text rules', () => {
+    expect(geometry(data)).toBe(data.geo);
+    // the same answers as placement_geometry.wrap, tile_label and label_fit
+    expect(wrap('one two three four five six', 9, 2)).toEqual([
+      'one two',
+      'three…'
     ]);
-    expect(square.width).toBe(300); // room for the rank boxes: 120 + 90 × 2 > 10 + 200 + 36
-    expect(square.height).toBe(364);
-    const wide = geometry({ world_size: 8, panels: [{ size: [1, 100] }] });
-    expect(wide.panels[0].w).toBe(200);
-    expect(wide.panels[0].h).toBe(34); // 200 / 6, but never under 34 px
-    expect(wide.width).toBe(120 + 90 * 8);
-    const two = geometry({
-      world_size: 1,
-      panels: [{ size: [2, 1] }, { size: [0, 0] }]
-    });
-    expect(two.panels[1].x).toBe(10 + 100 + 36);
-    expect(two.panels[1].R).toBe(1);
+    expect(tileLabel([0, 1, 2, 3], 4)).toBe('all');
+    expect(tileLabel([3, 5], 8)).toBe('3,5');
+    expect(tileLabel([0, 1, 2, 3, 4], 8)).toBe('5 ranks');
+    expect(labelFit('12', 40, 10)).toBe('h');
+    expect(labelFit('12', 10, 40)).toBe('v');
+    expect(labelFit('12', 9, 9)).toBe('');
+  });
+
+  it('tells ranks 32 to 63 apart from ranks 0 to 31', () => {
+    const P = 64;
+    const many = {
+      ...data,
+      world_size: P,
+      colors: Array.from(
+        { length: P },
+        (_, r) => `#0000${(r + 16).toString(16)}`
+      ),
+      panels: [
+        {
+          title: '',
+          size: [64, 4],
+          tiles: Array.from({ length: P }, (_, r) => [r, r + 1, 0, 4])
+        }
+      ],
+      blocks: Array.from({ length: P }, (_, r) => [0, r, r + 1, 0, 4, [r]]),
+      geo: {
+        ...data.geo,
+        compact: true,
+        box: [42, 36],
+        host: null,
+        ranks: Array.from({ length: P }, (_, r) => [
+          10 + (r % 16) * 46,
+          400 + Math.floor(r / 16) * 40
+        ])
+      }
+    };
+    const held = new Set([32, 33, 63].map(r => `${r},${r}`));
+    const svg = drawFrame(
+      many,
+      held,
+      { caption: 'x', add: [], rm: [] },
+      many.geo
+    );
+    const drawn = owners(svg);
+    expect(drawn[32]).toBe('32');
+    expect(drawn[63]).toBe('63');
+    expect(drawn[0]).toBe(''); // not rank 32 folded onto rank 0
+    expect(svg.match(/class="mgpu-rank"/g)).toHaveLength(P);
   });
 
   it('maps a tile [r0, r1, c0, c1] to its rectangle in the panel', () => {
@@ -101,7 +172,8 @@ describe('placement.js', () => {
     expect(scattered).toContain('data-rank="0" data-mem="32"');
     expect(scattered).toContain('>notebook</text>'); // an arrow from the notebook (-1)
     expect(scattered.match(/class="mgpu-arrow"/g)).toHaveLength(1);
-    expect(scattered).toContain('x &lt;4×4&gt;');
+    expect(scattered).toMatch(/class="mgpu-arrow" d="M49,289.7 Q/); // an arc from the notebook's box
+    expect(scattered).toContain('x &lt;4×4&gt;'); // a panel title: several tensors, or one not named above
     held.add('1,0');
     const copied = drawFrame(data, held, data.frames[2], geo);
     expect(owners(copied)).toEqual(['0 1', '1']);

@@ -96,7 +96,7 @@ def test_standalone_page_plays_without_network(played):
 
 def test_a_2400_event_trace_steps_smoothly(played):
     s = played["big"]
-    assert s["frames"] == 300
+    assert 200 < s["frames"] < 300  # 300 (op, step)s, less those that change nothing
     assert s["perStepMs"] < 25, s  # each step (apply the differences, redraw) well under a frame at 30 fps
     assert s["scrubMs"] < 500, s  # jumping from the first to the last step
     print("2400-event trace timing:", s)

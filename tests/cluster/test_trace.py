@@ -131,7 +131,7 @@ def test_live_player_follows_events_while_the_block_runs(s2):
         while p.n_frames == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert p.n_frames > 0 and p.index == p.n_frames - 1  # followed the events while still recording
-    assert not p.live and p.n_frames == len(tr.group(t.events))
+    assert not p.live and p.n_frames == len(t.frames()) == len(tr.steps(t.events, 2))
     del C
 
 

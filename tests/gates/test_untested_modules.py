@@ -30,7 +30,6 @@ UNTESTED: set[str] = {
     "jupyter_mgpu.tensors.sharded_matmul",
     "jupyter_mgpu.tensors.sockets",
     "jupyter_mgpu.tensors.transfer_paths",
-    "jupyter_mgpu.tracing.capture",
     "jupyter_mgpu.widgets.compare_plot",
     "jupyter_mgpu.widgets.profile_timeline",
     # rank halves the controller ships to real engines (tests/cluster runs them there)

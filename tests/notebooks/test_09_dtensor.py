@@ -25,9 +25,7 @@ def _mib(line: str) -> list[float]:
 def test_the_dtensor_notebook_shows_what_its_text_says(run):
     text = run.text
     first = text["%%mgpu\nfrom torch.distributed.device_mesh import init_device_mesh"]
-    starts = re.findall(
-        r"my randn starts ([+-][\d.]+); my piece of a: \(2, 8\); c: \(Shard\(dim=0\),\)", first
-    )
+    starts = re.findall(r"my randn starts ([+-][\d.]+); my piece of a: \(2, 8\); c: \(Shard\(dim=0\),\)", first)
     assert len(starts) == 4 and len(set(starts)) == 4, first  # four random tensors, one global a
     assert "[ranks 0–3]" in first and "c: tensor (8, 4) on mesh (4,): [S(0)]" in first  # shown once
     html = "".join(o.get("data", {}).get("text/html", "") for o in run.outputs("%%mgpu\nfrom torch.distributed"))
@@ -38,6 +36,9 @@ def test_the_dtensor_notebook_shows_what_its_text_says(run):
     assert "c equals a @ b computed in the notebook: True" in text["import torch\n\nA, B, C"]
     traced = text["s = mg.current()"]
     assert "DTensor redistribute [S(0)] → [R]" in traced and "DTensor redistribute [R] → [S(1)]" in traced
+    counted = re.search(r"the ranks recorded (\d+) events in (\d+) steps \(0–(\d+)\):", traced)
+    assert counted and int(counted.group(1)) >= 24, traced  # the all-gather alone: 12 sends, 12 receives
+    assert (int(counted.group(2)), int(counted.group(3))) == (3, 2), traced  # before, the all-gather, the local split
     assert "the replay ends where the ranks are: True" in text["back = mg.from_dtensor"]
     two = text["sr, ss = mg.from_dtensor"]
     assert "[S(0), R]:    [128, 128, 128, 128]" in two and "[S(0), S(1)]: [64, 64, 64, 64]" in two

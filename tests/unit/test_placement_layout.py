@@ -111,9 +111,13 @@ def test_view_data_colours_are_the_project_rank_colours_and_stable():
     assert "rank 0: 0:4 × 0:4, local shape (4, 4), 64 B" == tip
 
 
-def test_view_refuses_more_than_16_ranks():
-    with pytest.raises(ValueError, match="1 to 16 ranks"):
-        view_data((8, 8), pl.Shard(0), 17, 4, "A")
+def test_view_draws_up_to_64_ranks_and_beyond_names_the_text_form_in_one_sentence():
+    assert len(view_data((8, 8), pl.Shard(0), 17, 4, "A")["colors"]) == 17
+    assert len(view_data((8, 8), pl.Shard(0), 64, 4, "A")["colors"]) == 64
+    with pytest.raises(ValueError, match="1 to 64 ranks") as err:
+        view_data((8, 8), pl.Shard(0), 65, 4, "A")
+    message = str(err.value)
+    assert "text=True" in message and message.count(". ") == 0 and "\n" not in message
 
 
 def test_text_diagram():

@@ -106,13 +106,15 @@ def big_trace(n_events=2400, p=8):
 def test_a_trace_of_2400_events_gives_compact_data():
     merged, tensors = big_trace()
     data = trace_data(merged, tensors, 8)
-    assert len(data["frames"]) == 300
+    n = len(data["frames"])
+    assert n == len(tr.steps(merged, 8)) and 200 < n < 300  # 300 (op, step)s, less those that change nothing
+    assert all(f["add"] or f["rm"] or f["arrows"] or f["compute"] for f in data["frames"])
     size = len(json.dumps(data))
     assert size < 400_000, size  # differences only: a few hundred bytes per frame
     w = PlacementWidget(data=data)
-    assert w.n_frames == 300
+    assert w.n_frames == n
     w.index = 10_000
-    assert w.index == 299  # clamped
+    assert w.index == n - 1  # clamped
 
 
 def test_widget_state_without_a_kernel():
