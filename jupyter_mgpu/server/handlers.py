@@ -11,7 +11,8 @@ Stream protocol (JSON text frames). Client → server: ``{"type": "configure", "
 "paused": false}`` (either key optional), ``{"type": "pause"}``, ``{"type": "resume"}``,
 ``{"type": "refresh"}``. Server → client: ``{"type": "snapshot", "time", "clusters", "devices",
 "interval", "paused"}`` (a cluster whose last profile this connection has not carried yet has it as
-``profile``, the payload of the profile route) and, for a malformed message, ``{"type": "error", "message": "..."}`` (the
+``profile``, the payload of the profile route; ``devices`` holds NVML's GPUs only, never the clusters'
+ranks again) and, for a malformed message, ``{"type": "error", "message": "..."}`` (the
 stream stays open). Closing the socket ends its loop at once; nothing keeps running.
 """
 
@@ -27,6 +28,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.utils import url_path_join
 
+from jupyter_mgpu.server.kernels import kernel_pids
 from jupyter_mgpu.server.manager import ClusterManager, ClusterNotFound
 
 MIN_INTERVAL = 0.2
@@ -195,8 +197,12 @@ class StreamHandler(_ManagerMixin, WebSocketMixin, tornado.websocket.WebSocketHa
 
 
 def setup_handlers(web_app: Any, manager: ClusterManager | None = None) -> None:
-    """Mount the handlers under the server's base_url and share one manager between them."""
-    web_app.settings[MANAGER_KEY] = manager or ClusterManager()
+    """Mount the handlers under the server's base_url and share one manager between them; the default
+    manager names each cluster's kernel among the server's (``kernel_id``)."""
+    settings = web_app.settings
+    web_app.settings[MANAGER_KEY] = manager or ClusterManager(
+        kernels=lambda: kernel_pids(settings.get("kernel_manager"))
+    )
     web_app.settings.setdefault(STREAMS_KEY, set())
     base = url_path_join(web_app.settings["base_url"], "mgpu", "api")
     web_app.add_handlers(

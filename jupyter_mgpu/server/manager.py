@@ -7,6 +7,11 @@ through ipyparallel (a busy engine would not answer) and never imports torch (a 
 light); GPUs are read through NVML (nvidia-ml-py) when it is installed, else the devices are the CPU
 virtual devices of the running clusters. Stopping a cluster signals only processes whose command
 line names that cluster's directory and that belong to this user.
+
+Each cluster names the server kernel that started it (``kernel_id``, see ``server/kernels.py``) so the
+labextension can tell the current notebook's cluster from other notebooks'. Each rank is in a snapshot
+once: without NVML the host's devices are the clusters' CPU virtual devices, i.e. their ranks, which the
+stream's frame already carries under ``clusters``; the frame's ``devices`` leaves them out.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from jupyter_mgpu.engine.records.memory_figures import figures, used_of_limit
 from jupyter_mgpu.engine.records.telemetry import read_samples
 from jupyter_mgpu.engine.watch import collective_watch
 from jupyter_mgpu.server import gpu_memory
+from jupyter_mgpu.server.kernels import KernelPids, kernel_of
 
 CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 STOP_GRACE = 3.0
@@ -121,10 +127,15 @@ class ClusterManager:
 
     ``dirs`` (a callable returning candidate cluster directories) and ``nvml`` exist for tests and
     for servers that know better; by default they are ``rundir.cluster_dirs`` and nvidia-ml-py.
+    ``kernels`` gives ``{pid: kernel id}`` of the server's kernels (``server/kernels.kernel_pids``); without
+    it every cluster's ``kernel_id`` is None.
     """
 
-    def __init__(self, dirs: Callable[[], list[Path]] | None = None, use_nvml: bool = True):
+    def __init__(
+        self, dirs: Callable[[], list[Path]] | None = None, use_nvml: bool = True, kernels: KernelPids | None = None
+    ):
         self._dirs = dirs or rd.cluster_dirs
+        self._kernels = kernels
         self._use_nvml = use_nvml and not os.environ.get("JUPYTER_MGPU_FORCE_CPU")
         self._seen: dict[Any, dict[Any, float]] = {}  # kernel pid -> {cluster id: when last seen}
 
@@ -154,9 +165,21 @@ class ClusterManager:
                 return path, state
         raise ClusterNotFound(f"no running jupyter_mgpu cluster of this user has id {cluster_id!r}")
 
-    def describe(self, path: Path, state: dict[str, Any], now: float | None = None) -> dict[str, Any]:
-        """The payload of one cluster (keys mirrored by ``ClusterInfo`` in the labextension)."""
+    def _kernel_pids(self) -> dict[int, str]:
+        if self._kernels is None:
+            return {}
+        try:
+            return self._kernels()
+        except Exception:  # the kernel table is a nicety: never a reason for a failed snapshot
+            return {}
+
+    def describe(
+        self, path: Path, state: dict[str, Any], now: float | None = None, kernels: dict[int, str] | None = None
+    ) -> dict[str, Any]:
+        """The payload of one cluster (keys mirrored by ``ClusterInfo`` in the labextension); ``kernels`` as
+        :meth:`_kernel_pids` gives it (read once per snapshot), else read here."""
         now = time.time() if now is None else now
+        kernels = self._kernel_pids() if kernels is None else kernels
         samples = read_samples(path)
         engine_pids = {int(r): p for r, p in (state.get("engine_pids") or {}).items()}
         world_size = int(state.get("world_size") or len(engine_pids) or len(samples))
@@ -194,6 +217,7 @@ class ClusterManager:
             "status": status,
             "notebook": state.get("notebook"),
             "kernel_pid": state.get("kernel_pid"),
+            "kernel_id": kernel_of(state.get("kernel_pid"), kernels),
             "controller_pid": state.get("controller_pid"),
             "supervisor_pid": state.get("supervisor_pid"),
             "world_size": world_size,
@@ -237,11 +261,12 @@ class ClusterManager:
         """
         now = time.time()
         out = []
+        kernels = self._kernel_pids()
         for path in self._live_dirs():
             state = rd.read_json(path / rd.STATE_FILE)
             if state is None:
                 continue
-            info = self.describe(path, state, now)
+            info = self.describe(path, state, now, kernels)
             cid, when = info["cluster_id"], info["profile_time"]
             if profiles_sent is not None and when is not None and profiles_sent.get(cid) != when:
                 data = rd.read_json(path / rd.PROFILE_FILE)
@@ -262,13 +287,16 @@ class ClusterManager:
     def _nvml_devices(self) -> list[dict[str, Any]] | None:
         return gpu_memory.nvml_devices() if self._use_nvml else None
 
-    def devices(self, clusters: dict[str, Any] | None = None) -> dict[str, Any]:
-        """``{"time", "host", "source", "devices": [...]}``: NVML GPUs, else running clusters' CPU devices."""
+    def devices(self, clusters: dict[str, Any] | None = None, cluster_ranks: bool = True) -> dict[str, Any]:
+        """``{"time", "host", "source", "devices": [...]}``: NVML GPUs, else running clusters' CPU devices
+        (with ``cluster_ranks=False`` none of those: source ``clusters`` and an empty list)."""
         gpus = self._nvml_devices()
         if gpus:
             return {"time": time.time(), "host": socket.gethostname(), "source": "nvml", "devices": gpus}
+        out: list[dict[str, Any]] = []
+        if not cluster_ranks:
+            return {"time": time.time(), "host": socket.gethostname(), "source": "clusters", "devices": out}
         clusters = clusters if clusters is not None else self.clusters()
-        out = []
         for c in clusters["clusters"]:
             for r in c["ranks"]:
                 if not r["alive"]:  # a stopped cluster's or a dead rank's device is no longer in use
@@ -294,10 +322,12 @@ class ClusterManager:
         return {"time": time.time(), "host": socket.gethostname(), "source": "clusters", "devices": out}
 
     def snapshot(self, profiles_sent: dict[str, float] | None = None) -> dict[str, Any]:
-        """Clusters and devices at once (what one websocket frame carries); see :meth:`clusters` for
+        """Clusters and devices at once (what one websocket frame carries), each rank once: the clusters' CPU
+        devices are their ranks, so the devices are NVML's GPUs or none; see :meth:`clusters` for
         ``profiles_sent``."""
         clusters = self.clusters(profiles_sent)
-        return {"time": clusters["time"], "clusters": clusters["clusters"], "devices": self.devices(clusters)}
+        devices = self.devices(clusters, cluster_ranks=False)
+        return {"time": clusters["time"], "clusters": clusters["clusters"], "devices": devices}
 
     # -- stopping ------------------------------------------------------------------------------
     def stop(self, cluster_id: str, grace: float = STOP_GRACE) -> StopResult:

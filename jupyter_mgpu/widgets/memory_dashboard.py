@@ -4,7 +4,10 @@
 whose ES module (``static/memory.js``) draws the bars. A thread in the kernel pushes the memory
 monitor's samples into the widget's traitlets at the chosen refresh rate, so the bars keep moving
 while another cell runs. Every view of one dashboard shares its model, so all views stay in sync;
-the pause button and the refresh-rate control of any view steer them all.
+the pause button and the refresh-rate control of any view steer them all. What it shows is computed
+in ``widgets/memory_rows.py``: at 32–64 ranks, rows grouped by host with a summary line each, coarser
+timelines (one point a second), so a tick's bytes grow linearly with the ranks. When the session
+shuts down, the dashboard's last picture says so: every rank "shut down", the controls off.
 """
 
 from __future__ import annotations
@@ -12,43 +15,36 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 
-from jupyter_mgpu.engine.records.memory_figures import figures
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.session import lifecycle as sessmod
-from jupyter_mgpu.units import format_bytes
-from jupyter_mgpu.widgets.colors import rank_color
+from jupyter_mgpu.widgets.memory_rows import (
+    COMPACT_AT,
+    ended_rows,
+    host_groups,
+    same_picture,
+)
+from jupyter_mgpu.widgets.memory_rows import FILL_DEAD as FILL_DEAD  # re-exported: tests, notebooks
+from jupyter_mgpu.widgets.memory_rows import FILL_FULL as FILL_FULL
+from jupyter_mgpu.widgets.memory_rows import FILL_HIGH as FILL_HIGH
+from jupyter_mgpu.widgets.memory_rows import FILL_OK as FILL_OK
+from jupyter_mgpu.widgets.memory_rows import device_row as device_row
+from jupyter_mgpu.widgets.memory_rows import fill_color as fill_color
+from jupyter_mgpu.widgets.memory_rows import timeline_axis as timeline_axis
 
 STATIC = Path(__file__).parent / "static"
 MIN_RATE, MAX_RATE = 0.1, 20.0
 DEFAULT_RATE = 10.0
 WINDOW_SECONDS = 60.0
 TIMELINE_STEP = 0.25  # seconds between timeline points sent to the browser (the peak of each step)
+TIMELINE_STEP_MANY = 1.0  # the same with more than COMPACT_AT ranks: their timelines are small
 TIMELINE_PUSH_EVERY = 0.5  # the timeline scrolls at 2 Hz; bars move at the refresh rate
-# bar colours by fraction of the device used, like Dask's worker-memory bars
-FILL_OK, FILL_HIGH, FILL_FULL, FILL_DEAD = "#1f77b4", "#ff7f0e", "#d62728", "#9e9e9e"
-HIGH_FRACTION, FULL_FRACTION = 0.6, 0.85
-
-
-def _visible(row: dict[str, Any]) -> dict[str, Any]:
-    """What of a device row can change the picture: byte counts to the MiB, not the sample time."""
-    out = {k: v for k, v in row.items() if k not in ("time", "fraction", "text", "tips")}
-    for k in ("used", "reserved", "peak"):
-        if isinstance(out.get(k), int):
-            out[k] >>= 20
-    return out
-
-
-def _same_picture(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> bool:
-    """True when two lists of device rows differ at most in their sample times and by less than 1 MiB
-    (an idle engine's resident size wobbles by a few pages; the bars show MiB at best)."""
-    return len(new) == len(old) and all(_visible(a) == _visible(b) for a, b in zip(new, old))
+SHUT_DOWN = "session shut down"
 
 
 def check_refresh_rate(rate: Any) -> float:
@@ -56,78 +52,6 @@ def check_refresh_rate(rate: Any) -> float:
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not MIN_RATE <= rate <= MAX_RATE:
         raise MgpuError(f"refresh_rate must be between {MIN_RATE:g} and {MAX_RATE:g} updates per second, got {rate!r}")
     return float(rate)
-
-
-def fill_color(fraction: float | None, state: str) -> str:
-    """The bar colour for a device ``fraction`` full: blue, orange past 60 %, red past 85 %, grey when dead."""
-    if state == "dead":
-        return FILL_DEAD
-    if fraction is None or fraction < HIGH_FRACTION:
-        return FILL_OK
-    return FILL_HIGH if fraction < FULL_FRACTION else FILL_FULL
-
-
-def device_row(sample: dict[str, Any]) -> dict[str, Any]:
-    """What one bar shows, from one telemetry sample: used, reserved, peak, limit (``engine/records/memory_figures``:
-    the convention of every view), fraction, colours, and the texts (formatted here, never in the browser)."""
-    rank = int(sample["rank"])
-    state = sample.get("state") or "unknown"
-    f = figures(sample)
-    used, reserved, peak, limit, labels = f["used"], f["reserved"], f["peak"], f["limit"], f["labels"]
-    fraction = (used / limit) if used is not None and limit else None
-    size: Callable[[Any], str] = lambda n: "?" if n is None else format_bytes(n)  # noqa: E731
-    text = (
-        size(used)
-        + (f" / {size(limit)}" if limit else "")
-        + (f" · peak {size(peak)}" if peak else "")
-        + (f" · reserved {size(reserved)}" if reserved is not None else "")
-    )
-    tips = {
-        "used": f"{labels['used']} {size(used)}",
-        "reserved": f"{labels['reserved']} {size(reserved)}",
-        "peak": f"{labels['peak']} {size(peak)}",
-        "limit": f"{labels['limit']} {size(limit)}",
-        "baseline": f"engine runtime {size(f['baseline'])}",
-    }
-    return {
-        "rank": rank,
-        "device": sample.get("device") or f"rank {rank}",
-        "host": sample.get("host") or "",  # set in clusters across hosts: the rows are grouped under it
-        "name": sample.get("name") or "",
-        "color": rank_color(rank),
-        "state": state,
-        "op": sample.get("op") or "",
-        "time": sample.get("time"),
-        "used": used,
-        "reserved": reserved,
-        "peak": peak,
-        "limit": limit,
-        "baseline": f["baseline"],
-        "fraction": fraction,
-        "fill": fill_color(fraction, state),
-        "labels": labels,
-        "text": text,
-        "tips": tips,
-    }
-
-
-def timeline_axis(timeline: list[list[list[float]]], devices: list[dict[str, Any]], window: float) -> dict[str, Any]:
-    """The timelines' shared axes: a byte range that fits what they show (labelled), and the seconds they span
-    (the time since the first point, up to ``window``, so a young dashboard is not squeezed to the right)."""
-    seen = [v for pts in timeline for _, v in pts if v is not None] + [d["used"] for d in devices if d["used"]]
-    hi, lo = (max(seen), min(seen)) if seen else (1.0, 0.0)
-    pad = 0.1 * (hi - lo) + 0.05 * hi
-    lo, hi = max(0.0, lo - pad), hi + pad
-    oldest = -min([pts[0][0] for pts in timeline if pts] + [0.0])
-    span = min(window, max(10.0, 10.0 * -(-oldest // 10)))  # whole tens of seconds, at least 10
-    return {
-        "lo": lo,
-        "hi": hi,
-        "lo_text": format_bytes(lo),
-        "hi_text": format_bytes(hi),
-        "span": span,
-        "span_text": f"−{span:.0f} s",
-    }
 
 
 class MemoryDashboard(anywidget.AnyWidget):
@@ -140,6 +64,9 @@ class MemoryDashboard(anywidget.AnyWidget):
     # per rank: [[seconds before now, used bytes], ...]
     timeline: traitlets.List[list[list[float]]] = traitlets.List().tag(sync=True)
     axis = traitlets.Dict().tag(sync=True)  # the timelines' shared axes (see timeline_axis)
+    # one per host: {"host", "ranks", "text"} (see memory_rows.host_groups); memory.js folds them at many ranks
+    groups: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    ended = traitlets.Bool(False).tag(sync=True)  # the session shut down: the last picture, controls off
     window = traitlets.Float(WINDOW_SECONDS).tag(sync=True)
     paused = traitlets.Bool(False).tag(sync=True)
     refresh_rate = traitlets.Float(DEFAULT_RATE).tag(sync=True)
@@ -169,6 +96,8 @@ class MemoryDashboard(anywidget.AnyWidget):
         self._halt = threading.Event()
         self._last_push = 0.0  # monotonic time of the last real push (the refresh-rate limit)
         self._lock = threading.Lock()
+        self._push_lock = threading.Lock()  # a push in flight and the final picture never interleave
+        self._step = TIMELINE_STEP  # TIMELINE_STEP_MANY once the first samples show more than COMPACT_AT ranks
         self._last_timeline = 0.0
         self._thread: threading.Thread | None = None
         self._unsubscribe: Any = None
@@ -205,7 +134,8 @@ class MemoryDashboard(anywidget.AnyWidget):
             self._latest = latest
             self._record(latest)
         if (
-            not self.paused
+            not self.ended
+            and not self.paused
             and not self._halt.is_set()
             and time.monotonic() - self._last_push >= 1.0 / self.refresh_rate
         ):
@@ -218,6 +148,8 @@ class MemoryDashboard(anywidget.AnyWidget):
         self._wake.set()
 
     def _record(self, samples: list[dict[str, Any]]) -> None:
+        if not self._series and len(samples) > COMPACT_AT:
+            self._step = TIMELINE_STEP_MANY  # many small timelines: a point a second each
         for s in samples:  # called for every sample: kept cheap (same "used" as device_row)
             t = s.get("time")
             used = s.get("allocated_bytes") if "allocated_bytes" in s else s.get("resident_bytes")
@@ -225,8 +157,8 @@ class MemoryDashboard(anywidget.AnyWidget):
                 continue
             series = self._series.get(s["rank"])
             if series is None:  # one point per TIMELINE_STEP: its latest time and its peak
-                series = self._series[s["rank"]] = deque(maxlen=int(self.window / TIMELINE_STEP) + 4)
-            step = int(t // TIMELINE_STEP)
+                series = self._series[s["rank"]] = deque(maxlen=int(self.window / self._step) + 4)
+            step = int(t // self._step)
             if series and series[-1][2] == step:
                 last = series[-1]
                 last[0], last[1] = max(last[0], t), max(last[1], used)
@@ -240,24 +172,29 @@ class MemoryDashboard(anywidget.AnyWidget):
         self._push(samples, now)
 
     def _push(self, samples: list[dict[str, Any]], now: float | None = None, force: bool = True) -> bool:
-        """Send ``samples`` to the browser; unless ``force``, only what changed (nothing when nothing did)."""
-        now = time.time() if now is None else now
-        devices = [device_row(s) for s in sorted(samples, key=lambda s: s["rank"])]
-        timeline = None
-        if now - self._last_timeline >= TIMELINE_PUSH_EVERY or len(self.timeline) != len(devices):
-            timeline = [self._timeline_of(d["rank"], now) for d in devices]
-        if not force and timeline is None and _same_picture(devices, self.devices):
-            return False  # an idle cluster: only the sample times moved
-        if timeline is not None:
-            self._last_timeline = now
-        with self.hold_sync():
-            self.devices = devices
+        """Send ``samples`` to the browser; unless ``force``, only what changed (nothing when nothing did).
+        Nothing once the session ended: the last picture says so."""
+        with self._push_lock:
+            if self.ended:
+                return False
+            now = time.time() if now is None else now
+            devices = [device_row(s) for s in sorted(samples, key=lambda s: s["rank"])]
+            timeline = None
+            if now - self._last_timeline >= TIMELINE_PUSH_EVERY or len(self.timeline) != len(devices):
+                timeline = [self._timeline_of(d["rank"], now) for d in devices]
+            if not force and timeline is None and same_picture(devices, self.devices):
+                return False  # an idle cluster: only the sample times moved
             if timeline is not None:
-                self.timeline = timeline
-                self.axis = timeline_axis(timeline, devices, self.window)
-            self.updates += 1
-            self.updated_at = now
-        return True
+                self._last_timeline = now
+            with self.hold_sync():
+                self.devices = devices
+                self.groups = host_groups(devices)
+                if timeline is not None:
+                    self.timeline = timeline
+                    self.axis = timeline_axis(timeline, devices, self.window)
+                self.updates += 1
+                self.updated_at = now
+            return True
 
     def _timeline_of(self, rank: int, now: float) -> list[list[float]]:
         """The last ``window`` seconds of one rank, one point (the step's peak) per ``TIMELINE_STEP``."""
@@ -300,9 +237,23 @@ class MemoryDashboard(anywidget.AnyWidget):
     def _on_session_shutdown(self) -> None:
         self.stop()
         try:
-            self.status = "session shut down"
-        except Exception:
+            self.end()
+        except Exception:  # a closed widget: nothing left to tell
             pass
+
+    def end(self, status: str = SHUT_DOWN) -> None:
+        """Show that the session ended: every rank "shut down" with its last figures, ``status`` in the header,
+        the controls off; no push after this one (a reader's sample in flight included)."""
+        with self._push_lock:
+            if self.ended:
+                return
+            devices = ended_rows(list(self.devices))
+            with self.hold_sync():
+                self.devices = devices
+                self.groups = host_groups(devices)
+                self.status = status
+                self.ended = True
+                self.updates += 1
 
     def close(self) -> None:
         if hasattr(self, "_halt"):  # not set when the constructor refused its arguments

@@ -1,11 +1,12 @@
 /**
- * Pure formatting of memory figures and the status-bar text ("mgpu 4× cpu · 1.5 GiB / 20.8 GiB").
+ * Pure formatting of memory figures, and the `%mgpu_init` line the sidebar inserts (the status-bar
+ * text is status_text.ts's).
  *
  * One convention with every other view (jupyter_mgpu/engine/records/memory_figures.py `format_bytes`, used by
  * the dashboard, `%mgpu_status` and the server): binary units, one decimal, bytes without decimals,
  * "used / limit" with each size in its own unit. tests/frontend checks both against one fixture.
  */
-import { DeviceEntry, SnapshotMessage } from './payloads';
+import { SnapshotMessage } from './payloads';
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
 
@@ -33,27 +34,6 @@ export function fraction(used: number, total: number): number {
     return 0;
   }
   return Math.min(1, Math.max(0, used / total));
-}
-
-/** The devices the status bar summarises: NVML GPUs, else running clusters' devices. */
-export function statusDevices(snapshot: SnapshotMessage): DeviceEntry[] {
-  return snapshot.devices.devices;
-}
-
-/** `mgpu 4× cpu · 1.5 GiB / 20.8 GiB`; `mgpu –` with no device; `(paused)` appended when paused. */
-export function statusText(snapshot: SnapshotMessage | null): string {
-  if (snapshot === null) {
-    return 'mgpu …';
-  }
-  const devices = statusDevices(snapshot);
-  const suffix = snapshot.paused ? ' (paused)' : '';
-  if (devices.length === 0) {
-    return `mgpu –${suffix}`;
-  }
-  const kinds = Array.from(new Set(devices.map(d => d.kind)));
-  const used = devices.reduce((s, d) => s + d.used_bytes, 0);
-  const total = devices.reduce((s, d) => s + d.total_bytes, 0);
-  return `mgpu ${devices.length}× ${kinds.join('+')} · ${formatUsedTotal(used, total)}${suffix}`;
 }
 
 /** The `%mgpu_init` line the sidebar inserts: one engine per visible GPU, else `fallback` CPU devices. */

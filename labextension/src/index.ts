@@ -7,12 +7,17 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
-import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import {
+  INotebookTracker,
+  NotebookActions,
+  NotebookPanel
+} from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { stopCluster } from './api';
+import { ICurrentNotebook } from './cluster_owner';
 import { initCommand } from './format';
 import { MgpuPanel } from './panel';
 import { ClusterInfo } from './payloads';
@@ -117,6 +122,39 @@ const plugin: JupyterFrontEndPlugin<void> = {
       panel.render(snap);
       status.render(snap);
     });
+
+    // the status item and the cards speak of the current notebook's kernel: follow it as the user
+    // switches notebooks, and as a notebook's kernel starts, restarts or changes, or the file is renamed
+    const current = (): ICurrentNotebook | null => {
+      const nb = notebooks?.currentWidget ?? null;
+      if (!nb) {
+        return null;
+      }
+      return {
+        kernelId: nb.sessionContext.session?.kernel?.id ?? null,
+        path: nb.sessionContext.path || nb.context.path
+      };
+    };
+    const showCurrent = () => {
+      const cur = current();
+      status.setCurrent(cur);
+      panel.setCurrent(cur);
+    };
+    let followed: NotebookPanel | null = null;
+    const follow = (nb: NotebookPanel | null) => {
+      if (followed) {
+        followed.sessionContext.kernelChanged.disconnect(showCurrent);
+        followed.sessionContext.propertyChanged.disconnect(showCurrent);
+      }
+      followed = nb;
+      if (nb) {
+        nb.sessionContext.kernelChanged.connect(showCurrent);
+        nb.sessionContext.propertyChanged.connect(showCurrent);
+      }
+      showCurrent();
+    };
+    notebooks?.currentChanged.connect((_, nb) => follow(nb));
+    follow(notebooks?.currentWidget ?? null);
     stream.errors.connect((_, message) => panel.showError(message));
 
     app.commands.addCommand(CommandIDs.open, {

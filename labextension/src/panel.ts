@@ -1,25 +1,18 @@
 /**
- * The "Multi-GPU" sidebar: the host's devices and this user's clusters, with per-rank memory bars and
- * a 60 s sparkline, updated in place from the stream (buttons keep working while it refreshes).
+ * The "Multi-GPU" sidebar: the host's GPUs and this user's clusters, each a card with its Stop button
+ * in its title line, a 60 s sparkline and its ranks (rank_list.ts: each rank once, compact and
+ * grouped by host at 32–64 ranks), updated in place from the stream (buttons keep working while it
+ * refreshes). Each card says whose it is: the current notebook's, or another notebook's.
  */
 import { Widget } from '@lumino/widgets';
 
-import { formatBytes, formatUsedTotal, fraction } from './format';
-import {
-  ClusterInfo,
-  DeviceEntry,
-  ProfilePayload,
-  RankInfo,
-  SnapshotMessage
-} from './payloads';
-import { hostHeading } from './hosts';
-import {
-  PROFILE_ROW,
-  PROFILE_W,
-  profileCaption,
-  profileRects
-} from './profile_view';
-import { rankLabel } from './rank_label';
+import { ICurrentNotebook, ownerLabel, isCurrent } from './cluster_owner';
+import { bar, el, setBar, SVG_NS } from './dom';
+import { formatBytes, formatUsedTotal } from './format';
+import { groupSummary } from './hosts';
+import { ClusterInfo, DeviceEntry, SnapshotMessage } from './payloads';
+import { drawProfile } from './profile_view';
+import { COMPACT_AT, RankList } from './rank_list';
 import { showOtherUsers } from './other_users';
 import { History, scalePoints, toPolyline } from './sparkline';
 
@@ -33,59 +26,22 @@ export interface IPanelActions {
   togglePause(): void;
 }
 
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  cls?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (cls) {
-    node.className = cls;
-  }
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
-
-function bar(): [HTMLDivElement, HTMLDivElement] {
-  const outer = el('div', 'jp-mgpu-bar');
-  const fill = el('div', 'jp-mgpu-bar-fill');
-  outer.appendChild(fill);
-  return [outer, fill];
-}
-
-function setBar(fill: HTMLDivElement, used: number, total: number): void {
-  const f = fraction(used, total);
-  fill.style.width = `${(f * 100).toFixed(1)}%`;
-  fill.classList.toggle('jp-mgpu-bar-high', f > 0.9);
-}
-
-interface RankView {
-  row: HTMLDivElement;
-  label: HTMLSpanElement;
-  activity: HTMLSpanElement;
-  figures: HTMLSpanElement;
-  fill: HTMLDivElement;
-}
-
 interface ClusterView {
   card: HTMLDivElement;
-  title: HTMLDivElement;
+  title: HTMLSpanElement;
+  /** `this notebook` / `another notebook`: whose cluster it is. */
+  owner: HTMLDivElement;
   meta: HTMLDivElement;
   spark: SVGSVGElement;
   sparkAxis: HTMLDivElement;
-  ranks: HTMLDivElement;
-  rankViews: Map<number, RankView>;
-  /** The host of the last rank row made: a cluster across hosts groups its ranks under each host. */
-  lastHost?: string | null;
+  /** `32 ranks · 2 busy · 30 idle · …`, shown above a compact or multi-host list. */
+  summary: HTMLDivElement;
+  ranks: RankList;
   stop: HTMLButtonElement;
   info: ClusterInfo;
   /** The last profile's section (hidden until there is one). */
   profile: HTMLDivElement;
 }
-
-const SVG_NS = 'http://www.w3.org/2000/svg';
 
 export class MgpuPanel extends Widget {
   constructor(actions: IPanelActions) {
@@ -177,18 +133,28 @@ export class MgpuPanel extends Widget {
     this._empty.style.display = snap.clusters.length ? 'none' : '';
   }
 
+  /** The notebook JupyterLab has current: its cluster's card says "this notebook". */
+  setCurrent(current: ICurrentNotebook | null): void {
+    this._current = current;
+    for (const view of this._views.values()) {
+      this._renderOwner(view);
+    }
+  }
+
   private _renderDevices(
     devices: DeviceEntry[],
     source: string,
     host: string
   ): void {
     this._devices.textContent = '';
-    if (devices.length === 0) {
+    // without NVML the devices are the clusters' CPU virtual devices, i.e. their ranks, listed once,
+    // under their cluster (an older server still sends them here: they are not drawn twice)
+    if (source !== 'nvml' || devices.length === 0) {
       this._devices.appendChild(
         el(
           'div',
           'jp-mgpu-empty',
-          `No GPU on ${host}; CPU virtual devices appear here while a cluster runs.`
+          `No GPU on ${host}: a cluster's CPU virtual devices are its ranks, under Clusters.`
         )
       );
       return;
@@ -196,10 +162,7 @@ export class MgpuPanel extends Widget {
     for (const d of devices) {
       const row = el('div', 'jp-mgpu-device');
       row.dataset.deviceId = d.id;
-      const label =
-        source === 'nvml'
-          ? `${d.kind}:${d.index} ${d.name}`
-          : `${d.kind}:${d.index} (rank ${d.rank})`;
+      const label = `${d.kind}:${d.index} ${d.name}`;
       row.appendChild(el('span', 'jp-mgpu-label', label));
       const [outer, fill] = bar();
       setBar(fill, d.used_bytes, d.total_bytes);
@@ -219,7 +182,12 @@ export class MgpuPanel extends Widget {
   private _makeClusterView(c: ClusterInfo): ClusterView {
     const card = el('div', 'jp-mgpu-cluster');
     card.dataset.clusterId = c.cluster_id;
-    const title = el('div', 'jp-mgpu-cluster-title');
+    // the title line holds the Stop button: in reach however many ranks the card lists
+    const head = el('div', 'jp-mgpu-cluster-head');
+    const title = el('span', 'jp-mgpu-cluster-title');
+    const stop = el('button', 'jp-mgpu-button jp-mgpu-stop', 'Stop cluster');
+    head.append(title, stop);
+    const owner = el('div', 'jp-mgpu-owner');
     const meta = el('div', 'jp-mgpu-cluster-meta');
     const spark = document.createElementNS(SVG_NS, 'svg');
     spark.setAttribute('class', 'jp-mgpu-sparkline');
@@ -229,35 +197,42 @@ export class MgpuPanel extends Widget {
     sparkTitle.textContent = 'memory per rank, last 60 s';
     spark.appendChild(sparkTitle);
     const sparkAxis = el('div', 'jp-mgpu-spark-axis');
-    const ranks = el('div', 'jp-mgpu-ranks');
-    const stop = el('button', 'jp-mgpu-button jp-mgpu-stop', 'Stop cluster');
+    const summary = el('div', 'jp-mgpu-summary');
+    const ranks = new RankList();
     const profile = el('div', 'jp-mgpu-profile');
     profile.hidden = true;
     const view: ClusterView = {
       card,
       title,
+      owner,
       meta,
       spark,
       sparkAxis,
+      summary,
       ranks,
-      rankViews: new Map(),
       stop,
       info: c,
       profile
     };
     stop.onclick = () => this._actions.stopCluster(view.info);
-    card.append(title, meta, spark, sparkAxis, profile, ranks, stop);
+    card.append(
+      head,
+      owner,
+      meta,
+      spark,
+      sparkAxis,
+      profile,
+      summary,
+      ranks.node
+    );
     this._clusters.appendChild(card);
     this._views.set(c.cluster_id, view);
     return view;
   }
 
-  private _renderCluster(c: ClusterInfo, now: number): void {
-    const view = this._views.get(c.cluster_id) ?? this._makeClusterView(c);
-    view.info = c;
-    view.card.dataset.status = c.status;
-    view.card.dataset.worldSize = String(c.world_size);
-    view.title.textContent = `${c.cluster_id} · ${c.status}`;
+  private _renderOwner(view: ClusterView): void {
+    const c = view.info;
+    view.card.dataset.owner = isCurrent(c, this._current) ? 'this' : 'other';
     const notebook = c.notebook
       ? c.notebook.split('/').pop()
       : 'unknown notebook';
@@ -271,93 +246,29 @@ export class MgpuPanel extends Widget {
     if (c.total_bytes > 0) {
       pieces.push(formatUsedTotal(c.used_bytes, c.total_bytes));
     }
+    view.owner.textContent = ownerLabel(c, this._current);
     view.meta.replaceChildren(
       ...pieces.map(p => el('span', 'jp-mgpu-piece', p))
     );
-    view.stop.disabled = c.status === 'stopped' || c.status === 'stopping';
+  }
 
-    for (const r of c.ranks) {
-      const rv = view.rankViews.get(r.rank) ?? this._makeRankView(view, r);
-      this._renderRank(rv, r);
-    }
-    for (const [rank, rv] of Array.from(view.rankViews.entries())) {
-      if (rank >= c.ranks.length) {
-        rv.row.remove();
-        view.rankViews.delete(rank);
-      }
-    }
+  private _renderCluster(c: ClusterInfo, now: number): void {
+    const view = this._views.get(c.cluster_id) ?? this._makeClusterView(c);
+    view.info = c;
+    view.card.dataset.status = c.status;
+    view.card.dataset.worldSize = String(c.world_size);
+    view.title.textContent = `${c.cluster_id} · ${c.status}`;
+    view.title.title = view.title.textContent;
+    this._renderOwner(view);
+    view.stop.disabled = c.status === 'stopped' || c.status === 'stopping';
+    const many = c.ranks.length > COMPACT_AT || c.ranks.some(r => r.host);
+    view.summary.hidden = !many;
+    view.summary.textContent = many ? groupSummary(c.ranks) : '';
+    view.ranks.render(c);
     this._renderSpark(view, c, now);
     if (c.profile !== null) {
-      this._renderProfile(view, c.profile); // the stream carries each new profile once
+      drawProfile(view.profile, c.profile); // the stream carries each new profile once
     }
-  }
-
-  private _renderProfile(view: ClusterView, p: ProfilePayload): void {
-    const height = Math.max(1, p.ranks.length) * PROFILE_ROW;
-    const svg = document.createElementNS(SVG_NS, 'svg');
-    svg.setAttribute('class', 'jp-mgpu-profile-plot');
-    svg.setAttribute('viewBox', `0 0 ${PROFILE_W} ${height}`);
-    svg.setAttribute('preserveAspectRatio', 'none');
-    svg.style.height = `${height}px`;
-    const title = document.createElementNS(SVG_NS, 'title');
-    title.textContent =
-      'last profile: a row per rank; grey calls, blue collectives, orange waiting for the last rank';
-    svg.appendChild(title);
-    for (const r of profileRects(p)) {
-      const rect = document.createElementNS(SVG_NS, 'rect');
-      rect.setAttribute('class', `jp-mgpu-profile-${r.kind}`);
-      rect.setAttribute('x', r.x.toFixed(2));
-      rect.setAttribute('y', String(r.y));
-      rect.setAttribute('width', r.width.toFixed(2));
-      rect.setAttribute('height', String(r.height));
-      svg.appendChild(rect);
-    }
-    view.profile.replaceChildren(
-      el('div', 'jp-mgpu-profile-heading', 'Last profile'),
-      svg,
-      el('div', 'jp-mgpu-profile-caption', profileCaption(p))
-    );
-    view.profile.dataset.ranks = String(p.ranks.length);
-    view.profile.hidden = false;
-  }
-
-  private _makeRankView(view: ClusterView, r: RankInfo): RankView {
-    const heading = hostHeading(view.lastHost, r);
-    if (heading) {
-      const head = el('div', 'jp-mgpu-host', heading);
-      head.dataset.host = heading;
-      view.ranks.appendChild(head);
-    }
-    view.lastHost = r.host;
-    const row = el(
-      'div',
-      `jp-mgpu-rank jp-mgpu-rank-color-${r.rank % RANK_COLORS}`
-    );
-    row.dataset.rank = String(r.rank);
-    const label = el('span', 'jp-mgpu-label');
-    const activity = el('span', 'jp-mgpu-activity');
-    const [outer, fill] = bar();
-    const figures = el('span', 'jp-mgpu-figures');
-    row.append(label, activity, outer, figures);
-    view.ranks.appendChild(row);
-    const rv = { row, label, activity, figures, fill };
-    view.rankViews.set(r.rank, rv);
-    return rv;
-  }
-
-  private _renderRank(rv: RankView, r: RankInfo): void {
-    rv.row.dataset.usedBytes = String(r.used_bytes);
-    rv.row.dataset.totalBytes = String(r.total_bytes);
-    rv.row.dataset.pid = r.pid === null ? '' : String(r.pid);
-    rv.row.dataset.state = r.state;
-    rv.row.dataset.activity = r.activity ?? '';
-    rv.label.textContent = rankLabel(r);
-    rv.label.title = rv.label.textContent;
-    rv.activity.textContent = r.activity ?? '';
-    rv.activity.title = r.activity ?? '';
-    rv.activity.hidden = !r.activity;
-    setBar(rv.fill, r.used_bytes, r.total_bytes);
-    rv.figures.textContent = r.figures;
   }
 
   private _renderSpark(view: ClusterView, c: ClusterInfo, now: number): void {
@@ -405,5 +316,6 @@ export class MgpuPanel extends Widget {
   private _clusters: HTMLDivElement;
   private _empty: HTMLDivElement;
   private _views = new Map<string, ClusterView>();
+  private _current: ICurrentNotebook | null = null;
   private _history = new History(60);
 }

@@ -38,6 +38,9 @@ export interface ClusterInfo {
   status: string;
   notebook: string | null;
   kernel_pid: number | null;
+  /** The server's id of the kernel that started the cluster (`server/kernels.py`); null when it is no
+   * kernel of this server (or an older server): the current notebook's cluster is told by it. */
+  kernel_id: string | null;
   controller_pid: number | null;
   supervisor_pid: number | null;
   world_size: number;
@@ -102,7 +105,7 @@ export interface DeviceEntry {
   other_users_bytes: number | null;
 }
 
-/** `GET /mgpu/api/devices`. */
+/** `GET /mgpu/api/devices`; in a stream frame, NVML's GPUs only (the clusters' CPU devices are their ranks). */
 export interface DevicesPayload {
   time: number;
   host: string;
@@ -214,6 +217,8 @@ export function parseCluster(value: unknown): ClusterInfo {
     status: str(o, 'status', what),
     notebook: strOrNull(o, 'notebook', what),
     kernel_pid: numOrNull(o, 'kernel_pid', what),
+    kernel_id:
+      o.kernel_id === undefined ? null : strOrNull(o, 'kernel_id', what),
     controller_pid: numOrNull(o, 'controller_pid', what),
     supervisor_pid: numOrNull(o, 'supervisor_pid', what),
     world_size: num(o, 'world_size', what),

@@ -1,8 +1,9 @@
 /**
  * The cluster's last `mg.profile()` in the sidebar (issue 36): a row per rank on one time axis — its
  * calls, its collectives once all ranks had arrived, and its waiting for the last rank — and one line
- * naming the straggler. Pure: geometry and words here, the DOM in panel.ts.
+ * naming the straggler. The geometry and the words are pure; `drawProfile` puts them in a card's section.
  */
+import { el, SVG_NS } from './dom';
 import { ProfilePayload } from './payloads';
 
 export const PROFILE_W = 240;
@@ -65,4 +66,34 @@ export function profileCaption(p: ProfilePayload): string {
     .reduce((s, r) => s + r.wait_s, 0);
   const times = last.last_to_arrive === 1 ? 'collective' : 'collectives';
   return `rank ${last.rank} came last to ${last.last_to_arrive} ${times} · the others waited ${others.toFixed(2)} s`;
+}
+
+/** Fill a cluster card's profile `section` with profile `p` (heading, a row per rank, the caption) and show it. */
+export function drawProfile(section: HTMLElement, p: ProfilePayload): void {
+  const height = Math.max(1, p.ranks.length) * PROFILE_ROW;
+  const svg = document.createElementNS(SVG_NS, 'svg');
+  svg.setAttribute('class', 'jp-mgpu-profile-plot');
+  svg.setAttribute('viewBox', `0 0 ${PROFILE_W} ${height}`);
+  svg.setAttribute('preserveAspectRatio', 'none');
+  svg.style.height = `${height}px`;
+  const title = document.createElementNS(SVG_NS, 'title');
+  title.textContent =
+    'last profile: a row per rank; grey calls, blue collectives, orange waiting for the last rank';
+  svg.appendChild(title);
+  for (const r of profileRects(p)) {
+    const rect = document.createElementNS(SVG_NS, 'rect');
+    rect.setAttribute('class', `jp-mgpu-profile-${r.kind}`);
+    rect.setAttribute('x', r.x.toFixed(2));
+    rect.setAttribute('y', String(r.y));
+    rect.setAttribute('width', r.width.toFixed(2));
+    rect.setAttribute('height', String(r.height));
+    svg.appendChild(rect);
+  }
+  section.replaceChildren(
+    el('div', 'jp-mgpu-profile-heading', 'Last profile'),
+    svg,
+    el('div', 'jp-mgpu-profile-caption', profileCaption(p))
+  );
+  section.dataset.ranks = String(p.ranks.length);
+  section.hidden = false;
 }

@@ -2,8 +2,7 @@ import {
   formatBytes,
   formatUsedTotal,
   fraction,
-  initCommand,
-  statusText
+  initCommand
 } from '../src/format';
 import sizeCases from './size_format.json';
 import { parseStreamMessage, SnapshotMessage } from '../src/payloads';
@@ -64,32 +63,6 @@ describe('fraction', () => {
     expect(fraction(5, 4)).toBe(1);
     expect(fraction(5, 0)).toBe(0);
     expect(fraction(-1, 4)).toBe(0);
-  });
-});
-
-describe('statusText', () => {
-  it('summarises four CPU virtual devices', () => {
-    const snap = snapshot([
-      ['cpu', 0.8 * GiB, 2 * GiB],
-      ['cpu', 0.8 * GiB, 2 * GiB],
-      ['cpu', 0.75 * GiB, 2 * GiB],
-      ['cpu', 0.75 * GiB, 2 * GiB]
-    ]);
-    expect(statusText(snap)).toBe('mgpu 4× cpu · 3.1 GiB / 8.0 GiB');
-  });
-  it('summarises GPUs, paused and empty states', () => {
-    const snap = snapshot(
-      [
-        ['cuda', 40 * GiB, 80 * GiB],
-        ['cuda', 0, 80 * GiB]
-      ],
-      false,
-      'nvml'
-    );
-    expect(statusText(snap)).toBe('mgpu 2× cuda · 40.0 GiB / 160.0 GiB');
-    expect(statusText(snapshot([], true))).toBe('mgpu – (paused)');
-    expect(statusText(snapshot([]))).toBe('mgpu –');
-    expect(statusText(null)).toBe('mgpu …');
   });
 });
 

@@ -101,6 +101,9 @@ describe('MgpuPanel', () => {
     const pieces = Array.from(a.querySelectorAll('.jp-mgpu-piece')).map(
       p => p.textContent
     );
+    expect(a.querySelector('.jp-mgpu-owner')!.textContent).toBe(
+      'another notebook' // no notebook is current yet
+    );
     expect(pieces.slice(0, 3)).toEqual([
       '01_quickstart.ipynb',
       '2× cpu',
@@ -110,8 +113,13 @@ describe('MgpuPanel', () => {
     expect(rows.map(r => r.dataset.rank)).toEqual(['0', '1']);
     expect(rows[1].dataset.usedBytes).toBe('1001');
     expect(rows[1].dataset.pid).toBe('101');
+    // the name and, apart, the state: a narrow row shortens the name, never the state
     expect(rows[1].querySelector('.jp-mgpu-label')!.textContent).toBe(
-      'rank 1 · cpu:1 · pid 101 · idle'
+      'rank 1 · cpu:1 · pid 101'
+    );
+    expect(rows[1].querySelector('.jp-mgpu-state')!.textContent).toBe('idle');
+    expect(rows[1].title).toBe(
+      'rank 1 · cpu:1 · pid 101 · idle · 1001 B / 3.9 KiB'
     );
     expect(rows[1].querySelector('.jp-mgpu-figures')!.textContent).toBe(
       '1001 B / 3.9 KiB'

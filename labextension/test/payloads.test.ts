@@ -12,6 +12,7 @@ const cluster = {
   status: 'running',
   notebook: 'notebooks/01_quickstart.ipynb',
   kernel_pid: 123,
+  kernel_id: '0f1e2d3c-kernel',
   controller_pid: 124,
   supervisor_pid: 125,
   world_size: 2,
@@ -53,6 +54,19 @@ describe('parseClusters', () => {
     const parsed = parseClusters({ time: 1, clusters: [c] });
     expect(parsed.clusters[0].notebook).toBeNull();
     expect(parsed.clusters[0].ranks[0].pid).toBeNull();
+    // a cluster of no kernel of this server, and an older server that does not name kernels at all
+    expect(
+      parseClusters({ time: 1, clusters: [{ ...c, kernel_id: null }] })
+        .clusters[0].kernel_id
+    ).toBeNull();
+    const older: Record<string, unknown> = { ...c };
+    delete older.kernel_id;
+    expect(
+      parseClusters({ time: 1, clusters: [older] }).clusters[0].kernel_id
+    ).toBeNull();
+    expect(() =>
+      parseClusters({ time: 1, clusters: [{ ...c, kernel_id: 7 }] })
+    ).toThrow(/kernel_id is not a string/);
   });
 });
 

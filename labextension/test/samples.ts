@@ -1,4 +1,4 @@
-/** Sample payloads the labextension's tests share: a rank, a cluster, a profile. */
+/** Sample payloads the labextension's tests share: a rank, a cluster, a big cluster across hosts, a profile. */
 import { ClusterInfo, ProfilePayload, RankInfo } from '../src/payloads';
 
 export const rank = (r: number, over: Partial<RankInfo> = {}): RankInfo => ({
@@ -28,6 +28,7 @@ export const cluster = (
   status: 'running',
   notebook: 'notebooks/01_quickstart.ipynb',
   kernel_pid: 123,
+  kernel_id: null,
   controller_pid: 124,
   supervisor_pid: 125,
   world_size: world,
@@ -42,6 +43,34 @@ export const cluster = (
   profile: null,
   ...over
 });
+
+/** A cluster of `world` ranks on `hosts` hosts (null: one host), rank r busy when `busy(r)`, rank 5 dead. */
+export const bigCluster = (
+  id: string,
+  world: number,
+  hosts: number | null,
+  busy: (r: number) => boolean = r => r % 16 === 3
+): ClusterInfo => {
+  const perHost = hosts === null ? world : Math.ceil(world / hosts);
+  const ranks = Array.from({ length: world }, (_, r) =>
+    rank(r, {
+      host: hosts === null ? null : `node${Math.floor(r / perHost) + 1}`,
+      device: `cpu:${hosts === null ? r : r % perHost}`,
+      pid: 20000 + r,
+      state: r === 5 ? 'dead' : busy(r) ? 'busy' : 'idle',
+      op: busy(r) ? '%%mgpu cell' : null,
+      activity: busy(r) ? `running line 3 of the cell for ${r} s` : null,
+      used_bytes: (r + 1) * 2 ** 20,
+      total_bytes: 4 * 2 ** 30,
+      figures: `${r + 1}.0 MiB / 4.0 GiB`
+    })
+  );
+  return cluster(id, world, {
+    ranks,
+    used_bytes: ranks.reduce((s, r) => s + r.used_bytes, 0),
+    total_bytes: world * 4 * 2 ** 30
+  });
+};
 
 export const profile: ProfilePayload = {
   profiled_at: 1700000000,

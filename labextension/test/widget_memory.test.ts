@@ -144,4 +144,157 @@ describe('memory.js', () => {
     expect(model.save_changes).toHaveBeenCalled();
     dispose();
   });
+
+  describe('at 64 ranks on 4 hosts', () => {
+    const many = (over: Record<string, any> = {}) =>
+      Array.from({ length: 64 }, (_, r) =>
+        device({
+          rank: r,
+          device: `cpu:${r % 16}`,
+          host: `node${Math.floor(r / 16) + 1}`,
+          state: r % 16 === 3 ? 'busy' : 'idle',
+          badge: r % 16 === 3 ? 'busy' : 'idle',
+          text: `${r} MiB / 4.3 GiB · peak 2.0 GiB`,
+          ...over
+        })
+      );
+    const groups = [1, 2, 3, 4].map(h => ({
+      host: `node${h}`,
+      ranks: Array.from({ length: 16 }, (_, i) => (h - 1) * 16 + i),
+      text: `node${h} · 16 ranks · 1 busy · 15 idle · 16.5 GiB / 68.0 GiB`
+    }));
+    const state = (over: Record<string, any> = {}) => ({
+      title: '64 × cpu · cluster c',
+      paused: false,
+      refresh_rate: 20,
+      status: '',
+      ended: false,
+      devices: many(),
+      groups,
+      timeline: Array.from({ length: 64 }, () => [
+        [-30, 10],
+        [0, 20]
+      ]),
+      axis: { span: 60, lo: 0, hi: 100, lo_text: '0 B', hi_text: '100 B' },
+      ...over
+    });
+
+    it('folds each host to its summary line, each rank once, in a list that scrolls', () => {
+      const model = fakeModel(state());
+      const root = document.createElement('div');
+      const dispose = render({ model, el: root });
+      const rows = root.querySelector<HTMLElement>('.mgpu-mem-rows')!;
+      expect(rows.classList.contains('mgpu-mem-compact')).toBe(true);
+      const boxes = Array.from(
+        root.querySelectorAll<HTMLDetailsElement>('details.mgpu-mem-group')
+      );
+      expect(boxes.map(b => b.dataset.host)).toEqual([
+        'node1',
+        'node2',
+        'node3',
+        'node4'
+      ]);
+      expect(boxes.every(b => !b.open)).toBe(true);
+      expect(boxes[2].querySelector('summary')!.textContent).toBe(
+        'node3 · 16 ranks · 1 busy · 15 idle · 16.5 GiB / 68.0 GiB'
+      );
+      const ranks = Array.from(
+        root.querySelectorAll<HTMLElement>('.mgpu-mem-row')
+      ).map(r => Number(r.dataset.rank));
+      expect(ranks).toEqual(Array.from({ length: 64 }, (_, r) => r));
+      expect(boxes[1].querySelectorAll('.mgpu-mem-row')).toHaveLength(16);
+      // compact rows: a small timeline without axis labels, the first figure, the full text as tooltip
+      const row = root.querySelector<HTMLElement>(
+        '.mgpu-mem-row[data-rank="19"]'
+      )!;
+      const spark = row.querySelector('svg.mgpu-mem-timeline')!;
+      expect(spark.getAttribute('width')).toBe('120');
+      expect(spark.querySelectorAll('text')).toHaveLength(0);
+      expect(spark.querySelector('polyline')!.getAttribute('points')).toBe(
+        '60.0,15.4 120.0,13.8'
+      );
+      const text = row.querySelector<HTMLElement>('.mgpu-mem-text')!;
+      expect(text.textContent).toBe('19 MiB / 4.3 GiB');
+      expect(text.title).toBe('19 MiB / 4.3 GiB · peak 2.0 GiB');
+      expect(row.querySelector('.mgpu-mem-badge')!.textContent).toBe('busy');
+      dispose();
+    });
+
+    it('keeps a host the user opened open across redraws', () => {
+      const model = fakeModel(state());
+      const root = document.createElement('div');
+      const dispose = render({ model, el: root });
+      const summary = root.querySelector<HTMLElement>(
+        'details[data-host="node2"] > summary'
+      )!;
+      summary.click(); // jsdom toggles the <details> as a browser does
+      expect(
+        root.querySelector<HTMLDetailsElement>('details[data-host="node2"]')!
+          .open
+      ).toBe(true);
+      model.set('devices', many({ state: 'busy', badge: 'busy' }));
+      const open = Array.from(
+        root.querySelectorAll<HTMLDetailsElement>('details.mgpu-mem-group')
+      ).map(b => b.open);
+      expect(open).toEqual([false, true, false, false]);
+      expect(
+        root.querySelector('.mgpu-mem-row[data-rank="20"] .mgpu-mem-badge')!
+          .textContent
+      ).toBe('busy');
+      dispose();
+    });
+
+    it('shows one summary line over a single host, with the shared axes', () => {
+      const model = fakeModel(
+        state({
+          devices: many({ host: '' }),
+          groups: [
+            {
+              host: '',
+              ranks: Array.from({ length: 64 }, (_, r) => r),
+              text: '64 ranks · 4 busy · 60 idle · 66.0 GiB / 272.0 GiB'
+            }
+          ]
+        })
+      );
+      const root = document.createElement('div');
+      const dispose = render({ model, el: root });
+      expect(root.querySelectorAll('details')).toHaveLength(0);
+      expect(root.querySelectorAll('.mgpu-mem-row')).toHaveLength(64);
+      const summary = root.querySelector<HTMLElement>('.mgpu-mem-summary')!;
+      expect(summary.hidden).toBe(false);
+      expect(summary.textContent).toBe(
+        '64 ranks · 4 busy · 60 idle · 66.0 GiB / 272.0 GiB · timelines 0 B to 100 B, last 60 s'
+      );
+      dispose();
+    });
+
+    it('after shutdown says so in every badge, controls off, even while paused', () => {
+      const model = fakeModel(state({ paused: true }));
+      const root = document.createElement('div');
+      const dispose = render({ model, el: root });
+      model.set(
+        'devices',
+        many({ state: 'stopped', badge: 'shut down', op: '' })
+      );
+      model.set('status', 'session shut down');
+      model.set('ended', true);
+      const badges = Array.from(root.querySelectorAll('.mgpu-mem-badge')).map(
+        b => b.textContent
+      );
+      expect(badges).toHaveLength(64);
+      expect(new Set(badges)).toEqual(new Set(['shut down']));
+      expect(root.querySelector('.mgpu-mem-status')!.textContent).toBe(
+        'session shut down'
+      );
+      expect(root.classList.contains('mgpu-mem-ended')).toBe(true);
+      expect(
+        root.querySelector<HTMLButtonElement>('.mgpu-mem-pause')!.disabled
+      ).toBe(true);
+      expect(
+        root.querySelector<HTMLSelectElement>('.mgpu-mem-rate')!.disabled
+      ).toBe(true);
+      dispose();
+    });
+  });
 });

@@ -1,8 +1,10 @@
 // Drives a real JupyterLab in Debian's Chromium (playwright-core): %mgpu_init 2 shows the memory
 // dashboard, a second view of it is displayed, then a %%mgpu cell allocates 256 MiB on rank 1 and
 // sleeps; while that cell is still running the script reads rank 1's row in both views, pauses from
-// the second view and checks the first froze too. Called by tests/browser/test_memory_dashboard.py with
-// one JSON argument {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
+// the second view and checks the first froze too; after %mgpu_shutdown every badge must read "shut down".
+// Last, a 64-rank dashboard fed with synthetic samples (no cluster) must fit its cell: hosts folded,
+// nothing wider than the output, a bounded list that scrolls. Called by tests/browser/test_memory_dashboard.py
+// with one JSON argument {url, token, notebook, artifacts, chromium, profile}; prints one JSON line per step.
 import path from 'node:path';
 import {
   cfg,
@@ -50,10 +52,58 @@ const views = () =>
             ?.querySelector('.mgpu-mem-timeline-line')
             ?.getAttribute('points') ?? null,
         pause: v.querySelector('.mgpu-mem-pause')?.textContent ?? null,
-        status: v.querySelector('.mgpu-mem-status')?.textContent ?? null
+        status: v.querySelector('.mgpu-mem-status')?.textContent ?? null,
+        badges: Array.from(v.querySelectorAll('.mgpu-mem-badge')).map(
+          b => b.textContent
+        )
       };
     })
   );
+
+// The 64-rank dashboard (the last view) laid out: its groups, rows, and whether anything is wider than
+// the cell's output or the list taller than its bound.
+const bigLayout = () =>
+  page.evaluate(() => {
+    const views = document.querySelectorAll('.mgpu-mem');
+    const v = views[views.length - 1];
+    const out = v.closest('.jp-OutputArea-output') ?? v.parentElement;
+    const rows = v.querySelector('.mgpu-mem-rows');
+    const right = out.getBoundingClientRect().right + 1;
+    const wide = Array.from(
+      v.querySelectorAll('.mgpu-mem-row, .mgpu-mem-host, .mgpu-mem-header')
+    ).filter(e => {
+      const r = e.getBoundingClientRect();
+      return r.width > 0 && r.right > right;
+    }).length;
+    return {
+      groups: Array.from(v.querySelectorAll('details.mgpu-mem-group')).map(
+        d => ({
+          host: d.dataset.host,
+          open: d.open,
+          summary: d.querySelector('summary').textContent
+        })
+      ),
+      rows: v.querySelectorAll('.mgpu-mem-row').length,
+      // a folded <details> hides its rows (content-visibility): they are there, not shown
+      shownRows: Array.from(v.querySelectorAll('.mgpu-mem-row')).filter(r =>
+        r.checkVisibility()
+      ).length,
+      rowHeight: Math.max(
+        ...Array.from(v.querySelectorAll('.mgpu-mem-row'))
+          .filter(r => r.checkVisibility())
+          .map(r => r.getBoundingClientRect().height),
+        0
+      ),
+      widgetWidth: v.getBoundingClientRect().width,
+      outputWidth: out.getBoundingClientRect().width,
+      scrollWidth: v.scrollWidth,
+      clientWidth: v.clientWidth,
+      wide,
+      height: v.getBoundingClientRect().height,
+      listHeight: rows.clientHeight,
+      listScroll: rows.scrollHeight
+    };
+  });
 
 try {
   await openNotebook(page, T);
@@ -133,6 +183,31 @@ try {
     path: path.join(cfg.artifacts, 'dashboard_stopped.png'),
     fullPage: true
   });
+
+  // 64 ranks on 4 hosts, synthetic samples: folded, within the cell; then two hosts opened: it scrolls
+  await runCell(5);
+  await page.waitForFunction(
+    () => document.querySelectorAll('.mgpu-mem').length === 3,
+    null,
+    { timeout: T, polling: 200 }
+  );
+  await page.waitForTimeout(500);
+  const folded = await bigLayout();
+  const last = page.locator('.mgpu-mem').nth(2);
+  await last.locator('details.mgpu-mem-group > summary').nth(0).click();
+  await last.locator('details.mgpu-mem-group > summary').nth(1).click();
+  await page.waitForTimeout(1200); // a redraw or two: the opened hosts stay open
+  const opened = await bigLayout();
+  await last.screenshot({
+    path: path.join(cfg.artifacts, 'dashboard_64_ranks.png')
+  });
+  await page.setViewportSize({ width: 760, height: 900 }); // a narrow notebook
+  await page.waitForTimeout(800);
+  const narrow = await bigLayout();
+  await last.screenshot({
+    path: path.join(cfg.artifacts, 'dashboard_64_ranks_narrow.png')
+  });
+  report('big', { folded, opened, narrow });
   report('done', { freed, stopped, consoleErrors });
 } catch (err) {
   await reportError(err, page, 'dashboard_error.png', consoleErrors);

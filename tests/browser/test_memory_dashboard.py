@@ -1,4 +1,5 @@
-"""Real-browser test of the memory dashboard: bars move while a cell runs, views stay in sync, pause works.
+"""Real-browser test of the memory dashboard: bars move while a cell runs, views stay in sync, pause works,
+every badge reads "shut down" after ``%mgpu_shutdown``, and 64 ranks (synthetic samples) fit the cell.
 
 memory_dashboard.mjs drives it in the shared ``lab`` (tests/lab_server.py) with Debian's Chromium, saving
 screenshots in test-artifacts/browser-memory/.
@@ -19,6 +20,15 @@ CELLS = [
     "%%mgpu\nimport time\nif rank == 1:\n    big = torch.ones(2**26)  # 256 MiB of float32\ntime.sleep(9)",
     "%%mgpu\nif rank == 1:\n    del big",
     "%mgpu_shutdown",
+    # 64 ranks on 4 hosts, a minute of samples in the telemetry record's format: no cluster needed
+    "import time\nfrom jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard\n"
+    "big = MemoryDashboard(detached=True)\nt0 = time.time() - 60\nfor i in range(121):\n"
+    "    t = t0 + i / 2\n"
+    "    big.update([{'rank': r, 'time': t, 'kind': 'cpu', 'device': f'cpu:{r % 16}', 'host': f'node{r // 16 + 1}',\n"
+    "                 'state': 'busy' if r % 16 == 3 else 'idle', 'resident_bytes': 2**30 + r * 2**20 + i * 2**18,\n"
+    "                 'peak_resident_bytes': 2**31, 'budget_bytes': 2**32, 'baseline_resident_bytes': 2**28}\n"
+    "                for r in range(64)], now=t)\n"
+    "big.title = '64 × cpu · synthetic'\nbig",
 ]
 
 
@@ -65,5 +75,27 @@ def test_pause_in_one_view_pauses_every_view(steps):
 def test_freeing_and_shutdown_show(steps):
     base = mib(steps["started"]["before"][0]["text"])
     assert mib(steps["done"]["freed"][0]["text"]) - base < 32
-    assert all(v["status"] == "session shut down" for v in steps["done"]["stopped"])
+    assert [v["badges"] for v in steps["done"]["freed"]] == [["idle", "idle"]] * 2
+    stopped = steps["done"]["stopped"]
+    assert all(v["status"] == "session shut down" for v in stopped)
+    # no live-looking "idle" is left once the engines are gone
+    assert [v["badges"] for v in stopped] == [["shut down", "shut down"]] * 2, stopped
     assert steps["done"]["consoleErrors"] == []
+
+
+def test_64_ranks_fold_by_host_and_fit_the_cell(steps):
+    big = steps["big"]
+    folded, opened, narrow = big["folded"], big["opened"], big["narrow"]
+    assert [g["host"] for g in folded["groups"]] == ["node1", "node2", "node3", "node4"]
+    assert not any(g["open"] for g in folded["groups"])
+    assert folded["groups"][0]["summary"].startswith("node1 · 16 ranks · 1 busy · 15 idle · ")
+    assert folded["rows"] == 64 and folded["shownRows"] == 0  # each rank once, folded under its host
+    assert folded["height"] < 250, folded  # four summary lines, not 64 rows
+    # two hosts opened (and still open after redraws): 32 rows, in a list of bounded height that scrolls
+    assert [g["open"] for g in opened["groups"]] == [True, True, False, False]
+    assert opened["shownRows"] == 32 and opened["rowHeight"] <= 24, opened  # a line each
+    assert opened["listHeight"] <= 421 and opened["listScroll"] > opened["listHeight"], opened
+    for layout in (folded, opened, narrow):  # nothing wider than the cell, wide or narrow
+        assert layout["wide"] == 0 and layout["scrollWidth"] <= layout["clientWidth"] + 1, layout
+        assert layout["widgetWidth"] <= layout["outputWidth"] + 1, layout
+    assert narrow["outputWidth"] < folded["outputWidth"]

@@ -1,10 +1,14 @@
 // Memory dashboard view (anywidget ES module): one row per device — state badge, memory bar with
 // reserved/peak/limit marks coloured by fraction used, and a timeline of the last minute with labelled
-// axes. All state comes from the Python model (devices, timeline, axis, paused, refresh_rate, status),
-// every size already formatted there (one format for every view); this file only draws it.
+// axes. All state comes from the Python model (devices, groups, timeline, axis, paused, refresh_rate,
+// status, ended), every size already formatted there (one format for every view); this file only draws
+// it. Past COMPACT_AT ranks the rows are compact (a small timeline, the first figure) in a list that
+// scrolls, grouped by host under <details> folded to their summary line (a group the user opens stays
+// open). Once the session ended (`ended`) the last picture stays, controls off, paused or not.
 
 const SVG = 'http://www.w3.org/2000/svg';
 const RATES = [0.5, 1, 2, 5, 10, 20];
+const COMPACT_AT = 8; // as memory_rows.COMPACT_AT
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -59,11 +63,14 @@ function drawBar(d, scale) {
   return bar;
 }
 
-// geometry of a timeline, in px (drawn at this size: labels are never stretched)
+// geometry of a timeline, in px (drawn at this size: labels are never stretched); a compact row's
+// timeline (S*) is the line alone, on the shared axes the list's summary line labels once
 const TW = 260,
   TH = 34,
   AXIS_W = 58,
-  TIME_H = 13;
+  TIME_H = 13,
+  SW = 120,
+  SH = 18;
 
 function svgEl(tag, attrs, text) {
   const node = document.createElementNS(SVG, tag);
@@ -76,55 +83,39 @@ function svgEl(tag, attrs, text) {
   return node;
 }
 
+function axisText(svg, x, y, anchor, text) {
+  const attrs = { class: 'mgpu-mem-axis-text', x, y, 'text-anchor': anchor };
+  svg.appendChild(svgEl('text', attrs, text));
+}
+
 // One device's timeline: the byte axis (shared by every row, labelled at its ends) at the left, the
 // line over the last `axis.span` seconds; the last row also labels the time axis.
-function drawTimeline(points, d, axis, last) {
-  const h = TH + (last ? TIME_H : 0);
+function drawTimeline(points, d, axis, last, compact = false) {
+  const w = compact ? SW : TW;
+  const h = compact ? SH : TH + (last ? TIME_H : 0);
   const svg = svgEl('svg', {
-    class: 'mgpu-mem-timeline',
-    width: TW,
+    class: compact ? 'mgpu-mem-timeline mgpu-mem-spark' : 'mgpu-mem-timeline',
+    width: w,
     height: h,
-    viewBox: `0 0 ${TW} ${h}`
+    viewBox: `0 0 ${w} ${h}`
   });
-  const x0 = AXIS_W,
-    x1 = TW - 2,
-    y0 = 2,
-    y1 = TH - 2;
+  const x0 = compact ? 0 : AXIS_W,
+    x1 = compact ? SW : TW - 2,
+    y0 = compact ? 1 : 2,
+    y1 = compact ? SH - 1 : TH - 2;
   const span = axis.span || 60,
     lo = axis.lo || 0,
     hi = axis.hi || 1;
   const x = ago => x0 + (x1 - x0) * Math.max(0, 1 + ago / span);
   const y = v =>
     y1 - (y1 - y0) * Math.max(0, Math.min(1, ((v || 0) - lo) / (hi - lo || 1)));
-  svg.appendChild(
-    svgEl('rect', {
-      class: 'mgpu-mem-plot',
-      x: x0,
-      y: y0,
-      width: x1 - x0,
-      height: y1 - y0
-    })
-  );
-  svg.appendChild(
-    svgEl(
-      'text',
-      {
-        class: 'mgpu-mem-axis-text',
-        x: x0 - 4,
-        y: y0 + 8,
-        'text-anchor': 'end'
-      },
-      axis.hi_text || ''
-    )
-  );
-  svg.appendChild(
-    svgEl(
-      'text',
-      { class: 'mgpu-mem-axis-text', x: x0 - 4, y: y1, 'text-anchor': 'end' },
-      axis.lo_text || ''
-    )
-  );
-  if (d.limit && d.limit <= hi && d.limit >= lo) {
+  const plot = { class: 'mgpu-mem-plot', x: x0, y: y0 };
+  svg.appendChild(svgEl('rect', { ...plot, width: x1 - x0, height: y1 - y0 }));
+  if (!compact) {
+    axisText(svg, x0 - 4, y0 + 8, 'end', axis.hi_text || '');
+    axisText(svg, x0 - 4, y1, 'end', axis.lo_text || '');
+  }
+  if (!compact && d.limit && d.limit <= hi && d.limit >= lo) {
     svg.appendChild(
       svgEl('line', {
         class: 'mgpu-mem-timeline-limit',
@@ -147,43 +138,55 @@ function drawTimeline(points, d, axis, last) {
       })
     );
   }
-  if (last) {
+  if (last && !compact) {
     const ty = TH + TIME_H - 3;
-    svg.appendChild(
-      svgEl(
-        'text',
-        { class: 'mgpu-mem-axis-text', x: x0, y: ty, 'text-anchor': 'start' },
-        axis.span_text || ''
-      )
-    );
-    svg.appendChild(
-      svgEl(
-        'text',
-        {
-          class: 'mgpu-mem-axis-text',
-          x: (x0 + x1) / 2,
-          y: ty,
-          'text-anchor': 'middle'
-        },
-        'time'
-      )
-    );
-    svg.appendChild(
-      svgEl(
-        'text',
-        { class: 'mgpu-mem-axis-text', x: x1, y: ty, 'text-anchor': 'end' },
-        'now'
-      )
-    );
+    axisText(svg, x0, ty, 'start', axis.span_text || '');
+    axisText(svg, (x0 + x1) / 2, ty, 'middle', 'time');
+    axisText(svg, x1, ty, 'end', 'now');
   }
+  const range = `axis ${axis.lo_text} to ${axis.hi_text}`;
   svg.appendChild(
     svgEl(
       'title',
       {},
-      `rank ${d.rank}: ${d.labels.used}, last ${span} s (axis ${axis.lo_text} to ${axis.hi_text})`
+      `rank ${d.rank}: ${d.labels.used}, last ${span} s (${range})`
     )
   );
   return svg;
+}
+
+// One device's row: label, badge (the state, or "shut down"), bar, figures, timeline.
+function drawRow(d, points, scale, axis, compact, last) {
+  const row = el('div', `mgpu-mem-row mgpu-state-${d.state}`);
+  row.dataset.rank = d.rank;
+  const label = el('div', 'mgpu-mem-label');
+  label.title = `rank ${d.rank} · ${d.device}${d.host ? ` on ${d.host}` : ''}`;
+  const dot = el('span', 'mgpu-mem-dot');
+  dot.style.background = d.color;
+  label.append(dot, el('span', '', `rank ${d.rank} · ${d.device}`));
+  const badge = el(
+    'span',
+    `mgpu-mem-badge mgpu-badge-${d.state}`,
+    d.badge || d.state
+  );
+  if (d.op && d.state === 'busy') {
+    badge.title = d.op;
+  }
+  // compact: the used / limit figure only (peak and reserved in its tooltip)
+  const text = el(
+    'div',
+    'mgpu-mem-text',
+    compact ? d.text.split(' · ')[0] : d.text
+  );
+  text.title = d.text;
+  row.append(
+    label,
+    badge,
+    drawBar(d, scale),
+    text,
+    drawTimeline(points, d, axis, last, compact)
+  );
+  return row;
 }
 
 function render({ model, el: root }) {
@@ -199,8 +202,10 @@ function render({ model, el: root }) {
   }
   const status = el('span', 'mgpu-mem-status');
   header.append(title, pause, rate, status);
+  const summary = el('div', 'mgpu-mem-summary');
   const rows = el('div', 'mgpu-mem-rows');
-  root.append(header, rows);
+  root.append(header, summary, rows);
+  const open = new Map(); // host -> open, as the user left it (this view only)
 
   pause.addEventListener('click', () => {
     model.set('paused', !model.get('paused'));
@@ -212,6 +217,10 @@ function render({ model, el: root }) {
   });
 
   function drawControls() {
+    const ended = !!model.get('ended');
+    root.classList.toggle('mgpu-mem-ended', ended);
+    pause.disabled = ended;
+    rate.disabled = ended;
     title.textContent = `Device memory — ${model.get('title')}`;
     pause.textContent = model.get('paused') ? 'resume' : 'pause';
     pause.title = model.get('paused')
@@ -230,6 +239,7 @@ function render({ model, el: root }) {
   function drawRows() {
     const devices = model.get('devices') || [];
     const timeline = model.get('timeline') || [];
+    const groups = model.get('groups') || [];
     // bars share one scale up to the largest limit (as in Dask); timelines share one scale that fits
     // what they show, so a 64 MiB step stays visible next to a 16 GiB limit
     const scale = Math.max(
@@ -239,36 +249,46 @@ function render({ model, el: root }) {
       )
     );
     const axis = model.get('axis') || {};
+    const compact = devices.length > COMPACT_AT;
+    const hosts =
+      groups.length > 1 || (groups.length === 1 && !!groups[0].host);
+    const index = new Map(devices.map((d, i) => [d.rank, i]));
+    const row = (i, last) =>
+      drawRow(devices[i], timeline[i], scale, axis, compact, last);
+    summary.hidden = !compact || hosts;
+    summary.textContent =
+      compact && !hosts && groups.length
+        ? `${groups[0].text} · timelines ${axis.lo_text || ''} to ${axis.hi_text || ''}, last ${axis.span || 60} s`
+        : '';
+    const top = rows.scrollTop;
+    rows.classList.toggle('mgpu-mem-compact', compact);
     rows.replaceChildren();
-    let host = null;
-    devices.forEach((d, i) => {
-      if (d.host && d.host !== host) {
-        // a cluster across hosts: its ranks grouped under each host
-        host = d.host;
-        const head = el('div', 'mgpu-mem-host', host);
-        head.dataset.host = host;
-        rows.appendChild(head);
-      }
-      const row = el('div', `mgpu-mem-row mgpu-state-${d.state}`);
-      row.dataset.rank = d.rank;
-      const label = el('div', 'mgpu-mem-label');
-      const dot = el('span', 'mgpu-mem-dot');
-      dot.style.background = d.color;
-      label.append(dot, el('span', '', `rank ${d.rank} · ${d.device}`));
-      const badge = el('span', `mgpu-mem-badge mgpu-badge-${d.state}`, d.state);
-      if (d.op && d.state === 'busy') {
-        badge.title = d.op;
-      }
-      const text = el('div', 'mgpu-mem-text', d.text);
-      row.append(
-        label,
-        badge,
-        drawBar(d, scale),
-        text,
-        drawTimeline(timeline[i], d, axis, i === devices.length - 1)
+    if (!hosts) {
+      devices.forEach((_, i) =>
+        rows.appendChild(row(i, i === devices.length - 1))
       );
-      rows.appendChild(row);
-    });
+    }
+    for (const g of hosts ? groups : []) {
+      // a cluster across hosts: its ranks grouped under each host; folded at many ranks
+      const box = el('details', 'mgpu-mem-group');
+      box.dataset.host = g.host;
+      box.open = open.has(g.host) ? open.get(g.host) : !compact;
+      const head = el('summary', 'mgpu-mem-host', g.text);
+      head.dataset.host = g.host;
+      box.appendChild(head);
+      // remembered at once (a click), and whatever opened it (the keyboard, a script)
+      head.addEventListener('click', () => open.set(g.host, !box.open));
+      box.addEventListener('toggle', () => open.set(g.host, box.open));
+      g.ranks.forEach((r, j) => {
+        if (index.has(r)) {
+          box.appendChild(
+            row(index.get(r), !compact && j === g.ranks.length - 1)
+          );
+        }
+      });
+      rows.appendChild(box);
+    }
+    rows.scrollTop = top; // a redraw keeps the list where the user scrolled it
   }
 
   // Pause and rate act here at once, for every view of this model: a kernel busy in another cell
@@ -276,7 +296,7 @@ function render({ model, el: root }) {
   let lastDraw = 0;
   let timer = null;
   function scheduleRows() {
-    if (model.get('paused')) {
+    if (model.get('paused') && !model.get('ended')) {
       return;
     }
     const interval = 1000 / (model.get('refresh_rate') || 10);
@@ -300,6 +320,7 @@ function render({ model, el: root }) {
   model.on('change:refresh_rate', onControls);
   model.on('change:status', onControls);
   model.on('change:title', onControls);
+  model.on('change:ended', onControls);
   model.on('change:devices', onRows);
   model.on('change:timeline', onRows);
   model.on('change:axis', onRows);
@@ -313,6 +334,7 @@ function render({ model, el: root }) {
     model.off('change:refresh_rate', onControls);
     model.off('change:status', onControls);
     model.off('change:title', onControls);
+    model.off('change:ended', onControls);
     model.off('change:devices', onRows);
     model.off('change:timeline', onRows);
     model.off('change:axis', onRows);
