@@ -1,0 +1,89 @@
+// 12_many_ranks: while Run All runs, count the bytes the page receives on its websockets and when each
+// code cell starts (the first cell without an execution count), so the test knows what each cell sent and
+// how long it took; with the Multi-GPU sidebar open, read its 32-rank card once the cluster runs.
+import path from 'node:path';
+
+export async function during({ page, context, report, cfg }) {
+  const cdp = await context.newCDPSession(page);
+  await cdp.send('Network.enable');
+  let received = 0;
+  cdp.on('Network.webSocketFrameReceived', e => {
+    const data = e.response.payloadData ?? '';
+    // binary frames come base64-encoded: count the bytes they carry
+    received +=
+      e.response.opcode === 2 ? Math.floor((data.length * 3) / 4) : data.length;
+  });
+  await page.click('.jp-mgpu-status');
+  await page.waitForSelector('#jupyter-mgpu-panel:not(.lm-mod-hidden)', {
+    timeout: 10000
+  });
+  const marks = [];
+  let last = null;
+  let sidebar = null;
+  while (!(await page.evaluate(() => window.__mgpuDone))) {
+    const running = await page.evaluate(() => {
+      const cells = window.jupyterapp.shell.currentWidget.content.widgets;
+      const i = cells.findIndex(
+        c => c.model.type === 'code' && c.model.executionCount === null
+      );
+      return i < 0
+        ? null
+        : { index: i, source: cells[i].model.sharedModel.getSource() };
+    });
+    const key = running ? running.index : -1;
+    if (key !== last) {
+      marks.push({
+        ...(running ?? { index: -1 }),
+        t: Date.now(),
+        bytes: received
+      });
+      last = key;
+    }
+    if (!sidebar) {
+      sidebar = await page.evaluate(() => {
+        const card = Array.from(
+          document.querySelectorAll('#jupyter-mgpu-panel .jp-mgpu-cluster')
+        ).find(
+          c =>
+            c.dataset.status === 'running' &&
+            c.querySelectorAll('.jp-mgpu-rank').length >= 32
+        );
+        if (!card) {
+          return null;
+        }
+        const panel = document.querySelector('#jupyter-mgpu-panel');
+        const box = panel.getBoundingClientRect();
+        const stop = card
+          .querySelector('.jp-mgpu-stop')
+          .getBoundingClientRect();
+        const states = Array.from(card.querySelectorAll('.jp-mgpu-rank')).map(
+          r => ({
+            id: r.querySelector('.jp-mgpu-rank-id')?.textContent ?? '',
+            state: r.querySelector('.jp-mgpu-state')?.textContent ?? ''
+          })
+        );
+        return {
+          ranks: states,
+          stopInView: stop.top >= box.top && stop.bottom <= box.bottom,
+          panelHeight: box.height,
+          overflow: Array.from(panel.querySelectorAll('*'))
+            .filter(
+              el =>
+                el.scrollWidth > el.clientWidth + 1 &&
+                getComputedStyle(el).overflowX === 'visible'
+            )
+            .map(el => el.className)
+            .slice(0, 5)
+        };
+      });
+      if (sidebar) {
+        await page.screenshot({
+          path: path.join(cfg.artifacts, 'sidebar_32_ranks.png')
+        });
+      }
+    }
+    await page.waitForTimeout(50);
+  }
+  marks.push({ index: -1, t: Date.now(), bytes: received });
+  report('traffic', { marks, sidebar });
+}
