@@ -110,6 +110,8 @@ class CollectiveResult:
         self.name, self.op, self.src = name, op, src
         self.inputs, self.before, self.after = inputs, before, after
         self.seconds, self.backend, self.what = seconds, backend, what
+        self._svg: str | None = None  # drawn once: a notebook shows it as SVG and as HTML
+        self._passes: Any = None  # the tracked schedule, shared by the figure and the player
 
     @property
     def world_size(self) -> int:
@@ -131,7 +133,19 @@ class CollectiveResult:
         """The before/after figure as an SVG document (also the static image for exported notebooks)."""
         from jupyter_mgpu.widgets.collective_view import before_after_svg
 
-        return before_after_svg(self.name, self.op, self.src, self.inputs, self.after, self.backend, self.seconds)
+        if self._svg is None:
+            self._svg = before_after_svg(
+                self.name, self.op, self.src, self.inputs, self.after, self.backend, self.seconds, self._tracked()
+            )
+        return self._svg
+
+    def _tracked(self) -> Any:
+        """The logical schedule on tracked inputs (run once)."""
+        from jupyter_mgpu.widgets.collective_view import tracked_passes
+
+        if self._passes is None:
+            self._passes = tracked_passes(self.name, self.op, self.src, self.inputs)
+        return self._passes
 
     def _repr_svg_(self) -> str:
         return self.svg()
@@ -154,15 +168,16 @@ class CollectiveResult:
         return holdings_equal(self.schedule()[-1].holdings, self.after)
 
     def animation(self, interval_ms: int = 900) -> Any:
-        """A player (play/pause/step) of the logical schedule, labelled as such."""
-        from jupyter_mgpu.widgets.collective_view import schedule_frames
-        from jupyter_mgpu.widgets.player import FramePlayer
+        """A player (play/pause/step) of the logical schedule, labelled as such. Its frames carry only
+        what each step changed (``widgets/rank_grid.py``), so it stays light at 64 ranks."""
+        from jupyter_mgpu.widgets.collective_view import schedule_series
+        from jupyter_mgpu.widgets.player import DiffFramePlayer
 
-        svgs, captions = schedule_frames(self.name, self.op, self.src, self.inputs)
+        series, captions = schedule_series(self.name, self.op, self.src, self.inputs, self._tracked())
         if not self.schedule_matches():
             captions[-1] += " (differs from the real result: see the before/after figure)"
-        return FramePlayer(
-            svgs,
+        return DiffFramePlayer(
+            series,
             captions,
             title=f"{self.name} on {self.world_size} ranks",
             badge="logical schedule (not the backend's real algorithm)",

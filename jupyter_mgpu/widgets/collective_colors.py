@@ -4,29 +4,41 @@ Every rank's input is *tracked*: a complex tensor whose real part is the value a
 is a bitmask of the ranks the value came from (bit r where rank r's input is non-zero). The logical
 schedule (``ops/collective_schedule.py``) moves and combines tracked tensors like plain ones — a sum
 ORs the masks, a max keeps the mask of the larger value (both on a tie) — so every value of every
-frame knows its origin. One rank: that rank's colour; several (a reduction): stripes of their
-colours; 0: white. A rank colour never stands for a value.
+frame knows its origin. A float64 holds one bit exactly at any rank, but an OR of many only within
+:data:`MAX_TRACKED_RANKS` bits: a reduction over more ranks is tracked in two passes of ranks
+(``bits``), their masks joined by the picture (``widgets/holding_strips.py``). One rank: that rank's
+colour (marked past 20 ranks, ``colors.rank_mark``); several (a reduction): stripes of their colours,
+or one hatch with the ranks printed on it (more than :data:`MAX_STRIPES` ranks, or any mix in a strip of
+many ranks); 0: white. A rank colour never stands for a value.
 """
 
 from __future__ import annotations
 
-import html
 import math
 from typing import Any
 
-from jupyter_mgpu.widgets.colors import EMPTY, rank_color, text_color
+from jupyter_mgpu.widgets.colors import EMPTY, PALETTE, rank_color, rank_mark, text_color
 
-MAX_TRACKED_RANKS = 52  # bits that a float64 imaginary part holds exactly
-UNKNOWN = "#bdbdbd"  # a non-zero value whose origin is not known (a rank mask past 52 ranks)
+MAX_TRACKED_RANKS = 52  # bits that an OR of masks in a float64 imaginary part keeps exactly
+UNKNOWN = "#bdbdbd"  # a non-zero value whose origin is not known
 STRIPE = 3.0  # width of one rank's stripe in a mixed cell, px
+MAX_STRIPES = 8  # more ranks mixed in one value: one hatch (MANY), the ranks printed and in the hover
+MANY = "url(#mgpu-mix-many)"
+OTHERS = "#e4e4e4"  # a strip's smallest parts, joined (``holding_strips.py``)
+OPS = {"sum": "summed", "avg": "averaged", "product": "multiplied", "max": "tied maximum", "min": "tied minimum"}
 
 
-def track(x: Any, rank: int) -> Any:
-    """Rank ``rank``'s input as a tracked tensor (value, and bit ``rank`` where the value is non-zero)."""
+def track(x: Any, rank: int, bits: range | None = None) -> Any:
+    """Rank ``rank``'s input as a tracked tensor (value, and a mask bit where the value is non-zero).
+
+    The bit is ``rank - bits.start`` for a rank in ``bits`` (default: every rank, bit ``rank``); a rank
+    outside ``bits`` is not tracked (mask 0): one pass of a reduction over more than
+    :data:`MAX_TRACKED_RANKS` ranks."""
     import torch
 
     v = x.detach().to("cpu").double()
-    bit = float(1 << rank) if rank < MAX_TRACKED_RANKS else 0.0
+    bits = range(rank + 1) if bits is None else bits
+    bit = float(2 ** (rank - bits.start)) if rank in bits and rank - bits.start < 1024 else 0.0
     return torch.complex(v, (v != 0).double() * bit)
 
 
@@ -48,7 +60,32 @@ def attach(values: Any, tracked: Any) -> Any:
 
 
 def ranks_of(mask: int) -> list[int]:
-    return [r for r in range(MAX_TRACKED_RANKS) if mask >> r & 1]
+    """The ranks of origin mask ``mask`` (bit r: rank r), lowest first."""
+    return [r for r in range(int(mask).bit_length()) if mask >> r & 1]
+
+
+def ranks_text(who: list[int]) -> str:
+    """Ranks as short text: runs joined (``0–7,9,12–15``)."""
+    runs: list[list[int]] = []
+    for r in who:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ",".join(f"{a}" if a == b else f"{a}–{b}" if b > a + 1 else f"{a},{b}" for a, b in runs)
+
+
+def rank_pattern(rank: int) -> str:
+    """The ``<pattern>`` of a marked rank colour (ranks 20 and up: hatched, dotted, cross-hatched)."""
+    color, mark = rank_color(rank), rank_mark(rank)
+    head = f"<pattern id='mgpu-rank-{rank}' patternUnits='userSpaceOnUse' width='5' height='5'"
+    base = f"<rect width='5' height='5' fill='{color}'/>"
+    ink = "#000000" if text_color(color) == "#ffffff" else "#ffffff"  # marks of the other lightness
+    if mark == "hatched":
+        return f"{head} patternTransform='rotate(45)'>{base}<rect width='1.4' height='5' fill='{ink}' opacity='.5'/></pattern>"
+    if mark == "dotted":
+        return f"{head}>{base}<circle cx='2.5' cy='2.5' r='1.1' fill='{ink}' opacity='.6'/></pattern>"
+    return f"{head}>{base}<path d='M0 0L5 5M5 0L0 5' stroke='{ink}' stroke-width='.9' opacity='.55'/></pattern>"
 
 
 class OriginFill:
@@ -59,28 +96,62 @@ class OriginFill:
         self.mixed: set[int] = set()
         self.ranks: set[int] = set()
         self.unknown = False
+        self.many = False  # a value mixing more than MAX_STRIPES ranks was drawn
+        self.others = False  # a strip joined its smallest parts
+        self.marked: set[int] = set()  # ranks past 20 whose marked colour a swatch drew
 
     def __call__(self, value: float, mask: int) -> str:
-        if value == 0:
-            return EMPTY
+        return EMPTY if value == 0 else self.of_mask(int(mask))
+
+    def of_mask(self, mask: int) -> str:
+        """The fill of a non-zero value of origin ``mask``: a rank's colour (marked past 20 ranks), stripes
+        of a few ranks, one hatch for many, grey for none known."""
         who = ranks_of(mask)
         if not who:
             self.unknown = True
             return UNKNOWN
-        self.ranks.update(who)
         if len(who) == 1:
-            return rank_color(who[0])
+            return self.of_rank(who[0])
+        self.ranks.update(who)
+        if len(who) > MAX_STRIPES:
+            return self.of_mixed()
         self.mixed.add(mask)
         return f"url(#mgpu-mix-{mask})"
+
+    def of_rank(self, rank: int) -> str:
+        """The fill of a value of rank ``rank``'s data alone: its colour, marked past 20 ranks."""
+        self.ranks.add(rank)
+        return rank_color(rank) if rank < len(PALETTE) else f"url(#mgpu-rank-{rank})"
+
+    def of_mixed(self) -> str:
+        """The one hatch of values combined from many ranks (which ones is printed on it)."""
+        self.many = True
+        return MANY
+
+    def swatch(self, rank: int) -> str:
+        """Rank ``rank``'s own fill, for its label (not a value: the legend does not list it for this)."""
+        if rank < len(PALETTE):
+            return rank_color(rank)
+        self.marked.add(rank)
+        return f"url(#mgpu-rank-{rank})"
 
     @staticmethod
     def ink(fill: str) -> str:
         """Colour of a number drawn on ``fill``."""
+        if fill.startswith("url(#mgpu-rank-"):
+            return text_color(rank_color(int(fill[len("url(#mgpu-rank-") : -1])))
         return text_color(fill) if fill.startswith("#") else "#000000"
 
     def defs(self) -> str:
-        """An SVG pattern of diagonal stripes for every mixed mask used (ids are the same in every picture)."""
-        out = []
+        """The patterns used: diagonal stripes for every mixed mask, the hatch of many ranks mixed, the
+        marked colours of ranks past 20 (ids are the same in every picture)."""
+        out = [rank_pattern(r) for r in sorted(self.ranks | self.marked) if r >= len(PALETTE)]
+        if self.many:
+            out.append(
+                "<pattern id='mgpu-mix-many' patternUnits='userSpaceOnUse' width='6' height='6' "
+                "patternTransform='rotate(45)'><rect width='6' height='6' fill='#d8d2ec'/>"
+                "<rect width='2.5' height='6' fill='#9a8fc4'/></pattern>"
+            )
         for mask in sorted(self.mixed):
             who = ranks_of(mask)
             w = STRIPE * len(who)
@@ -94,18 +165,17 @@ class OriginFill:
             )
         return "".join(out)
 
-    def legend(self) -> list[tuple[str, str]]:
-        """``(fill, label)`` items: each rank drawn, stripes if any value mixes ranks, white for 0."""
-        items = [(rank_color(r), f"from rank {r}") for r in sorted(self.ranks)[:20]]
+    def legend(self, per_rank: bool = True) -> list[tuple[str, str]]:
+        """``(fill, label)`` items: each rank drawn (``per_rank``), stripes or the hatch if any value mixes
+        ranks, grey if any origin is unknown, white for 0."""
+        items = [(self.of_rank(r), f"from rank {r}") for r in sorted(self.ranks)] if per_rank else []
+        how = OPS.get(self.op or "", "combined")
         if self.mixed:
-            how = {
-                "sum": "summed",
-                "avg": "averaged",
-                "product": "multiplied",
-                "max": "tied maximum",
-                "min": "tied minimum",
-            }.get(self.op or "", "combined")
             items.append((f"url(#mgpu-mix-{min(self.mixed)})", f"{how}: from the ranks of its stripes"))
+        if self.many:
+            items.append((MANY, f"{how}: from several ranks (printed on it)"))
+        if self.others:
+            items.append((OTHERS, "… values of several other ranks (hover for them)"))
         if self.unknown:
             items.append((UNKNOWN, "origin not tracked"))
         items.append((EMPTY, "0"))
@@ -113,9 +183,9 @@ class OriginFill:
 
 
 def cell_title(value: float, mask: int) -> str:
-    """Hover text of one drawn value."""
+    """Hover text of one drawn value (plain text: the canvas escapes it)."""
     v = f"{value:g}" if math.isfinite(value) else str(value)
-    who = ranks_of(mask)
+    who = ranks_of(int(mask))
     if not who:
-        return html.escape(v)
-    return html.escape(f"{v} (from rank{'s' if len(who) > 1 else ''} {', '.join(map(str, who))})")
+        return v
+    return f"{v} (from rank{'s' if len(who) > 1 else ''} {', '.join(map(str, who))})"

@@ -3,85 +3,57 @@
 One row per rank (its colour, its name, its host where the cluster spans several), one column per
 stage (before/after, or the holdings of one animation step); a cell holds a tracked tensor, a list of
 entries side by side, or a dashed box for nothing. Arrows in the left gutter show transfers between
-ranks, and a key under the grid says which colour is whose data. The figure is at most :data:`WIDTH`
-px wide and scales down with the cell.
+ranks, and a key under the grid says which colour is whose data. Where things go is
+``widgets/grid_geometry.py`` (cells for a few ranks, strips for many; never wider than :data:`WIDTH`).
+
+A series of frames (the schedule player's) is drawn as one :class:`Series`: the first frame's SVG in
+parts, then for each frame only the parts that changed — a title, a caption, the entries a step
+moved — and its arrows and outlines as numbers (``overlay_svg`` draws them here and
+``static/player.js`` in the browser). An all_gather on N ranks moves N(N-1) entries in all: that is
+what its frames carry, not N frames of N² entries.
 """
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_mgpu.widgets.collective_colors import OriginFill
-from jupyter_mgpu.widgets.colors import rank_color
+from jupyter_mgpu.widgets.colors import PALETTE, rank_color
+from jupyter_mgpu.widgets.grid_geometry import LEFT, WIDTH, Geometry, layout, plan
 from jupyter_mgpu.widgets.rank_names import rank_names
-from jupyter_mgpu.widgets.svg_canvas import Canvas, text_width, wrap
-from jupyter_mgpu.widgets.tensor_cells import dims, draw_nothing, draw_tensor, slots
+from jupyter_mgpu.widgets.slot_drawing import SlotDrawer
+from jupyter_mgpu.widgets.svg_canvas import MIN_FONT, Canvas, text_width, wrap
 
-WIDTH = 860  # the widest figure (fits a notebook cell next to JupyterLab's file browser at 1280 px)
-LEFT = 84  # rank labels
-GAP, COL_GAP = 10.0, 26.0  # between entries of a list, between columns
+__all__ = ["LEFT", "WIDTH", "Series", "draw_series", "layout", "overlay_svg", "render_grid"]
 
-
-def layout(
-    cells: list[list[Any]], labels: list[list[str] | None], nothing: list[str], cell: float | None
-) -> tuple[float, list[float], float, float]:
-    """Cell size, each column's entry width, the tallest block and the nothing-box height."""
-    ncol = len(labels)
-    tensors = [t for row in cells for h in row for t in slots(h) if t is not None]
-    entries = [max([len(slots(row[k])) for row in cells] + [1]) for k in range(ncol)]
-    tcols = max([dims(t)[1] for t in tensors] + [1])
-    trows = max([dims(t)[0] for t in tensors] + [1])
-    if cell is None:
-        room = WIDTH - LEFT - 40 - COL_GAP * ncol - GAP * sum(e - 1 for e in entries)
-        cell = max(3.0, min(22.0, room / (tcols * sum(entries)), 150 / trows))
-    bw, bh = tcols * cell, trows * cell
-    widths = []
-    for k in range(ncol):
-        need = [bw, 96.0 if any(s is None for row in cells for s in slots(row[k])) else 0.0]
-        need += [text_width(s, 10) for s in labels[k] or []]
-        widths.append(max(need))
-    lines = max(len(wrap(nothing[k], w - 10, 11)) for k, w in enumerate(widths))
-    return cell, widths, bh, max(bh, 14.0 * lines + 12)
+Box = tuple[float, float, float, float, float]  # x, y, w, h, stroke width
 
 
 @dataclass
-class _Geometry:
-    """Where things go in one figure."""
+class Series:
+    """Frames drawn as parts: ``parts`` (frame 0's SVG is their concatenation, ``parts[overlay["at"]]``
+    drawn from ``marks[0]``), ``patches[i]`` the parts frame i changes from frame i-1, ``marks[i]`` its
+    arrows ``[sender, receiver, what]`` and outlines ``[x, y, w, h, stroke width]``."""
 
-    cell: float  # px a value
-    widths: list[float]  # of one entry, per column
-    col_w: list[float]  # of the whole column (its entries side by side), per column
-    bh: float  # the tallest tensor block
-    box_h: float  # a rank's box: the tallest block, or a nothing box
-    left: float  # where the columns start: rank labels, then the transfer arrows' gutter
-    top: float = 66.0
-    label_h: float = 14.0
+    parts: list[str]
+    patches: list[dict[int, str]]
+    marks: list[dict[str, list[Any]]]
+    overlay: dict[str, Any]
+    geometry: Geometry = field(repr=False)
 
-    @property
-    def row_h(self) -> float:
-        return self.box_h + self.label_h + 16
+    def __len__(self) -> int:
+        return len(self.patches)
 
-    def row_y(self, r: int) -> float:
-        """The top of rank ``r``'s boxes."""
-        return self.top + r * self.row_h + self.label_h
-
-
-def _geometry(
-    ncol: int,
-    cells: list[list[Any]],
-    labels: list[list[str] | None],
-    nothing: list[str],
-    cell: float | None,
-    transfers: list[tuple[int, int, str]] | None,
-) -> _Geometry:
-    """The layout of ``ncol`` columns of ``cells``, and room for ``transfers``' arrows."""
-    cell, widths, bh, box_h = layout(cells, labels, nothing, cell)
-    entries = [max([len(slots(row[k])) for row in cells] + [1]) for k in range(ncol)]
-    col_w = [widths[k] * entries[k] + GAP * (entries[k] - 1) for k in range(ncol)]
-    gutter = 16 + 10 * min(8, len(transfers or []))
-    return _Geometry(cell, widths, col_w, bh, box_h, LEFT + gutter)
+    def frame(self, i: int) -> str:
+        """Frame ``i`` as one SVG document."""
+        parts = list(self.parts)
+        for patch in self.patches[1 : i + 1]:
+            for k, s in patch.items():
+                parts[k] = s
+        parts[self.overlay["at"]] = overlay_svg(self.overlay, self.marks[i])
+        return "".join(parts)
 
 
 def render_grid(
@@ -103,129 +75,195 @@ def render_grid(
     ``transfers`` draw arrows between rank rows in the left gutter; ``highlight`` outlines (per rank) a
     slot index or a flat element range in the last column; ``cell`` fixes the size of one value.
     """
-    n = len(cells)
-    fill = OriginFill(op)
-    g = _geometry(len(columns), cells, labels, nothing, cell, transfers)
-    c = Canvas()
-    _draw_headings(c, title, subtitle, columns, g)
+    s = draw_series(
+        [title],
+        [subtitle],
+        columns,
+        [cells],
+        [labels],
+        [nothing],
+        op,
+        [transfers or []],
+        [highlight or {}],
+        cell,
+        hover,
+    )
+    return s.frame(0)
+
+
+def draw_series(
+    titles: list[str],
+    subtitles: list[str],
+    columns: list[str],
+    frames: list[list[list[Any]]],
+    labels: list[list[list[str] | None]],
+    nothing: list[list[str]],
+    op: str | None = None,
+    transfers: list[list[tuple[int, int, str]]] | None = None,
+    highlights: list[dict[int, Any]] | None = None,
+    cell: float | None = None,
+    hover: bool = False,
+    high: list[list[list[Any]]] | None = None,
+) -> Series:
+    """Every frame of one figure on one geometry: frame f has title ``titles[f]``, subtitle
+    ``subtitles[f]``, holdings ``frames[f][r][k]``, entry labels ``labels[f][k]``, nothing-texts
+    ``nothing[f][k]``, arrows ``transfers[f]`` and outlines ``highlights[f]`` (last column). ``high`` is
+    the same holdings tracked for the ranks past 52 (a reduction over more ranks)."""
+    nf, n = len(frames), len(frames[0])
+    transfers = transfers or [[] for _ in range(nf)]
+    highlights = highlights or [{} for _ in range(nf)]
     where = rank_names(n)  # a cluster across hosts: each rank's host:kind:index under its name
+    g = plan(frames, labels, nothing, max(len(t) for t in transfers), cell, (titles, subtitles), 2 if where else 0)
+    fill = OriginFill(op)
+    draw = SlotDrawer(g, fill, op, hover)
+    keys = [(r, k, j) for r in range(n) for k in range(len(columns)) for j in range(g.entries[k])]
+    first = 5
+    patches: list[dict[int, str]] = []
+    marks: list[dict[str, list[Any]]] = []
+    shown: dict[int, str] = {}
+    for f in range(nf):
+        patch: dict[int, str] = {1: _title(titles[f], g), 2: _subtitle(subtitles[f], g)} if f == 0 else {}
+        if f and titles[f] != titles[f - 1]:
+            patch[1] = _title(titles[f], g)
+        if f and subtitles[f] != subtitles[f - 1]:
+            patch[2] = _subtitle(subtitles[f], g)
+        for i, (r, k, j) in enumerate(keys):
+            h = frames[f][r][k]
+            twin = high[f][r][k] if high else None
+            markup = draw.slot(r, k, j, h, twin, labels[f][k], nothing[f][k])
+            if shown.get(first + i) != markup:
+                shown[first + i] = patch[first + i] = markup
+        patches.append(patch)
+        outlines = _outlines(draw, frames[f], highlights[f], len(columns) - 1)
+        boxes = [[round(v, 1) for v in b] for b in outlines]  # as drawn: one decimal (and JSON stays short)
+        marks.append({"arrows": [[a, b, what] for a, b, what in transfers[f]], "boxes": boxes})
+    at = first + len(keys) + 1
+    parts = [""] * (at + 2)
+    for k, s in patches[0].items():
+        parts[k] = s
+    patches[0] = {}
+    senders = sorted({a for t in transfers for a, _, _ in t})
+    c = Canvas()
+    _draw_headings(c, columns, g)
     for r in range(n):
-        y = g.row_y(r)
-        _draw_rank_label(c, r, y, where, g.left)
-        _draw_row(c, cells[r], y, g, labels, nothing, fill, (highlight or {}).get(r), hover)
-    markers = _draw_transfers(c, transfers or [], g)
-    body_w = g.left + sum(g.col_w) + COL_GAP * (len(columns) - 1) + 16
-    width = max(body_w, 24 + text_width(title, 16), 24 + text_width(subtitle, 12))
+        _draw_rank_label(c, r, g.row_y(r), where, g.left, fill)
+    parts[3] = "".join(c.parts)
+    parts[4] = "<g font-family='sans-serif' font-size='9' text-anchor='middle'>" if g.compact else "<g>"
+    parts[at - 1] = "</g>"
+    width = _width(g, titles, subtitles)
+    legend = Canvas()
     ly = g.top + n * g.row_h + 8
-    legend_h = _legend(c, fill, 12, ly, max(width, 520) - 24)
-    width = max(width, 520)
+    legend_h = _legend(legend, fill, 12, ly, width - 24, g.compact)
     height = ly + legend_h + 8
-    defs = f"<defs>{markers}{fill.defs()}</defs>"
-    return (
+    parts[at + 1] = "".join(legend.parts) + "</svg>"
+    parts[0] = (
         f"<svg xmlns='http://www.w3.org/2000/svg' class='mgpu-collective-svg' width='{width:.0f}' "
         f"height='{height:.0f}' viewBox='0 0 {width:.0f} {height:.0f}' "
-        f"style='background:#fff;max-width:100%;height:auto'>{defs}" + "".join(c.parts) + "</svg>"
+        f"style='background:#fff;max-width:100%;height:auto'><defs>{_markers(senders)}{fill.defs()}"
+        f"{''.join(draw.shared.values())}</defs>"
     )
+    overlay = {"at": at, "left": g.left, "mid": [round(g.mid(r), 1) for r in range(n)]}
+    overlay["colors"] = [rank_color(r) for r in range(n)]
+    return Series(parts, patches, marks, overlay, g)
 
 
-def _draw_headings(c: Canvas, title: str, subtitle: str, columns: list[str], g: _Geometry) -> None:
-    """The title, the subtitle and each column's name."""
-    c.text(12, 22, title, size=16, weight="bold")
-    c.text(12, 40, subtitle, size=12, fill="#555")
-    x: float = g.left
+def _width(g: Geometry, titles: list[str], subtitles: list[str]) -> float:
+    """The figure's width: its body, or its longest title line, at least 520 px and at most WIDTH."""
+    lines = [text_width(x, 16) for t in titles for x in wrap(t, WIDTH - 24, 16)]
+    lines += [text_width(x, 12) for t in subtitles for x in wrap(t, WIDTH - 24, 12)]
+    return min(WIDTH, max([g.body_w, 520.0] + [24 + w for w in lines]))
+
+
+def _title(title: str, g: Geometry) -> str:
+    c = Canvas()
+    for i, line in enumerate(wrap(title, WIDTH - 24, 16)[: g.title_lines]):
+        c.text(12, 22 + 18 * i, line, size=16, weight="bold")
+    return "".join(c.parts)
+
+
+def _subtitle(subtitle: str, g: Geometry) -> str:
+    c = Canvas()
+    y0 = 22 + 18 * g.title_lines
+    for i, line in enumerate(wrap(subtitle, WIDTH - 24, 12)[: g.sub_lines]):
+        c.text(12, y0 + 14 * i, line, size=12, fill="#555")
+    return "".join(c.parts)
+
+
+def _draw_headings(c: Canvas, columns: list[str], g: Geometry) -> None:
+    """Each column's name, and (strips) what its entries are."""
     for k, name in enumerate(columns):
-        c.text(x + g.col_w[k] / 2, g.top - 6, name, size=13, anchor="middle", weight="bold")
-        x += g.col_w[k] + COL_GAP
+        x = g.col_x(k) + g.col_w[k] / 2
+        c.text(x, g.head_y, name, size=13, anchor="middle", weight="bold")
+        if g.notes and g.notes[k]:
+            c.text(x, g.head_y + 12, g.notes[k], size=MIN_FONT, anchor="middle", fill="#555")
 
 
-def _draw_rank_label(c: Canvas, r: int, y: float, where: list[str] | None, left: float) -> None:
+def _draw_rank_label(c: Canvas, r: int, y: float, where: list[str] | None, left: float, fill: OriginFill) -> None:
     """Rank ``r``'s colour and name, and under it where it runs (a cluster across hosts)."""
-    c.rect(12, y, 12, 12, rank_color(r))
+    c.rect(12, y, 12, 12, fill.swatch(r), "#888888" if r >= len(PALETTE) else "none", 0.5 if r >= len(PALETTE) else 0)
     c.text(30, y + 11, f"rank {r}", size=12, weight="bold", fill=rank_color(r) if r < 10 else "#333")
     if where:
         for i, part in enumerate(wrap(where[r].replace(":", ": ", 1), left - 34, 10)[:2]):
             c.text(30, y + 24 + 11 * i, part.replace(": ", ":"), size=10, fill="#555")
 
 
-def _draw_row(
-    c: Canvas,
-    row: list[Any],
-    y: float,
-    g: _Geometry,
-    labels: list[list[str] | None],
-    nothing: list[str],
-    fill: OriginFill,
-    highlight: Any,
-    hover: bool,
-) -> None:
-    """One rank's holdings, column by column; ``highlight`` outlines a slot or a range in the last column."""
-    ncol = len(g.col_w)
-    x = g.left
-    for k in range(ncol):
-        h = row[k]
-        hl = highlight if k == ncol - 1 else None
-        if h is None:
-            draw_nothing(c, x, y, g.widths[k], g.box_h, nothing[k])
-        elif isinstance(h, list):
-            _draw_slots(c, h, x, y, g, g.widths[k], labels[k], fill, hl, hover)
-        else:
-            draw_tensor(c, h, x, y, g.cell, fill, hl if isinstance(hl, tuple) else None, hover)
-        x += g.col_w[k] + COL_GAP
+def _outlines(draw: SlotDrawer, cells: list[list[Any]], highlight: dict[int, Any], k: int) -> list[Box]:
+    """The outlines of ``highlight`` (per rank: a slot index, or a flat element range) in column ``k``."""
+    out: list[Box] = []
+    for r, hl in sorted(highlight.items()):
+        if r < len(cells):
+            out += draw.outline(r, k, cells[r][k], hl)
+    return out
 
 
-def _draw_slots(
-    c: Canvas,
-    h: list[Any],
-    x: float,
-    y: float,
-    g: _Geometry,
-    width: float,
-    names: list[str] | None,
-    fill: OriginFill,
-    hl: Any,
-    hover: bool,
-) -> None:
-    """A list-valued holding, entry by entry (``width`` px each), the entry ``hl`` outlined."""
-    for j, slot in enumerate(h):
-        sx = x + j * (width + GAP)
-        c.text(sx, y - 3, names[j] if names else f"[{j}]", size=10, fill="#555")
-        if slot is None:
-            draw_nothing(c, sx, y, width, g.box_h, "not yet")
-        else:
-            draw_tensor(c, slot, sx, y, g.cell, fill, hover=hover)
-        if hl == j:
-            sw = dims(slot)[1] * g.cell if slot is not None else width
-            sh = dims(slot)[0] * g.cell if slot is not None else g.box_h
-            c.rect(sx - 3, y - 3, sw + 6, sh + 6, "none", "#000000", 2.2)
-
-
-def _draw_transfers(c: Canvas, transfers: list[tuple[int, int, str]], g: _Geometry) -> str:
-    """An arrow per transfer in the left gutter; returns the arrowheads' ``<marker>`` definitions."""
-    left = g.left
-    for i, (a, b, what) in enumerate(transfers):
-        ya = g.row_y(a) + g.bh / 2
-        yb = g.row_y(b) + g.bh / 2
-        gx = left - 10 - (i % 8) * 10
-        tip = html.escape(f"rank {a} → rank {b}: {what}")
-        c.parts.append(
-            f"<path d='M {left - 6:.1f} {ya:.1f} C {gx - 24:.1f} {ya:.1f}, {gx - 24:.1f} {yb:.1f}, "
-            f"{left - 8:.1f} {yb:.1f}' fill='none' stroke='{rank_color(a)}' stroke-width='2' "
-            f"marker-end='url(#mgpu-arrow-{a % 20})'><title>{tip}</title></path>"
-        )
+def _markers(senders: list[int]) -> str:
+    """The arrowheads of the transfer arrows, one per sender's colour."""
     return "".join(
         f"<marker id='mgpu-arrow-{a % 20}' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='6' "
         f"markerHeight='6' orient='auto-start-reverse'><path d='M 0 0 L 10 5 L 0 10 z' fill='{rank_color(a)}'/>"
         "</marker>"
-        for a in sorted({a for a, _, _ in transfers})
+        for a in sorted({a % 20 for a in senders})
     )
 
 
-def _legend(c: Canvas, fill: OriginFill, x0: float, y0: float, width: float) -> float:
-    """Draw the colour key (wrapping to ``width``); returns its height."""
+def overlay_svg(overlay: dict[str, Any], marks: dict[str, list[Any]]) -> str:
+    """A frame's arrows in the left gutter and its outlines (``static/player.js`` draws the same)."""
+    left, mid, colors = overlay["left"], overlay["mid"], overlay["colors"]
+    out = []
+    for i, (a, b, what) in enumerate(marks["arrows"]):
+        ya, yb, gx = mid[a], mid[b], left - 10 - (i % 8) * 10
+        tip = html.escape(f"rank {a} → rank {b}: {what}")
+        out.append(
+            f"<path d='M {left - 6:.1f} {ya:.1f} C {gx - 24:.1f} {ya:.1f}, {gx - 24:.1f} {yb:.1f}, "
+            f"{left - 8:.1f} {yb:.1f}' fill='none' stroke='{colors[a]}' stroke-width='2' "
+            f"marker-end='url(#mgpu-arrow-{a % 20})'><title>{tip}</title></path>"
+        )
+    for x, y, w, h, sw in marks["boxes"]:
+        out.append(
+            f"<rect x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' height='{h:.1f}' fill='none' "
+            f"stroke='#000000' stroke-width='{sw:g}'/>"
+        )
+    return "".join(out)
+
+
+def _legend(c: Canvas, fill: OriginFill, x0: float, y0: float, width: float, numbered: bool) -> float:
+    """Draw the colour key (wrapping to ``width``); returns its height. ``numbered``: every rank as one
+    swatch with its number (strips), else a swatch and "from rank r" each."""
     head = "colour = whose data a value holds:"
     c.text(x0, y0 + 10, head, size=11, fill="#555")
     x, y = x0 + text_width(head, 11) * 0.9 + 8, y0
-    for f, label in fill.legend():
+    items = fill.legend(per_rank=not numbered)
+    if numbered:
+        for r in sorted(fill.ranks):
+            w = max(18.0, text_width(str(r), MIN_FONT) + 6)
+            if x + w > x0 + width:
+                x, y = x0 + 12, y + 18
+            f = fill.of_mask(1 << r)
+            c.rect(x, y, w, 13, f, "#888", 0.5)
+            c.text(x + w / 2, y + 9.8, str(r), size=MIN_FONT, anchor="middle", fill=OriginFill.ink(f))
+            x += w + 3
+        x += 9
+    for f, label in items:
         w = 20 + text_width(label, 11) * 0.9  # the key's gaps may be a little tight, never its boxes
         if x + w > x0 + width:
             x, y = x0 + 12, y + 18

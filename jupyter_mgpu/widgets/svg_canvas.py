@@ -1,7 +1,9 @@
 """Hand-written SVG for the collective pictures (``widgets/collective_view.py``): no matplotlib, no kaleido.
 
-A :class:`Canvas` collects ``<text>`` and ``<rect>`` markup; :func:`text_width` and :func:`wrap` lay text
-out without a font engine, from the width of an average sans-serif character.
+A :class:`Canvas` collects ``<text>`` and ``<rect>`` markup, every string it is given escaped (text and
+hover titles alike: a rank's data or a user's label may hold ``<``, ``&`` or quotes); :func:`text_width`
+and :func:`wrap` lay text out without a font engine, from the width of an average sans-serif character.
+:data:`MIN_FONT` is the smallest text any picture draws.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import html
 
 FONT = "font-family='sans-serif'"
 CHAR = 0.62  # width of an average sans-serif character, in font sizes (for laying out text)
+MIN_FONT = 9  # px: no text smaller, so a figure at its full width stays legible
 
 
 def text_width(s: str, size: float) -> float:
@@ -68,4 +71,4 @@ class Canvas:
             f"<rect x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' height='{h:.1f}' fill='{fill}' "
             f"stroke='{stroke}' stroke-width='{sw:g}'{d}"
         )
-        self.parts.append(f"{head}><title>{title}</title></rect>" if title else f"{head}/>")
+        self.parts.append(f"{head}><title>{html.escape(title)}</title></rect>" if title else f"{head}/>")

@@ -28,10 +28,25 @@ def test_a_sum_of_tracked_inputs_knows_every_rank_it_came_from():
     assert [cc.ranks_of(int(m)) for m in total.imag.tolist()] == [[0, 2], [], [0, 1]]
 
 
-def test_ranks_past_what_a_float64_holds_are_not_tracked():
-    assert cc.track(torch.ones(2), cc.MAX_TRACKED_RANKS - 1).imag.tolist() == [2.0 ** (cc.MAX_TRACKED_RANKS - 1)] * 2
-    assert cc.track(torch.ones(2), cc.MAX_TRACKED_RANKS).imag.tolist() == [0.0, 0.0]
-    assert cc.ranks_of((1 << cc.MAX_TRACKED_RANKS) | 1) == [0]
+@pytest.mark.parametrize("rank", [0, 51, 52, 63, 64, 100])
+def test_one_rank_s_bit_is_exact_at_any_rank(rank):
+    t = cc.track(torch.tensor([0.0, 1.0]), rank)
+    assert t.imag.tolist() == [0.0, 2.0**rank]
+    assert cc.ranks_of(int(t.imag[1].item())) == [rank]
+
+
+def test_a_pass_of_ranks_tracks_its_ranks_from_bit_0_and_no_other_rank():
+    low, high = range(cc.MAX_TRACKED_RANKS), range(cc.MAX_TRACKED_RANKS, 2 * cc.MAX_TRACKED_RANKS)
+    assert cc.track(torch.ones(2), 60, low).imag.tolist() == [0.0, 0.0]
+    assert cc.track(torch.ones(2), 60, high).imag.tolist() == [2.0 ** (60 - cc.MAX_TRACKED_RANKS)] * 2
+    assert cc.track(torch.ones(2), 3, high).imag.tolist() == [0.0, 0.0]
+    assert cc.ranks_of((1 << 63) | (1 << 52) | 1) == [0, 52, 63]
+
+
+def test_ranks_as_short_text_join_runs():
+    assert cc.ranks_text([3]) == "3"
+    assert cc.ranks_text(list(range(32))) == "0–31"
+    assert cc.ranks_text([0, 1, 2, 5, 7, 8, 12]) == "0–2,5,7,8,12"
 
 
 def test_attach_gives_values_the_masks_of_a_tracked_holding_of_the_same_shape():
@@ -104,12 +119,35 @@ def test_the_legend_names_each_rank_drawn_how_values_mix_and_zero(op, word):
     ]
 
 
-def test_the_legend_lists_at_most_twenty_ranks():
+def test_the_legend_lists_every_rank_past_twenty_marked():
     fill = cc.OriginFill()
-    for r in range(30):
+    for r in range(64):
         fill(1.0, 1 << r)
     items = fill.legend()
-    assert [label for _, label in items[:-1]] == [f"from rank {r}" for r in range(20)]
+    assert [label for _, label in items[:-1]] == [f"from rank {r}" for r in range(64)]
+    fills = [f for f, _ in items[:-1]]
+    assert len(set(fills)) == 64  # 20 colours, then the same colours hatched, dotted, cross-hatched
+    assert fills[:20] == [rank_color(r) for r in range(20)] and fills[20] == "url(#mgpu-rank-20)"
+    assert [fill.ink(f) for f in fills] == [text_color(rank_color(r)) for r in range(64)]
+    root = ET.fromstring(f"<svg xmlns='http://www.w3.org/2000/svg'><defs>{fill.defs()}</defs></svg>")
+    ids = [p.get("id") for p in root.iter("{http://www.w3.org/2000/svg}pattern")]
+    assert ids == [f"mgpu-rank-{r}" for r in range(20, 64)]
+    base = [
+        p.find("{http://www.w3.org/2000/svg}rect").get("fill") for p in root.iter("{http://www.w3.org/2000/svg}pattern")
+    ]
+    assert base == [rank_color(r) for r in range(20, 64)]  # a marked rank keeps its colour
+    assert fill.legend(per_rank=False) == [(EMPTY, "0")]
+
+
+def test_many_ranks_mixed_share_one_hatch_and_say_so():
+    fill = cc.OriginFill("sum")
+    few, many = (1 << 3) - 1, (1 << (cc.MAX_STRIPES + 1)) - 1
+    assert fill.of_mask(few) == f"url(#mgpu-mix-{few})" and fill.of_mask(many) == cc.MANY
+    assert "mgpu-mix-many" in fill.defs() and fill.mixed == {few}
+    labels = [label for _, label in fill.legend(per_rank=False)]
+    assert labels[0] == "summed: from the ranks of its stripes"
+    assert labels[1] == "summed: from several ranks (printed on it)"
+    assert fill.of_mixed() == cc.MANY  # a strip of many ranks hatches every mix alike
 
 
 def test_ink_reads_on_its_fill():

@@ -79,17 +79,19 @@ def test_a_rank_holding_nothing_is_one_nothing_group():
     assert said.count("nothing yet") == 2 and said.count("not yet") == 3
 
 
-def _drawn_right_edges(root: ET.Element) -> list[float]:
+def _drawn_right_edges(root: ET.Element, size: str = "12", anchor: str = "start") -> list[float]:
+    """The right edge of every rect, text and path; a text takes its font from its groups (strips)."""
     out = []
-    for el in root.iter(SVG + "rect"):
-        if el.get("x") is not None:
+    for el in root:
+        if el.tag == SVG + "rect" and el.get("x") is not None:
             out.append(float(el.get("x")) + float(el.get("width")))
-    for el in _texts(root):
-        x, tw = float(el.get("x")), text_width(el.text or "", float(el.get("font-size")))
-        out.append(x + {"start": tw, "middle": tw / 2, "end": 0}[el.get("text-anchor")])
-    for el in root.iter(SVG + "path"):
-        xs = [float(v) for v in re.findall(r"(-?[\d.]+) -?[\d.]+", el.get("d") or "")]
-        out.extend(xs)
+        if el.tag == SVG + "text":
+            tw = text_width(el.text or "", float(el.get("font-size", size)))
+            out.append(float(el.get("x")) + {"start": tw, "middle": tw / 2, "end": 0}[el.get("text-anchor", anchor)])
+        if el.tag == SVG + "path":
+            out.extend(float(v) for v in re.findall(r"(-?[\d.]+) -?[\d.]+", el.get("d") or ""))
+        if el.tag in (SVG + "g", SVG + "svg"):
+            out += _drawn_right_edges(el, el.get("font-size", size), el.get("text-anchor", anchor))
     return out
 
 
@@ -104,18 +106,31 @@ def test_nothing_is_drawn_past_the_figures_width(cols, entries, transfers):
     assert all(float(el.get("y")) <= height for el in root.iter(SVG + "rect") if el.get("y") is not None)
 
 
-@pytest.mark.parametrize("cols, entries", [(1, 1), (6, 2), (40, 1), (40, 4), (200, 3)])
-@pytest.mark.parametrize("transfers", [0, 1, 2])
+@pytest.mark.parametrize("cols, entries", [(1, 1), (6, 2), (40, 1), (40, 4), (200, 3), (11, 8), (3, 16)])
+@pytest.mark.parametrize("transfers", [0, 1, 2, 8])
 def test_the_figure_is_at_most_width_px_wide_however_many_values_it_holds(cols, entries, transfers):
-    moves = [(0, 1, "piece")] * transfers
+    moves = [(0, 1, "piece")] * transfers  # 8 arrows widen the gutter left of the columns
     root, _ = _figure(4, cols, entries, transfers=moves)
     assert _size(root)[0] <= rg.WIDTH
+    assert max(_drawn_right_edges(root)) <= rg.WIDTH + 0.5
 
 
-def test_a_long_title_widens_the_figure_to_fit_it():
+@pytest.mark.parametrize("entries", [2, 4, 8])
+@pytest.mark.parametrize("n", [2, 8])
+def test_long_entry_labels_and_entries_not_filled_yet_stay_within_the_width(n, entries):
+    cells = [[track(torch.ones(11, 11), r), [track(torch.ones(11, 11), r)] + [None] * (entries - 1)] for r in range(n)]
+    labels = [None, [f"chunk {j} → rank {j} of the ring" for j in range(entries)]]
+    root, _ = _figure(n, cells=cells, labels=labels, transfers=[(r, (r + 1) % n, "x") for r in range(n)])
+    assert _size(root)[0] <= rg.WIDTH
+    assert max(_drawn_right_edges(root)) <= rg.WIDTH + 0.5
+
+
+def test_a_long_title_wraps_within_the_width_and_keeps_every_word():
     title = "reduce_scatter of a tensor with a very long name " * 3
     root, _ = _figure(title=title)
-    assert _size(root)[0] >= 12 + text_width(title, 16)
+    lines = [el.text for el in _texts(root) if el.get("font-size") == "16"]
+    assert len(lines) > 1 and " ".join(lines) == title.strip()
+    assert _size(root)[0] <= rg.WIDTH and max(_drawn_right_edges(root)) <= rg.WIDTH + 0.5
 
 
 def test_the_cell_shrinks_as_values_grow_but_stays_in_its_bounds():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -57,14 +56,23 @@ def test_text_is_escaped_and_reads_back_as_given():
 def test_rects_carry_their_geometry_a_dash_only_when_asked_and_an_optional_hover_title():
     c = sc.Canvas()
     c.rect(0, 0.04, 10.26, 5, "#fff")
-    # the title is markup: callers escape it (``cell_title``, the transfer arrows)
-    c.rect(3, 4, 5, 6, "none", "#999", 1.5, dash="4 3", title=html.escape("rank 1 → rank 2 <a&b>"))
+    c.rect(3, 4, 5, 6, "none", "#999", 1.5, dash="4 3", title="rank 1 → rank 2")
     plain, dashed = _parse(c)
     assert [plain.get(k) for k in ("x", "y", "width", "height", "fill")] == ["0.0", "0.0", "10.3", "5.0", "#fff"]
     assert plain.get("stroke-dasharray") is None and list(plain) == []
     assert dashed.get("stroke-dasharray") == "4 3" and dashed.get("stroke-width") == "1.5"
     (title,) = list(dashed)
-    assert title.tag == SVG + "title" and title.text == "rank 1 → rank 2 <a&b>"
+    assert title.tag == SVG + "title" and title.text == "rank 1 → rank 2"
+
+
+@pytest.mark.parametrize("title", ["a < b", "x & y", 'say "hi"', "</title></rect><script>alert(1)</script>", "&lt;"])
+def test_a_hover_title_is_escaped_and_reads_back_as_given(title):
+    c = sc.Canvas()
+    c.rect(0, 0, 5, 5, "#fff", title=title)
+    markup = "".join(c.parts)
+    assert "<script" not in markup
+    (el,) = _parse(c)  # well-formed: a raw < or & would not parse
+    assert list(el)[0].text == title
 
 
 def test_parts_stay_in_drawing_order():
