@@ -88,19 +88,25 @@ class StreamedOutput:
             for line in lines:
                 write(line)
 
-        try:  # ipykernel's OutStream: catch writes on the object itself, which handlers made earlier hold
-            stream.write = write
-            stream.writelines = writelines
-        except (AttributeError, TypeError):
+        # ipykernel's OutStream: catch writes on the object itself, which handlers made earlier hold
+        if not self._patch(stream, {"write": write, "writelines": writelines}):
             setattr(sys, name, _Writer(write, stream))
             self._undo.append(lambda: setattr(sys, name, stream))
-            return
+
+    def _patch(self, obj: Any, methods: dict[str, Any]) -> bool:
+        """Put ``methods`` on ``obj`` itself until the call ends; False when it takes no attributes."""
+        try:
+            for attr, method in methods.items():
+                setattr(obj, attr, method)
+        except (AttributeError, TypeError):
+            return False
 
         def undo() -> None:
-            for attr in ("write", "writelines"):
-                stream.__dict__.pop(attr, None)
+            for attr in methods:
+                obj.__dict__.pop(attr, None)
 
         self._undo.append(undo)
+        return True
 
     def _catch_display(self) -> None:
         try:
@@ -119,17 +125,7 @@ class StreamedOutput:
         def clear_output(wait: bool = False) -> None:
             pass
 
-        try:
-            pub.publish = publish
-            pub.clear_output = clear_output
-        except (AttributeError, TypeError):
-            return
-
-        def undo() -> None:
-            for attr in ("publish", "clear_output"):
-                pub.__dict__.pop(attr, None)
-
-        self._undo.append(undo)
+        self._patch(pub, {"publish": publish, "clear_output": clear_output})
 
     def __enter__(self) -> StreamedOutput:
         for name in ("stdout", "stderr"):
