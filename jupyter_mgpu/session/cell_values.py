@@ -59,24 +59,29 @@ def _show_merged(blocks: list[str], plain: list[str]) -> None:
 _warming: threading.Thread | None = None
 
 
-def warm_formatters() -> threading.Thread | None:
-    """Pay plotly's first-figure cost in the notebook now, from a background thread, off any cell: its
-    renderers import nbformat, whose schema validation compiles grammars for seconds on a first use
-    (4 s here); a figure a cell brings back from the ranks is then shown at once. Nothing happens
-    when plotly is not installed."""
+def warm_first_use() -> threading.Thread | None:
+    """Pay the notebook's first-use costs of what the ranks send back now, from a background thread, off
+    any cell: ``import torch`` (the first tensor that arrives needs it: 1.7 s here) and plotly's renderers
+    (they import nbformat, whose schema validation compiles grammars for seconds on a first use), so a
+    cell's first tensor or figure from the ranks shows at once. Only what is installed is imported."""
     global _warming
     import importlib.util
 
-    if _warming is not None or importlib.util.find_spec("plotly") is None:
+    if _warming is not None:
         return _warming
+    wanted = [m for m in ("torch", "plotly") if importlib.util.find_spec(m) is not None]
+    if not wanted:
+        return None
 
     def warm() -> None:
-        try:
-            import plotly.io._renderers  # noqa: F401 - imports nbformat and its validator
-        except Exception:
-            pass
+        for module in ("torch", "plotly.io._renderers"):
+            if module.split(".")[0] in wanted:
+                try:
+                    importlib.import_module(module)
+                except Exception:
+                    pass
 
-    _warming = threading.Thread(target=warm, name="mgpu-warm-formatters", daemon=True)
+    _warming = threading.Thread(target=warm, name="mgpu-warm-first-use", daemon=True)
     _warming.start()
     return _warming
 

@@ -100,7 +100,10 @@ def test_a_sees_its_cluster_over_rest_and_the_stream(hub, a_cluster):
     assert all(a_cluster["id"] in [c["cluster_id"] for c in f["clusters"]] for f in stream.frames)
     times = [f["time"] for f in stream.frames]
     assert times == sorted(times) and times[-1] > times[0]  # live frames, not one repeated
-    assert a_cluster["id"] in {d["cluster_id"] for d in stream.frames[-1]["devices"]["devices"]}
+    # each rank once: a frame's devices are the host's GPUs, never the clusters' CPU devices (their ranks)
+    assert all(d.get("kind") != "cpu" for d in stream.frames[-1]["devices"]["devices"])
+    devices = as_json(get(hub, a, a, "mgpu/api/devices"))["devices"]
+    assert a_cluster["id"] in {d.get("cluster_id") for d in devices}  # the REST route still lists them
 
 
 def test_the_cluster_runs_as_a_in_a_private_directory_of_a(hub, a_cluster):

@@ -109,12 +109,12 @@ def test_equal_figures_show_once_and_are_formatted_in_the_notebook(monkeypatch):
     assert apart.groups() == [([0], 0), ([1], 1)]
 
 
-def test_plotlys_first_use_is_paid_in_the_background_once():
+def test_the_first_use_of_torch_and_plotly_is_paid_in_the_background_once():
     import sys
 
     from jupyter_mgpu.session import cell_values
 
-    first = cell_values.warm_formatters()
-    assert first is not None and cell_values.warm_formatters() is first  # one thread, however often asked
+    first = cell_values.warm_first_use()
+    assert first is not None and cell_values.warm_first_use() is first  # one thread, however often asked
     first.join(60)
-    assert not first.is_alive() and "plotly.io._renderers" in sys.modules
+    assert not first.is_alive() and "plotly.io._renderers" in sys.modules and "torch" in sys.modules
