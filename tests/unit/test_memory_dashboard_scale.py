@@ -173,3 +173,10 @@ def test_session_shutdown_leaves_no_idle_badge(monkeypatch):
 def test_dead_and_shut_down_bars_are_grey(state):
     assert memory_rows.fill_color(0.99, state) == memory_rows.FILL_DEAD
     assert memory_rows.fill_color(0.99, "busy") == memory_rows.FILL_FULL
+
+
+def test_a_dashboard_of_many_ranks_starts_at_2_hz():
+    from jupyter_mgpu.widgets.memory_dashboard import DEFAULT_RATE, default_rate
+
+    assert default_rate(4) == default_rate(16) == DEFAULT_RATE == 10.0
+    assert default_rate(17) == default_rate(64) == 2.0  # every push carries every rank

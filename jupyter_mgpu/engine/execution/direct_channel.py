@@ -109,8 +109,11 @@ class Server:
             conn.settimeout(None)  # a notebook at a pdb prompt reads later; a closed one fails the send
         try:
             reply = run_request(parts[1:], self.user_ns, output)
-        except BaseException as exc:
-            reply = dump_value(calls.failure(exc, exc.__traceback__))
+        except BaseException as exc:  # never into the event loop: a KeyboardInterrupt there ends the engine's loop
+            try:
+                reply = dump_value(calls.failure(exc, exc.__traceback__))
+            except BaseException:
+                reply = dump_value({"ok": False, "transport": f"{type(exc).__name__} while answering the call"})
         if output is not None:
             conn.settimeout(PARTIAL_FRAME_TIMEOUT)
             if output.broken:
@@ -132,18 +135,22 @@ def run_request(bufs: list[Any], user_ns: dict[str, Any], output: StreamedOutput
     except Exception as exc:
         return dump_value(transport_failure(exc))
     previous = signal.getsignal(signal.SIGINT)
+    failed: BaseException | None = None
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the stop button reaches the call
-        if output is not None:
-            with output:
-                result = f(*args, **kwargs)
-        else:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                result = f(*args, **kwargs)
+        try:
+            if output is not None:
+                with output:
+                    result = f(*args, **kwargs)
+            else:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    result = f(*args, **kwargs)
+        finally:  # more presses of the stop button go where they go between calls, not into the report
+            signal.signal(signal.SIGINT, previous)
     except BaseException as exc:
-        result = calls.failure(exc, exc.__traceback__)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        failed = exc
+    if failed is not None:
+        result = calls.failure(failed, failed.__traceback__)
     try:
         return dump_value(result)
     except Exception as exc:
