@@ -60,7 +60,8 @@ def _bars(
         marker={"color": colour, "line": {"width": 0}},
         opacity=opacity,
         hovertext=[r[3] for r in rows],
-        hovertemplate="%{hovertext}<extra></extra>",
+        # plotly's hovertemplate overrides hoverinfo: a bar without hover must have none
+        hovertemplate="%{hovertext}<extra></extra>" if hover else None,
         hoverinfo=None if hover else "skip",
         showlegend=bool(rows),
     )
