@@ -147,6 +147,10 @@ def load_ipython_extension(ipython: Any) -> None:
     install_rank_completion(ipython)  # Tab and Shift-Tab in %%mgpu cells answered by rank 0
     if not os.environ.get("JUPYTER_MGPU_NO_PREWARM") and current(required=False) is None:
         prewarm()
+    if getattr(ipython, "kernel", None) is not None:  # a notebook: the first tensor or figure shows at once
+        from jupyter_mgpu.session.cell_values import warm_first_use
+
+        warm_first_use()  # while %mgpu_init waits for the engines, not while the next cells run
 
 
 def _register_pictures(ipython: Any) -> None:

@@ -93,7 +93,11 @@ def _copy(h: Any) -> Any:
 
 
 def _snapshot(holdings: list[Any]) -> list[Any]:
-    return [_copy(h) for h in holdings]
+    """The holdings as they are now. The steps replace entries and never write into a tensor of
+    ``holdings`` (``_all_reduce`` copies its own), so frames share the tensors a step did not change:
+    an all_gather on N ranks makes N² tensors, not N³, and the drawing knows an unchanged entry by
+    identity."""
+    return [list(h) if isinstance(h, list) else h for h in holdings]
 
 
 def _broadcast(xs: list[Any], src: int, n: int) -> list[Frame]:
@@ -235,7 +239,7 @@ def _all_gather(xs: list[Any], n: int) -> list[Frame]:
     ]
     for s in range(n - 1):
         moves, hl = [], {}
-        payload = {r: hold[r][(r - s) % n].clone() for r in range(n)}
+        payload = {r: hold[r][(r - s) % n] for r in range(n)}  # shared: no step writes into a tensor
         for r in range(n):
             c, dst = (r - s) % n, (r + 1) % n
             hold[dst][c] = payload[r]

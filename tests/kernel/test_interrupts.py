@@ -177,6 +177,11 @@ def test_interrupting_init_and_shutdown_leaves_nothing_running():
         kernel_pid = k.km.provisioner.process.pid
         reply, out = k.execute("%load_ext jupyter_mgpu")
         assert reply["status"] == "ok", out
+        reply, out = k.execute(  # the notebook's first-use imports start now, while init waits for engines
+            "import sys, threading\n"
+            "print('WARM', any(t.name == 'mgpu-warm-first-use' for t in threading.enumerate()) or 'torch' in sys.modules)"
+        )
+        assert "WARM True" in out, out
 
         def controller_started() -> bool:
             return any("engine.startup.controller" in c for c in _descendants(kernel_pid))

@@ -105,6 +105,18 @@ def test_all_gather_on_32_ranks_is_light_and_quick():
     assert c["seconds"] < 3  # 0.5 s on a 2-core machine; whole frames took 10 s
 
 
+def test_the_schedule_s_frames_share_what_a_step_left_alone():
+    """The frames of an all_gather on N ranks hold N³ entries, but a step makes only N new ones: frames
+    share the rest (36 000 clones took 0.3 s of a 32-rank cell), and an earlier frame still shows what
+    it showed."""
+    n = 32
+    frames = sched.schedule("all_gather", [demo.demo_tensor(r, (4, 4)) for r in range(n)])
+    tensors = {id(t) for f in frames[1:] for h in f.holdings for t in h if t is not None}
+    assert len(tensors) <= n * n, len(tensors)
+    assert [sum(t is not None for t in h) for h in frames[2].holdings] == [2] * n  # unchanged by later steps
+    assert all(all(t is not None for t in h) for h in frames[-1].holdings)
+
+
 # -- legible ----------------------------------------------------------------------------------------
 def _fonts(el: ET.Element, size: float | None = None) -> list[tuple[float, str]]:
     """``(font size, text)`` of every text, with the font size a text inherits from its groups."""
