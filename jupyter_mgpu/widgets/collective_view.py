@@ -24,7 +24,9 @@ from typing import Any
 
 from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.widgets.collective_colors import MAX_TRACKED_RANKS, attach, track
+from jupyter_mgpu.widgets.grid_geometry import DETAIL_RANKS
 from jupyter_mgpu.widgets.rank_grid import Series, draw_series, render_grid
+from jupyter_mgpu.widgets.row_folding import fold_equal
 
 REDUCING = ("reduce", "all_reduce", "reduce_scatter")  # the collectives that combine ranks' values
 
@@ -93,6 +95,9 @@ def before_after_svg(
         final = frames[-1].holdings
         before = [sched.before_entries(name, track(x, r, bits), r, src or 0, n) for r, x in enumerate(inputs)]
         grids.append([[before[r], attach(after[r], final[r])] for r in range(n)])
+    if n > DETAIL_RANKS and len(grids) == 1:  # strips: a rank holding what the rank above holds is one line
+        columns = [fold_equal([row[k] for row in grids[0]]) for k in range(2)]
+        grids = [[[columns[0][r], columns[1][r]] for r in range(n)]]
     bl, al = entry_labels(name, n)
     nb, na = nothing_text(name, src or 0)
     series = draw_series(

@@ -92,6 +92,7 @@ class Geometry:
     title_lines: int = 1
     sub_lines: int = 1
     notes: list[str] = field(default_factory=list)  # under each column's name (strips: what its entries are)
+    heights: list[float] = field(default_factory=list)  # strips: each rank's box (its own lines), else box_h
 
     @property
     def head_y(self) -> float:
@@ -111,9 +112,19 @@ class Geometry:
     def row_h(self) -> float:
         return self.box_h + (8 if self.compact else self.label_h + 16)
 
+    def box(self, r: int) -> float:
+        """The height of rank ``r``'s boxes."""
+        return self.heights[r] if self.heights else self.box_h
+
     def row_y(self, r: int) -> float:
         """The top of rank ``r``'s boxes."""
+        if self.heights:
+            return self.top + sum(self.heights[:r]) + r * (self.row_h - self.box_h)
         return self.top + r * self.row_h + self.label_h
+
+    def bottom(self, n: int) -> float:
+        """Below the last of ``n`` ranks' rows."""
+        return self.row_y(n) - self.label_h
 
     def mid(self, r: int) -> float:
         """Where the transfer arrows of rank ``r`` end."""
@@ -211,10 +222,26 @@ def _strips(
         col_w.append(per * (ew + ENTRY_GAP) - ENTRY_GAP)
     lines = max(math.ceil(e / p) for e, p in zip(entries, per_line))
     block = lines * LINE - (LINE - STRIP_H)
-    said = [max(len(wrap(nothing[f][k], col_w[k] - 6, MIN_FONT)) for f in range(len(nothing))) for k in range(ncol)]
-    box_h = max(block, 11.0 * max(said) + 4, 14.0 + 12 * host_lines)
+    said = [[len(wrap(nothing[f][k], col_w[k] - 6, MIN_FONT)) for k in range(ncol)] for f in range(len(nothing))]
+    box_h = max(block, 11.0 * max(max(x) for x in said) + 4, 14.0 + 12 * host_lines)
+    heights = [
+        max(
+            [14.0 + 12 * host_lines]
+            + [_row_box(cells[r][k], per_line[k], said[f][k]) for f, cells in enumerate(frames) for k in range(ncol)]
+        )
+        for r in range(max(len(cells) for cells in frames))
+    ]
     notes = [_note(labels, k, entries[k], col_w[k]) for k in range(ncol)]
-    return Geometry(True, 0.0, widths, entries, per_line, col_w, block, box_h, left, tl, sl, notes)
+    return Geometry(True, 0.0, widths, entries, per_line, col_w, block, box_h, left, tl, sl, notes, heights)
+
+
+def _row_box(h: Any, per_line: int, said: int) -> float:
+    """The height of one holding drawn as strips: its lines of entries, one line where it is the same as
+    another rank's (``widgets/row_folding.py``), or a nothing-box's ``said`` lines of text."""
+    if h is None:
+        return 11.0 * said + 4
+    lines = math.ceil(len(h) / per_line) if isinstance(h, list) else 1
+    return max(1, lines) * LINE - (LINE - STRIP_H)
 
 
 def _note(labels: list[list[list[str] | None]], k: int, entries: int, width: float) -> str:

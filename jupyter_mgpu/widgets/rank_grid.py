@@ -152,7 +152,7 @@ def draw_series(
     parts[at - 1] = "</g>"
     width = _width(g, titles, subtitles)
     legend = Canvas()
-    ly = g.top + n * g.row_h + 8
+    ly = g.bottom(n) + 8
     legend_h = _legend(legend, fill, 12, ly, width - 24, g.compact)
     height = ly + legend_h + 8
     parts[at + 1] = "".join(legend.parts) + "</svg>"

@@ -16,6 +16,7 @@ from typing import Any
 from jupyter_mgpu.widgets.collective_colors import OriginFill
 from jupyter_mgpu.widgets.grid_geometry import STRIP_H, Geometry, fit_label
 from jupyter_mgpu.widgets.holding_strips import Strip, describe, draw_strip, strip_of
+from jupyter_mgpu.widgets.row_folding import SameAs
 from jupyter_mgpu.widgets.svg_canvas import MIN_FONT, Canvas
 from jupyter_mgpu.widgets.tensor_cells import dims, draw_nothing, draw_tensor, outline_boxes
 
@@ -47,6 +48,8 @@ class SlotDrawer:
 
     def slot(self, r: int, k: int, j: int, h: Any, twin: Any, labels: list[str] | None, nothing: str) -> str:
         """Entry ``j`` of rank ``r``'s holding ``h`` in column ``k`` ("" where it has none)."""
+        if isinstance(h, SameAs):
+            return self._same_as(r, k, h.rank) if j == 0 else ""
         entries = h if isinstance(h, list) else [h]
         if j >= len(entries) or (h is None and j):
             return ""
@@ -78,16 +81,25 @@ class SlotDrawer:
         self._last[(r, k, j)] = (state, markup)
         return markup
 
+    def _same_as(self, r: int, k: int, rank: int) -> str:
+        """One line where rank ``r`` holds what rank ``rank`` holds (``widgets/row_folding.py``)."""
+        g, c = self.g, Canvas()
+        x, y = g.slot_xy(r, k, 0)
+        tip = f"rank {r} holds exactly what rank {rank} holds" if self.hover else ""
+        c.rect(x, y, g.col_w[k], STRIP_H, "#ffffff", "#bbbbbb", 0.8, "3 2", tip)
+        c.text(x + 6, y + STRIP_H - 3.5, f"= same as rank {rank}", size=MIN_FONT, anchor="start", fill="#555")
+        return "".join(c.parts)
+
     def _cells_slot(self, r: int, k: int, j: int, h: Any, t: Any, label: str, nothing: str) -> str:
         g, c = self.g, Canvas()
         x, y = g.slot_xy(r, k, j)
         if h is None:
-            draw_nothing(c, x, y, g.col_w[k], g.box_h, nothing)
+            draw_nothing(c, x, y, g.col_w[k], g.box(r), nothing)
             return "".join(c.parts)
         if isinstance(h, list):
             c.text(x, y - 3, fit_label(label, g.widths[k]), size=10, fill="#555")
             if t is None:
-                draw_nothing(c, x, y, g.widths[k], g.box_h, "not yet")
+                draw_nothing(c, x, y, g.widths[k], g.box(r), "not yet")
                 return "".join(c.parts)
         draw_tensor(c, t, x, y, g.cell, self.fill, hover=self.hover)
         return "".join(c.parts)
@@ -97,7 +109,7 @@ class SlotDrawer:
         x, y = g.slot_xy(r, k, j)
         if h is None:
             c = Canvas()
-            draw_nothing(c, x, y, g.col_w[k], g.box_h, nothing, size=MIN_FONT)
+            draw_nothing(c, x, y, g.col_w[k], g.box(r), nothing, size=MIN_FONT)
             return "".join(c.parts)
         w = g.widths[k]
         if s is None:  # an entry not filled yet

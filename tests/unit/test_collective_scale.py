@@ -117,6 +117,27 @@ def test_the_schedule_s_frames_share_what_a_step_left_alone():
     assert all(all(t is not None for t in h) for h in frames[-1].holdings)
 
 
+@pytest.mark.parametrize("name", ["all_gather", "all_reduce"])
+def test_the_figure_of_sixty_four_ranks_grows_linearly_where_every_rank_ends_alike(name):
+    """After an all_gather every rank holds the same 64 entries: drawn once, then "same as rank 0", the
+    figure grows as N (it was 3 800 px and 670 kB at 64 ranks), not N²."""
+    small, large = run(name, 16)[0].svg(), run(name, 64)[0].svg()
+    assert len(large) / len(small) <= 4 * 1.4, (len(small), len(large))
+    height = float(re.search(r"height='([\d.]+)'", large).group(1))
+    assert height <= 64 * 26 + 400, height
+    if name == "all_gather":
+        assert large.count("= same as rank 0<") == 63
+
+
+def test_a_rank_that_ends_differently_is_drawn_whole_and_not_folded():
+    n = 16
+    res = result("all_gather", n)
+    res.after[5] = [t + 1 for t in res.after[5]]  # rank 5's copy differs (a bug the figure must show)
+    svg = res.svg()
+    folded = re.findall(r"rank (\d+) holds exactly what rank (\d+) holds", svg)
+    assert folded == [(str(r), "0") for r in range(1, 5)] + [(str(r), "6") for r in range(7, n)]
+
+
 # -- legible ----------------------------------------------------------------------------------------
 def _fonts(el: ET.Element, size: float | None = None) -> list[tuple[float, str]]:
     """``(font size, text)`` of every text, with the font size a text inherits from its groups."""

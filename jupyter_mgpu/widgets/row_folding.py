@@ -1,0 +1,46 @@
+"""Folding equal rows of the before/after figure of a collective over many ranks.
+
+After an all_gather every one of N ranks holds the same N entries: drawn rank by rank that is N² strips
+and, at 64 ranks, a figure 3 800 px tall that repeats one row 64 times. In the strips drawing
+(``widgets/grid_geometry.py``) a holding equal to the one of the rank above it is drawn as one line,
+"same as rank r", so the figure grows with the ranks (N rows of one line, plus what differs), and what
+differs still stands out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SameAs:
+    """A holding drawn as "same as rank ``rank``": its rank holds exactly what rank ``rank`` holds."""
+
+    rank: int
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Whether two holdings (tensors, lists of entries, None) are identical, origins included."""
+    import torch
+
+    if isinstance(a, list) or isinstance(b, list):
+        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(map(_equal, a, b))
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+
+
+def fold_equal(column: list[Any]) -> list[Any]:
+    """``column`` (one holding per rank) with each list holding equal to the one above it replaced by
+    :class:`SameAs` the first rank of its run. Only lists fold: a tensor or a nothing-box is one line
+    already."""
+    out: list[Any] = []
+    first = 0
+    for r, h in enumerate(column):
+        if r and isinstance(h, list) and _equal(h, column[r - 1]):
+            out.append(SameAs(first))
+            continue
+        first = r
+        out.append(h)
+    return out
