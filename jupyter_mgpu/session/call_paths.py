@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from jupyter_mgpu.engine.execution import direct_channel as rank_channel
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.session import call_wait
 from jupyter_mgpu.session.call_results import results
@@ -42,7 +43,7 @@ def run_direct(
     from ipyparallel.serialize import pack_apply_message
 
     s._check_ready(ranks)
-    bufs = pack_apply_message(fn, args, {})
+    bufs = pack_apply_message(rank_channel.by_name(fn), args, {})  # the engine imports it: no code to rebuild
     deadline = None if timeout is None else time.monotonic() + timeout
     streamed = StreamedCall(ranks) if relay is not None else None
     shown = relay(streamed) if relay is not None and streamed is not None else None

@@ -69,3 +69,26 @@ def test_values_plain_pickle_cannot_carry_fall_back_to_ipyparallel_canning():
     assert _roundtrip({"f": lambda x: x + 1})["f"](1) == 2
     grad = torch.ones(2, requires_grad=True)  # left to torch's own pickling
     assert torch.equal(_roundtrip(grad).detach(), grad.detach())
+
+
+def test_the_package_s_own_functions_travel_by_name_and_a_notebook_s_as_code():
+    from ipyparallel.serialize import pack_apply_message, unpack_apply_message
+
+    from jupyter_mgpu.engine.execution import calls
+
+    ref = direct_channel.by_name(calls.run_cell)
+    assert isinstance(ref, direct_channel.ByName) and (ref.module, ref.name) == (
+        "jupyter_mgpu.engine.execution.calls",
+        "run_cell",
+    )
+    named, as_code = (pack_apply_message(f, ("pass\n",), {}) for f in (ref, calls.run_cell))
+    assert sum(map(len, named)) < sum(map(len, as_code)) / 3  # a name, not the function's code and globals
+    f, args, _ = unpack_apply_message(named, {}, copy=False)
+    assert f(*args)["ok"] is True
+
+    def mine(x):
+        return x
+
+    assert (
+        direct_channel.by_name(mine) is mine
+    )  # a notebook's function is not importable on the ranks: sent as ipyparallel sends it

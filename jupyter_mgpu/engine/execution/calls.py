@@ -120,6 +120,20 @@ def call(
         return scope.report(result)
 
 
+_TRANSFORMED: dict[str, str] = {}  # the last cells' Python source, by their text (a cell run in a loop)
+
+
+def _transformed(shell: Any, code: str) -> str:
+    """``code`` as IPython turns it into Python (``%magic`` lines, ``!cmd``, …), each text once."""
+    source = _TRANSFORMED.get(code)
+    if source is None:
+        source = shell.transform_cell(code)
+        if len(_TRANSFORMED) >= 64:
+            _TRANSFORMED.pop(next(iter(_TRANSFORMED)))
+        _TRANSFORMED[code] = source
+    return source
+
+
 def run_cell(
     code: str,
     user_ns: dict[str, Any] | None = None,
@@ -146,7 +160,7 @@ def run_cell(
         pass
     if user_ns is None:
         user_ns = shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
-    source = shell.transform_cell(code) if shell is not None else code
+    source = _transformed(shell, code) if shell is not None else code
     lines = source.splitlines(keepends=True)
     linecache.cache[filename] = (len(source), None, lines, filename)
     with _CallScope("%%mgpu cell") as scope:
