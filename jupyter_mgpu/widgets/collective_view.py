@@ -80,12 +80,14 @@ def before_after_svg(
     backend: str = "",
     seconds: float | None = None,
     passes: list[list[sched.Frame]] | None = None,
+    fold: bool = True,
 ) -> str:
     """The before/after figure of one collective run: one row per rank, columns before and after.
 
     ``inputs`` are the ranks' input tensors, ``after`` what each rank held afterwards (captured on the
     ranks); the origin of every value comes from the logical schedule run on tracked inputs
-    (``passes``, from :func:`tracked_passes`, when already run)."""
+    (``passes``, from :func:`tracked_passes`, when already run). ``fold``: past 8 ranks, a holding equal
+    to the rank above's is one line (``widgets/row_folding.py``)."""
     n = len(inputs)
     title = name + (f" (op {op})" if op else "") + (f", root rank {src}" if src is not None else "")
     took = f", {seconds * 1e3:.2f} ms (slowest rank)" if seconds is not None else ""
@@ -95,7 +97,7 @@ def before_after_svg(
         final = frames[-1].holdings
         before = [sched.before_entries(name, track(x, r, bits), r, src or 0, n) for r, x in enumerate(inputs)]
         grids.append([[before[r], attach(after[r], final[r])] for r in range(n)])
-    if n > DETAIL_RANKS and len(grids) == 1:  # strips: a rank holding what the rank above holds is one line
+    if fold and n > DETAIL_RANKS and len(grids) == 1:  # strips: a rank holding what the rank above holds is one line
         columns = [fold_equal([row[k] for row in grids[0]]) for k in range(2)]
         grids = [[[columns[0][r], columns[1][r]] for r in range(n)]]
     bl, al = entry_labels(name, n)
