@@ -52,7 +52,6 @@ UNTESTED: set[str] = {
     "jupyter_mgpu.strategies.weights",
     # the engine's inside, run by every cluster test in the engines themselves
     "jupyter_mgpu.engine.cuda_device",
-    "jupyter_mgpu.engine.execution.calls",
     "jupyter_mgpu.engine.execution.cellapi",
     "jupyter_mgpu.engine.execution.completion_server",
     "jupyter_mgpu.engine.group.user_process_group",

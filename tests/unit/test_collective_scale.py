@@ -22,6 +22,7 @@ from jupyter_mgpu.ops import demo_inputs as demo
 from jupyter_mgpu.widgets import rank_grid
 from jupyter_mgpu.widgets.colors import rank_color
 from jupyter_mgpu.widgets.grid_geometry import WIDTH
+from jupyter_mgpu.widgets.row_folding import SameAs, fold_equal
 from jupyter_mgpu.widgets.svg_canvas import MIN_FONT, text_width
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -127,6 +128,16 @@ def test_the_figure_of_sixty_four_ranks_grows_linearly_where_every_rank_ends_ali
     assert height <= 64 * 26 + 400, height
     if name == "all_gather":
         assert large.count("= same as rank 0<") == 63
+
+
+def test_only_lists_equal_to_the_one_above_fold_and_each_names_the_first_of_its_run():
+    import torch
+
+    a, b = [torch.ones(2), None], [torch.zeros(2), None]
+    column = [a, [t if t is None else t.clone() for t in a], b, [torch.zeros(2), None], torch.ones(2), torch.ones(2)]
+    assert fold_equal(column)[1:4] == [SameAs(0), b, SameAs(2)]
+    assert fold_equal(column)[4:] == column[4:]  # a tensor is one line already
+    assert fold_equal([a, [torch.ones(3), None]])[1] is not None and not isinstance(fold_equal([a, a[:1]])[1], SameAs)
 
 
 def test_a_rank_that_ends_differently_is_drawn_whole_and_not_folded():
