@@ -10,7 +10,8 @@ namespace (as ipykernel asks it: jedi on, IPython's default).
 
 With several rank counts it prints one row per count (a fresh session each): an empty plain cell,
 ipyparallel's own ``%px pass``, ``%%mgpu pass`` through ipyparallel's queues (the path cells took
-before) and through the direct channel (now), and ``Session.run`` of a no-op.
+before) and through the direct channel (now), ``Session.run`` of a no-op, and the floor under any of
+them: a byte echoed by as many forked processes, which on a 2-core machine grows with the ranks too.
 """
 
 from __future__ import annotations
@@ -95,6 +96,47 @@ def _empty_cell_rows(ip: Any, s: Any, repeat: int) -> dict[str, float]:
     return {name: statistics.median(_times(fn, repeat)) * 1e3 for name, fn in ways.items()}
 
 
+def echo_floor(n: int, repeat: int) -> float:
+    """The floor under any fan-out to ``n`` processes on this machine (ms, median): one byte to each of
+    ``n`` forked processes and one back, over a socket pair each, with no work in between."""
+    import os
+    import selectors
+    import socket
+
+    socks, pids = [], []
+    for _ in range(n):
+        mine, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:  # the child echoes until the parent closes its end
+            for sock in [mine, *socks]:  # the other children's ends stay with the parent alone
+                sock.close()
+            while data := theirs.recv(64):
+                theirs.send(data)
+            os._exit(0)
+        theirs.close()
+        socks.append(mine)
+        pids.append(pid)
+    sel = selectors.DefaultSelector()
+    for sock in socks:
+        sel.register(sock, selectors.EVENT_READ)
+
+    def round_trip() -> None:
+        for sock in socks:
+            sock.send(b"x")
+        left = n
+        while left:
+            for key, _ in sel.select():
+                left -= len(key.fileobj.recv(64))  # type: ignore[union-attr]
+
+    try:
+        return statistics.median(_times(round_trip, repeat * 10)) * 1e3
+    finally:
+        for sock in socks:
+            sock.close()
+        for pid in pids:
+            os.waitpid(pid, 0)
+
+
 def scaling(ip: Any, counts: list[int], repeat: int) -> None:
     """The empty-cell table: one row per number of ranks, a fresh session each."""
     import jupyter_mgpu as mg
@@ -104,6 +146,7 @@ def scaling(ip: Any, counts: list[int], repeat: int) -> None:
         ip.run_line_magic("mgpu_init", f"{n} --cpu --no-dashboard")
         rows.append((n, _empty_cell_rows(ip, mg.current(), repeat)))
         ip.run_line_magic("mgpu_shutdown", "")
+        rows[-1][1]["socket echo (floor)"] = echo_floor(n, repeat)
     names = list(rows[0][1])
     print(f"empty cell, CPU ranks, median of {repeat} (ms)")
     print(f"{'ranks':>6}" + "".join(f"{name:>24}" for name in names))
@@ -111,7 +154,8 @@ def scaling(ip: Any, counts: list[int], repeat: int) -> None:
         print(f"{n:>6}" + "".join(f"{row[name]:>24.2f}" for name in names))
     base = dict(rows[0][1]) if rows[0][0] == 4 else next((r for c, r in rows if c == 4), None)
     if base:
-        print("ratio to 4 ranks: " + ", ".join(f"{n}: {row['%%mgpu'] / base['%%mgpu']:.2f}x" for n, row in rows))
+        for name in ("%px pass", "%%mgpu", "socket echo (floor)"):
+            print(f"{name} to 4 ranks: " + ", ".join(f"{n}: {row[name] / base[name]:.2f}x" for n, row in rows))
 
 
 def main() -> None:
