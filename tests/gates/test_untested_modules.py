@@ -63,7 +63,6 @@ UNTESTED: set[str] = {
     "jupyter_mgpu.engine.startup.controller",
     "jupyter_mgpu.engine.startup.launcher",
     "jupyter_mgpu.engine.startup.mpi_ipengine",
-    "jupyter_mgpu.engine.startup.watchdog",
     "jupyter_mgpu.launch.engine_start",
     "jupyter_mgpu.launch.engine_waits",
     "jupyter_mgpu.launch.host_cluster",

@@ -1,4 +1,5 @@
-"""Entry point of a cluster's ipyparallel controller: the stock controller plus a kernel watchdog.
+"""Entry point of a cluster's ipyparallel controller: the stock controller plus a kernel watchdog, its
+heartbeat paced by ``engine/startup/heart_pace.py``.
 
 Run as ``python -m jupyter_mgpu.engine.startup.controller KERNEL_PID KERNEL_CREATE_TIME [ipcontroller args]``.
 """
@@ -29,6 +30,9 @@ def main() -> None:
     os.register_at_fork(after_in_child=lambda: watchdog.start(kernel_pid, create_time, on_gone=end_group))
     from ipyparallel.controller.app import IPController
 
+    from jupyter_mgpu.engine.startup import heart_pace
+
+    heart_pace.use_in_controller()  # quick beats while engines register, slower ones at rest
     IPController.launch_instance(argv=sys.argv[3:])
 
 
