@@ -12,6 +12,9 @@ With several rank counts it prints one row per count (a fresh session each): an 
 ipyparallel's own ``%px pass``, ``%%mgpu pass`` through ipyparallel's queues (the path cells took
 before) and through the direct channel (now), ``Session.run`` of a no-op, and the floor under any of
 them: a byte echoed by as many forked processes, which on a 2-core machine grows with the ranks too.
+Two more columns say where an ``%%mgpu`` cell's time goes: the CPU it costs in all processes (this one,
+the controller, the engines) divided by the machine's cores — a cell can never take less wall time
+than that — and what the idle cluster burns (heartbeats, telemetry) as a share of one core.
 """
 
 from __future__ import annotations
@@ -137,6 +140,42 @@ def echo_floor(n: int, repeat: int) -> float:
             os.waitpid(pid, 0)
 
 
+def _cpu_seconds(procs: list[Any]) -> float:
+    """User and system CPU of ``procs`` so far (processes that ended count as nothing more)."""
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except Exception:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def cpu_rows(ip: Any, repeat: int) -> dict[str, float]:
+    """Per empty ``%%mgpu`` cell: the CPU of every process over the cores (ms); at rest: the cluster's
+    CPU as a percentage of one core."""
+    import psutil
+
+    me = psutil.Process()
+    procs = [me, *me.children(recursive=True)]
+    cells = max(repeat, 100)
+    before, t = _cpu_seconds(procs), time.perf_counter()
+    for _ in range(cells):
+        ip.run_cell_magic("mgpu", "", "pass")
+    used, wall = _cpu_seconds(procs) - before, time.perf_counter() - t
+    time.sleep(4)  # past the controller's quick heartbeat (engine/startup/heart_pace.py)
+    before = _cpu_seconds(procs[1:])
+    time.sleep(3)
+    rest = (_cpu_seconds(procs[1:]) - before) / 3
+    cores = os.cpu_count() or 1
+    return {
+        "%%mgpu mean": wall / cells * 1e3,
+        f"CPU/cell / {cores} cores": used / cells / cores * 1e3,
+        "idle % of a core": rest * 100,
+    }
+
+
 def scaling(ip: Any, counts: list[int], repeat: int) -> None:
     """The empty-cell table: one row per number of ranks, a fresh session each."""
     import jupyter_mgpu as mg
@@ -145,16 +184,17 @@ def scaling(ip: Any, counts: list[int], repeat: int) -> None:
     for n in counts:
         ip.run_line_magic("mgpu_init", f"{n} --cpu --no-dashboard")
         rows.append((n, _empty_cell_rows(ip, mg.current(), repeat)))
+        rows[-1][1].update(cpu_rows(ip, repeat))
         ip.run_line_magic("mgpu_shutdown", "")
         rows[-1][1]["socket echo (floor)"] = echo_floor(n, repeat)
     names = list(rows[0][1])
-    print(f"empty cell, CPU ranks, median of {repeat} (ms)")
+    print(f"empty cell, CPU ranks (ms): medians of {repeat}; mean and CPU over 100 cells; idle over 3 s at rest")
     print(f"{'ranks':>6}" + "".join(f"{name:>24}" for name in names))
     for n, row in rows:
         print(f"{n:>6}" + "".join(f"{row[name]:>24.2f}" for name in names))
     base = dict(rows[0][1]) if rows[0][0] == 4 else next((r for c, r in rows if c == 4), None)
     if base:
-        for name in ("%px pass", "%%mgpu", "socket echo (floor)"):
+        for name in ("%px pass", "%%mgpu", "socket echo (floor)", next(k for k in base if k.startswith("CPU/cell"))):
             print(f"{name} to 4 ranks: " + ", ".join(f"{n}: {row[name] / base[name]:.2f}x" for n, row in rows))
 
 

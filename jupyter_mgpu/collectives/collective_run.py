@@ -23,6 +23,7 @@ from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.ops import collective_run as coll
 from jupyter_mgpu.ops import collective_schedule as sched
 from jupyter_mgpu.ops import demo_inputs
+from jupyter_mgpu.ops.holdings import holdings_equal
 from jupyter_mgpu.session import lifecycle as sessmod
 
 MAX_CAPTURE_BYTES = 64 << 20  # per rank: the view copies inputs and outputs to the notebook
@@ -192,26 +193,6 @@ class CollectiveResult:
         display(self)
         if animate:
             display(self.animation())
-
-
-def holdings_equal(a: Any, b: Any) -> bool:
-    """Whether two per-rank holdings (tensors, lists, None) are equal (floats: to rounding)."""
-    import torch
-
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, list) or isinstance(b, list):
-        return (
-            isinstance(a, list)
-            and isinstance(b, list)
-            and len(a) == len(b)
-            and all(holdings_equal(x, y) for x, y in zip(a, b))
-        )
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point():
-        return bool(torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6, equal_nan=True))
-    return bool(torch.equal(a, b))
 
 
 def collective(

@@ -14,7 +14,6 @@ from jupyter_mgpu.init_options import InitOptions, argparse_arguments, option_na
 from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
 from jupyter_mgpu.magics.rank_table import RankTable
 from jupyter_mgpu.session import lifecycle as sessmod
-from jupyter_mgpu.session.cell_values import warm_first_use
 from jupyter_mgpu.session.targets import parse_targets
 from jupyter_mgpu.units import format_bytes
 
@@ -99,10 +98,6 @@ class MgpuMagics(Magics):
         print(f"mgpu: {s.world_size} engines ready ({s.world_size} × {what}, {s.backend}{mem}){where} in {took:.1f} s")
         if not args.no_dashboard:
             self._show_dashboard()
-        if (
-            getattr(self.shell, "kernel", None) is not None
-        ):  # a notebook: a tensor or figure from the ranks shows at once
-            warm_first_use()
         return None
 
     @property

@@ -15,8 +15,10 @@ titles wrap.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from jupyter_mgpu.widgets.svg_canvas import MIN_FONT, text_width, wrap
@@ -116,10 +118,16 @@ class Geometry:
         """The height of rank ``r``'s boxes."""
         return self.heights[r] if self.heights else self.box_h
 
+    @cached_property
+    def _above(self) -> list[float]:
+        """Strips: the height of the boxes above each rank's, and of all of them (a frame asks for each
+        rank's place many times: summed once per figure, not per call)."""
+        return [0.0, *itertools.accumulate(self.heights)]
+
     def row_y(self, r: int) -> float:
         """The top of rank ``r``'s boxes."""
         if self.heights:
-            return self.top + sum(self.heights[:r]) + r * (self.row_h - self.box_h)
+            return self.top + self._above[min(r, len(self.heights))] + r * (self.row_h - self.box_h)
         return self.top + r * self.row_h + self.label_h
 
     def bottom(self, n: int) -> float:

@@ -12,23 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_mgpu.ops.holdings import holdings_equal
+
 
 @dataclass(frozen=True)
 class SameAs:
     """A holding drawn as "same as rank ``rank``": its rank holds exactly what rank ``rank`` holds."""
 
     rank: int
-
-
-def _equal(a: Any, b: Any) -> bool:
-    """Whether two holdings (tensors, lists of entries, None) are identical, origins included."""
-    import torch
-
-    if isinstance(a, list) or isinstance(b, list):
-        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(map(_equal, a, b))
-    if a is None or b is None:
-        return a is None and b is None
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
 
 
 def fold_equal(column: list[Any]) -> list[Any]:
@@ -38,7 +29,7 @@ def fold_equal(column: list[Any]) -> list[Any]:
     out: list[Any] = []
     first = 0
     for r, h in enumerate(column):
-        if r and isinstance(h, list) and _equal(h, column[r - 1]):
+        if r and isinstance(h, list) and holdings_equal(h, column[r - 1], exact=True):
             out.append(SameAs(first))
             continue
         first = r

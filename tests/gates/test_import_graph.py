@@ -127,6 +127,7 @@ ALLOWED: dict[str, set[str]] = {
         "session",
         "engine.records.memory_figures",
         "ops.collective_schedule",
+        "ops.holdings",  # which rows of a collective's figure fold into "same as rank r"
         "strategies.model_spec",
         "tracing.replay",
         "profiling.profile_data",  # the data p.timeline() draws

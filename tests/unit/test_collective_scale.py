@@ -261,3 +261,17 @@ def test_up_to_eight_ranks_are_drawn_as_cells_with_their_values(name):
     cells = [el for el in root.iter(SVG + "rect") if el.find(SVG + "title") is not None]
     assert len(cells) >= 8 * 121 if name != "all_reduce" else len(cells) == 2 * 4 * 121  # every value, with hover
     assert float(root.get("width")) <= WIDTH
+
+
+def test_holdings_compare_by_structure_and_values_floats_to_rounding_unless_exact():
+    import torch
+
+    from jupyter_mgpu.ops.holdings import holdings_equal
+
+    a = [torch.tensor([1.0, 2.0]), None]
+    near = [torch.tensor([1.0, 2.000001]), None]
+    assert holdings_equal(a, near) and not holdings_equal(a, near, exact=True)
+    assert holdings_equal(a, [a[0].clone(), None], exact=True)
+    assert not holdings_equal(a, a[:1]) and not holdings_equal(a, [a[0], torch.zeros(2)])
+    assert not holdings_equal(a[0], a[0].to(torch.float64)) and not holdings_equal(None, a)
+    assert holdings_equal(torch.arange(3), torch.arange(3), exact=True)
