@@ -53,17 +53,37 @@ def strip_of(t: Any, high: Any = None) -> Strip:
     a = t.detach().resolve_conj().numpy().ravel()
     vals, nz = a.real, a.real != 0
     masks = a.imag[nz]
-    if high is not None:
-        masks = np.stack([masks, high.detach().resolve_conj().numpy().ravel().imag[nz]], 1)
-        keys, counts = np.unique(masks, axis=0, return_counts=True)
-        merged = [(int(lo) | int(hi) << MAX_TRACKED_RANKS, int(c)) for (lo, hi), c in zip(keys.tolist(), counts)]
-    else:
-        keys, counts = np.unique(masks, return_counts=True)
-        merged = [(int(m), int(c)) for m, c in zip(keys.tolist(), counts)]
-    parts = tuple(sorted(merged, key=lambda mc: (_low(mc[0]), mc[0])))
+    if high is not None:  # the two masks of a value as one complex key: a 1-D unique, not a slow one by rows
+        masks = masks + 1j * high.detach().resolve_conj().numpy().ravel().imag[nz]
+    parts = _parts(*np.unique(masks, return_counts=True))
     finite = vals[np.isfinite(vals)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (math.nan, math.nan)
     return Strip(tuple(t.shape), parts, int(a.size - nz.sum()), lo, hi)
+
+
+def _parts(keys: Any, counts: Any) -> tuple[tuple[int, int], ...]:
+    """``(origin mask, count)`` for each distinct key (a mask, or a complex pair of masks: ranks below
+    and from :data:`~.collective_colors.MAX_TRACKED_RANKS`), lowest rank first, then by mask; sorted
+    in numpy (a reduction at 64 ranks gives tens of masks per strip and thousands of strips)."""
+    import numpy as np
+
+    re, im, counts_l = np.real(keys), np.imag(keys), np.asarray(counts).tolist()
+    if keys.size and max(re.max(), im.max()) >= 2.0**64:  # a rank past 63 tracked alone: Python's ints
+        merged = [(int(m) | int(h) << MAX_TRACKED_RANKS, c) for m, h, c in zip(re.tolist(), im.tolist(), counts_l)]
+        return tuple(sorted(merged, key=lambda mc: (_low(mc[0]), mc[0])))
+    lo, hi = re.astype(np.uint64), im.astype(np.uint64)  # a rank's bit is 63 at most: 64 ranks tracked alone
+    low = np.where(lo != 0, _lowest_bit(lo), np.where(hi != 0, MAX_TRACKED_RANKS + _lowest_bit(hi), -1))
+    order = np.lexsort((lo, hi, low)).tolist()
+    lo_l, hi_l = lo.tolist(), hi.tolist()
+    return tuple((lo_l[i] | hi_l[i] << MAX_TRACKED_RANKS, counts_l[i]) for i in order)
+
+
+def _lowest_bit(x: Any) -> Any:
+    """The index of each element's lowest set bit (0 for 0: the caller masks those)."""
+    import numpy as np
+
+    bit = x & (~x + np.uint64(1))  # two's complement, in unsigned arithmetic
+    return np.log2(np.where(bit == 0, 1, bit)).astype(np.int64)
 
 
 def _low(mask: int) -> int:

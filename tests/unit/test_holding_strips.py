@@ -139,3 +139,11 @@ def test_the_drawer_redraws_an_entry_only_when_it_changed():
     (use,) = re.findall(r"<use href='#([^']+)'", again)  # one rank's data alone: drawn once, used here
     assert use in draw.shared and ">5</text>" in draw.shared[use] and rank_color(5) in draw.shared[use]
     assert draw.slot(3, 1, 9, cells[3][1], None, None, "") == ""  # no entry 9
+
+
+def test_origin_masks_sort_lowest_rank_first_up_to_rank_63_and_past_it():
+    import numpy as np
+
+    keys = np.array([2.0**63, 6.0, 0.0, 4.0, 3.0 + 1j * 2.0])
+    assert hs._parts(keys, np.arange(5)) == ((0, 2), (3 | 2 << cc.MAX_TRACKED_RANKS, 4), (6, 1), (4, 3), (2**63, 0))
+    assert hs._parts(np.array([2.0**64, 1.0]), np.array([5, 6])) == ((1, 6), (2**64, 5))  # past 64 bits: Python ints
