@@ -73,3 +73,18 @@ def test_an_interrupted_direct_cell_leaves_the_session_usable(s2):
     with pytest.raises(KeyboardInterrupt):
         s2.run_cell("import time\nfor i in range(100):\n    print(i)\n    time.sleep(0.05)")
     assert s2.run_cell("z = torch.ones(1); dist.all_reduce(z); z.item()", stream=False) == ["2.0", "2.0"]
+
+
+def test_a_cell_s_comm_parent_is_set_once_and_again_after_a_request_of_ipyparallel_s(s2):
+    # widgets from a direct cell reach the notebook through this parent; setting it is a quarter of an
+    # empty cell's time on a busy rank, so it is set only when something else took its place
+    parent = "get_ipython().kernel.get_parent('shell')"
+    s2.run_cell(f"from IPython import get_ipython\n_mgpu_p1 = {parent}")
+    assert s2.run_cell(f"{parent} is _mgpu_p1") == ["True", "True"]
+    assert s2.run_cell("_mgpu_p1['header']['msg_id']")[0].startswith("'mgpu-direct-")
+    s2.cluster.client[:].apply_sync(int)  # ipyparallel's own request: the kernel's parent is now that one
+    after = s2.run_cell(
+        f"_mgpu_p3 = {parent}\n(_mgpu_p3 is not _mgpu_p1, _mgpu_p3['header']['msg_id'] == _mgpu_p1['header']['msg_id'])"
+    )
+    assert after == ["(True, True)", "(True, True)"]
+    s2.run_cell("del _mgpu_p1, _mgpu_p3")
