@@ -92,3 +92,37 @@ def test_the_package_s_own_functions_travel_by_name_and_a_notebook_s_as_code():
     assert (
         direct_channel.by_name(mine) is mine
     )  # a notebook's function is not importable on the ranks: sent as ipyparallel sends it
+
+
+def test_the_engine_drops_a_sender_that_stops_mid_frame_and_still_serves_the_next(tmp_path, monkeypatch):
+    import asyncio
+    import select
+    import struct
+
+    from ipyparallel.serialize import pack_apply_message
+
+    monkeypatch.setattr(direct_channel, "_RECV_TIMEOUT", struct.pack("ll", 0, 300_000))  # 0.3 s, not 30
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    server = direct_channel.Server(str(tmp_path), 0, {})
+    stalled, good = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+    try:
+        stalled.connect(str(server.path))
+        stalled.sendall(b"\x00\x00\x00\x03")  # a frame of three parts, and then nothing
+        good.connect(str(server.path))
+        direct_channel.send_frames(good, [b'{"id": 7}', *pack_apply_message(divmod, (7, 2), {})])
+        good.settimeout(10)
+        stalled.settimeout(10)
+        replies: list = []
+        end = loop.time() + 5
+        while not replies and loop.time() < end:  # the engine's loop, as it runs between cells
+            loop.run_until_complete(asyncio.sleep(0.05))
+            if select.select([good], [], [], 0)[0]:
+                replies.append(direct_channel.recv_frames(good))
+        assert replies and direct_channel.load_value(replies[0][1:]) == (3, 1)
+        assert stalled.recv(1) == b""  # dropped after the partial frame's timeout, not held forever
+    finally:
+        for sock in (stalled, good, server.listener):
+            sock.close()
+        loop.close()
+        asyncio.set_event_loop(None)
