@@ -36,9 +36,11 @@ from jupyter_mgpu.engine.wire import unix_socket
 from jupyter_mgpu.engine.wire.link import recv_exact
 
 SOCKET_NAME = "direct.{rank}.sock"
-PARTIAL_FRAME_TIMEOUT = 30  # s: a sender that stops mid-frame is dropped, never waited on forever
-# kept by the kernel (SO_RCVTIMEO) on a blocking socket: Python's own timeout polls before every read
-_RECV_TIMEOUT = struct.pack("ll", PARTIAL_FRAME_TIMEOUT, 0)
+PARTIAL_FRAME_TIMEOUT = 30  # s: a peer that stops mid-frame (either way) is dropped, never waited on forever
+# kept by the kernel (SO_RCVTIMEO, SO_SNDTIMEO) on a blocking socket: Python's own timeout polls before
+# every read and write
+_TIMEOUT = struct.pack("ll", PARTIAL_FRAME_TIMEOUT, 0)
+_NO_TIMEOUT = struct.pack("ll", 0, 0)
 IOV_MAX = 512  # buffers per sendmsg (the kernel's limit is 1024)
 _COUNT = struct.Struct("!I")
 _LEN = struct.Struct("!Q")
@@ -88,8 +90,9 @@ class Server:
         if not unix_socket.same_user(conn):  # the dir is private already; this is the second lock
             conn.close()
             return
-        conn.setblocking(True)  # sends wait for a notebook that reads later (at a pdb prompt); a closed one fails them
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RECV_TIMEOUT)
+        conn.setblocking(True)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEOUT)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEOUT)
         self.loop.add_reader(conn.fileno(), self._serve, conn)
 
     def _drop(self, conn: socket.socket) -> None:
@@ -110,6 +113,8 @@ class Server:
             marked = json.dumps({"id": header["id"], "out": True}).encode()
             send = lambda events: send_frames(conn, [marked, *dump_value(events)])  # noqa: E731
             output = StreamedOutput(send, header.get("parent"))
+            # a notebook at a pdb prompt reads the output later; a closed one fails the send
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _NO_TIMEOUT)
         try:
             reply = run_request(parts[1:], self.user_ns, output)
         except BaseException as exc:  # never into the event loop: a KeyboardInterrupt there ends the engine's loop
@@ -117,9 +122,11 @@ class Server:
                 reply = dump_value(calls.failure(exc, exc.__traceback__))
             except BaseException:
                 reply = dump_value({"ok": False, "transport": f"{type(exc).__name__} while answering the call"})
-        if output is not None and output.broken:
-            self._drop(conn)
-            return
+        if output is not None:
+            if output.broken:
+                self._drop(conn)
+                return
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEOUT)
         try:
             send_frames(conn, [rid, *reply])
         except OSError:
