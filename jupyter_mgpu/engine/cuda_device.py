@@ -7,6 +7,7 @@ reaches this code, so it stays small.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 _index: int | None = None  # the device bind() made current
@@ -23,6 +24,18 @@ def bind(index: int, mem_per_device: int | None) -> Any:
         torch.cuda.set_per_process_memory_fraction(min(1.0, mem_per_device / total), index)
     _index = index
     return torch.device("cuda", index)
+
+
+def on_out_of_memory(release: Callable[[], Any]) -> bool:
+    """Call ``release`` when torch's caching allocator runs out of memory (after it freed its cache), so the
+    next allocation finds what ``release`` gave back; False where this torch has no such observer."""
+    import torch
+
+    attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if attach is None:
+        return False
+    attach(lambda device, size, allocated, free: release())
+    return True
 
 
 def own_device() -> int:

@@ -21,13 +21,22 @@ class DebugMagics(Magics):
 
     @magic_arguments()
     @argument("--rank", "-r", default=None, help="the rank to debug (default: the lowest that failed)")
+    @argument(
+        "--release",
+        action="store_true",
+        help="let the last failure's frames go instead (every rank, or --rank), giving back the memory they hold",
+    )
     @line_magic
     def mgpu_debug(self, line: str = "") -> None:
         """Open pdb on a rank's frames of the last failure on the ranks (a ``%%mgpu`` cell, an ``mg.*`` call,
-        a ``%mgpu_run`` script): ``p``, ``l``, ``w``, ``u``/``d`` there; ``q`` or ``c`` ends it."""
+        a ``%mgpu_run`` script): ``p``, ``l``, ``w``, ``u``/``d`` there; ``q`` or ``c`` ends it.
+        ``--release`` lets those frames go, and the memory they hold, without debugging."""
         args = parse_line(self.mgpu_debug, line)
         rank = rank_number(args.rank)
         s = lifecycle.current()
+        if args.release:
+            print(f"mgpu: {rank_debugging.release(s, rank)}")
+            return
         if rank is None and s.last_error is None:
             print(f"mgpu: {rank_debugging.NO_FAILURE}")
             return

@@ -275,12 +275,13 @@ def memory(session: Any = None, as_frame: bool = False) -> Any:
 
     Each has ``rank``, ``time`` (epoch seconds of the sample), ``state`` (idle, busy, dead, starting),
     ``op`` and, on CPU virtual devices, ``resident_bytes``, ``peak_resident_bytes``, ``budget_bytes``;
-    on GPUs ``allocated_bytes``, ``reserved_bytes``, ``peak_allocated_bytes``, ``total_bytes``.
-    ``as_frame=True`` gives a pandas DataFrame.
+    on GPUs ``allocated_bytes``, ``reserved_bytes``, ``peak_allocated_bytes``, ``total_bytes``; and
+    ``failure_held_bytes`` (0 when nothing is held): the bytes the rank's last failure keeps in its frames for
+    ``%mgpu_debug`` (``%mgpu_debug --release`` frees them). ``as_frame=True`` gives a pandas DataFrame.
     """
     mon = monitor(session)
     mon.poll_once()
-    rows = mon.latest()
+    rows = [{**r, "failure_held_bytes": r.get("failure_held_bytes", 0)} for r in mon.latest()]
     return _frame(rows) if as_frame else rows
 
 

@@ -187,13 +187,16 @@ def memory_status() -> dict[str, Any]:
 
         free_b, total = torch.cuda.mem_get_info(st.device)
         return {"free": int(free_b), "total": int(total), "budget": st.budget_bytes}
-    from jupyter_mgpu.engine.shards import budget
+    from jupyter_mgpu.engine.shards import budget, held_failure
 
     shared_blocks.empty_cache()  # cached shard blocks hold budget a plain allocation cannot reclaim
     room = budget.room(st.budget_bytes)
     free_b = st.budget_bytes if room is None else room
+    if budget.mode() == "allocator":  # an allocation that needs them lets the last failure's frames go
+        free_b += held_failure.held_bytes()
     return {
         "free": int(free_b),
+        "failure_held": held_failure.held_bytes(),
         "total": int(st.budget_bytes),
         "budget": st.budget_bytes,
         "allocated": budget.allocated(),

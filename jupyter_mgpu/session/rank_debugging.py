@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_mgpu.engine.watch import collective_guard
 from jupyter_mgpu.errors import MgpuError, RankError, rank_list
+from jupyter_mgpu.units import format_bytes
 
 if TYPE_CHECKING:
     from jupyter_mgpu.session.core import Session
@@ -161,3 +162,18 @@ def post_mortem(s: Session, rank: int | None = None) -> None:
         raise MgpuError(f"rank {rank}'s last failure cannot be debugged: {state}")
     print(f"mgpu: post-mortem on rank {rank}; q or c ends it")
     s.run(rank_debugger.post_mortem, targets=[rank], label="%mgpu_debug")
+
+
+def release(s: Session, rank: int | None = None) -> str:
+    """Let the kept failure's frames go on ``rank`` (default: every rank) (``%mgpu_debug --release``);
+    what that gave back, in one line."""
+    from jupyter_mgpu.engine.execution import rank_debugger
+
+    if rank is not None and not 0 <= rank < s.world_size:
+        raise MgpuError(f"--rank {rank} is not a rank of this session (0 to {s.world_size - 1})")
+    ranks = list(range(s.world_size)) if rank is None else [rank]
+    freed = dict(zip(ranks, s.run(rank_debugger.release_failure, targets=ranks, label="%mgpu_debug --release")))
+    gave = [f"{format_bytes(n)} on rank {r}" for r, n in freed.items() if n]
+    if not gave:
+        return f"no failure's frames held memory on {rank_list(ranks)}"
+    return "released the failed call's frames: " + ", ".join(gave)

@@ -23,6 +23,7 @@ from jupyter_mgpu.errors import (
 from jupyter_mgpu.units import format_bytes
 
 REBUILT_NOTE = "the process group was rebuilt; tensors kept, in-flight collectives dropped"
+HELD_SAID = 1024**2  # a failure's kept frames holding less than this are not worth a sentence (mg.memory() has it)
 
 
 def _where(info: dict[str, Any]) -> str:
@@ -65,7 +66,27 @@ def build_error(failures: dict[int, dict[str, Any]], *, rebuilt: bool = False, *
     err = _build_error(failures, rebuilt=rebuilt, **details)
     if rebuilt and REBUILT_NOTE not in str(err):
         err = type(err)(f"{err}; {REBUILT_NOTE}", err.ranks, err.errors)
+    held = held_note(failures)
+    if held:
+        err = type(err)(f"{err}; {held}", err.ranks, err.errors)
     return err
+
+
+def held_note(failures: dict[int, dict[str, Any]]) -> str:
+    """``rank 0 keeps 762.9 MiB in the failed call's frames for %mgpu_debug; %mgpu_debug --release frees
+    them`` (ranks whose kept frames hold at least :data:`HELD_SAID` bytes), or ``""``."""
+    held = {r: int(f.get("held_bytes") or 0) for r, f in failures.items()}
+    held = {r: n for r, n in held.items() if n >= HELD_SAID}
+    if not held:
+        return ""
+    by_size: dict[int, list[int]] = {}
+    for r in sorted(held):
+        by_size.setdefault(held[r], []).append(r)
+    parts = [
+        f"{rank_list(ranks)} {'keeps' if len(ranks) == 1 else 'keep'} {format_bytes(n)}{' each' if len(ranks) > 1 else ''}"
+        for n, ranks in by_size.items()
+    ]
+    return f"{' and '.join(parts)} in the failed call's frames for %mgpu_debug; %mgpu_debug --release frees them"
 
 
 def _build_error(

@@ -44,12 +44,14 @@ def device_row(sample: dict[str, Any]) -> dict[str, Any]:
     f = figures(sample)
     used, reserved, peak, limit, labels = f["used"], f["reserved"], f["peak"], f["limit"], f["labels"]
     fraction = (used / limit) if used is not None and limit else None
+    held = sample.get("failure_held_bytes") or 0  # the last failure's frames, kept for %mgpu_debug
     size: Callable[[Any], str] = lambda n: "?" if n is None else format_bytes(n)  # noqa: E731
     text = (
         size(used)
         + (f" / {size(limit)}" if limit else "")
         + (f" · peak {size(peak)}" if peak else "")
         + (f" · reserved {size(reserved)}" if reserved is not None else "")
+        + (f" · {size(held)} held by the last failure" if held else "")
     )
     tips = {
         "used": f"{labels['used']} {size(used)}",
@@ -57,6 +59,7 @@ def device_row(sample: dict[str, Any]) -> dict[str, Any]:
         "peak": f"{labels['peak']} {size(peak)}",
         "limit": f"{labels['limit']} {size(limit)}",
         "baseline": f"engine runtime {size(f['baseline'])}",
+        "held": f"held by the last failure's frames {size(held)} (%mgpu_debug --release frees them)" if held else "",
     }
     return {
         "rank": rank,
@@ -73,6 +76,7 @@ def device_row(sample: dict[str, Any]) -> dict[str, Any]:
         "peak": peak,
         "limit": limit,
         "baseline": f["baseline"],
+        "held": held,
         "fraction": fraction,
         "fill": fill_color(fraction, state),
         "labels": labels,

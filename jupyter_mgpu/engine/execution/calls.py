@@ -18,7 +18,7 @@ from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine.execution import cell_value, namespace_transfer, rank_debugger, rank_namespace
 from jupyter_mgpu.engine.group import user_process_group
-from jupyter_mgpu.engine.shards import budget
+from jupyter_mgpu.engine.shards import budget, held_failure
 
 CELL_FILENAME = "<mgpu-cell-{n}>"
 ENTRY_ATTRIBUTE = "_mgpu_entry"  # set on an exception by what ran the user's entry file (a script)
@@ -44,7 +44,8 @@ def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, 
         "op": st.current_op if st else None,
     }
     if not info["debug_quit"] and tb is not None:
-        rank_debugger.remember(tb, out_of_memory=bool(info["oom"]))  # for %mgpu_debug (not an OOM's frames)
+        # kept for %mgpu_debug (not an OOM's frames); the memory they hold is said with the error
+        info["held_bytes"] = rank_debugger.remember(tb, out_of_memory=bool(info["oom"]))
     lowered = message.lower()
     if any(s in lowered for s in ("timed out", "timeout", "connection closed by peer", "connection reset")):
         info["collective_failure"] = True
@@ -88,6 +89,7 @@ class _CallScope:
                 if st.call_log is not None:  # mg.profile(): the calls this rank ran
                     st.call_log.append((self.label, self.started_ns, time.time_ns()))
                 user_process_group.end_call()  # a timeout the call's init_process_group set ends with it
+                held_failure.settle()  # the call's exception is gone: frames it let go give their memory back
 
     def report(self, result: dict[str, Any]) -> dict[str, Any]:
         """Add how many collectives this rank entered during the call (names ranks that skipped one) and

@@ -27,6 +27,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine.shards import held_failure
 
 # frames pdb never stops in when stepping: ours and the engine's machinery around the user's code
 SKIP = ["jupyter_mgpu.*", "ipyparallel.*", "ipykernel.*", "IPython.*", "tornado.*", "zmq.*", "asyncio.*", "runpy"]
@@ -261,27 +262,26 @@ def post_mortem(tb: TracebackType | None = None) -> None:
         pass  # q ends a post-mortem, as in IPython's %debug
 
 
-_last: list[TracebackType | None] = [None]
-_let_go: list[str | None] = [None]  # why the last failure's frames were not kept
-
-
-def remember(tb: TracebackType | None, out_of_memory: bool = False) -> None:
+def remember(tb: TracebackType | None, out_of_memory: bool = False) -> int:
     """Keep the traceback of this rank's last failure for post-mortem, as IPython keeps
     ``sys.last_traceback``; an out-of-memory failure's frames are let go, since the memory they hold is
-    what ran out (the next call would fail for it)."""
-    _last[0] = None if out_of_memory else tb
-    _let_go[0] = "it ran out of memory, and its frames were let go to give that memory back" if out_of_memory else None
+    what ran out (the next call would fail for it). Returns the bytes the kept frames hold
+    (``engine/shards/held_failure.py``)."""
+    return held_failure.keep(tb, out_of_memory)
 
 
 def last_traceback() -> TracebackType | None:
-    return _last[0]
+    return held_failure.traceback()
 
 
 def failure_state() -> str:
     """``kept`` (a failure to debug), ``none``, or why the last failure's frames were not kept."""
-    if _last[0] is not None:
-        return "kept"
-    return _let_go[0] or "none"
+    return held_failure.state()
+
+
+def release_failure() -> int:
+    """Let this rank's kept failure go (``%mgpu_debug --release``); the bytes that gave back."""
+    return held_failure.release()
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ Sample keys (plain JSON, read by the kernel and by the server extension):
 state running|collective|idle, since, collective, line, group, key, fp), period, seq,
 resident_bytes, peak_resident_bytes, baseline_resident_bytes, data_bytes, budget_bytes,
 peak_reset`` and on GPU ``allocated_bytes, reserved_bytes, peak_allocated_bytes, free_bytes,
-total_bytes, name`` (+ ``nvml_used_bytes`` where nvidia-ml-py is installed).
+total_bytes, name`` (+ ``nvml_used_bytes`` where nvidia-ml-py is installed); ``failure_held_bytes`` while
+the last failure's frames, kept for ``%mgpu_debug``, hold tensors (``engine/shards/held_failure.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from jupyter_mgpu.engine.records.telemetry import (
     _proc_status,
     reset_peak,
 )
+from jupyter_mgpu.engine.shards import held_failure
 
 if TYPE_CHECKING:
     from jupyter_mgpu.engine.state import EngineState
@@ -87,6 +89,9 @@ def sample(state: EngineState) -> dict[str, Any]:
         "data_bytes": status.get("VmData", 0),
         "budget_bytes": state.budget_bytes,
     }
+    held = held_failure.held_bytes()
+    if held:  # the last failure's frames, kept for %mgpu_debug, hold these tensor bytes
+        out["failure_held_bytes"] = held
     host = getattr(state, "host", None)
     if host:  # a cluster across hosts: every view labels the rank host:kind:index and groups by host
         out["host"] = host

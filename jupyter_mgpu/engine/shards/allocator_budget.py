@@ -23,11 +23,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SOURCE = Path(__file__).with_name("native") / "budget_allocator.cpp"
 BUILD_TIMEOUT = 120.0
 _lib: ctypes.CDLL | None = None
+_RELEASE_FN = ctypes.CFUNCTYPE(None)
+_release_callback: Any = None  # the ctypes callback the shim holds: kept alive as long as the shim may call it
 _settled_reason: str | None = None  # set by settle() when this cluster's engines go without the shim
 STILL_BUILDING = (
     "the allocator shim is still being compiled in the background (first start after installing "
@@ -239,6 +243,8 @@ def load() -> ctypes.CDLL:
         lib.mgpu_budget_install.argtypes = [ctypes.c_int64]
         lib.mgpu_budget_adjust.argtypes = [ctypes.c_int64]
         lib.mgpu_budget_set.argtypes = [ctypes.c_int64]
+        lib.mgpu_budget_on_oom.argtypes = [_RELEASE_FN]
+        lib.mgpu_budget_arm.argtypes = [ctypes.c_int]
         for name in ("mgpu_budget_allocated", "mgpu_budget_peak"):
             getattr(lib, name).restype = ctypes.c_int64
         _lib = lib
@@ -272,6 +278,28 @@ def reset_peak() -> None:
 def adjust(delta: int) -> bool:
     """Charge (``delta`` > 0) or give back bytes held outside the allocator; False if over the budget."""
     return _lib is None or _lib.mgpu_budget_adjust(int(delta)) == 0
+
+
+def on_out_of_memory(release: Callable[[], Any]) -> None:
+    """Have the shim call ``release`` once, and retry, when an allocation would pass the budget while
+    :func:`arm` says something can be given back (``held_failure.py``: the last failure's frames)."""
+    global _release_callback
+
+    def call() -> None:
+        try:
+            release()
+        except BaseException:  # nothing may unwind into the C++ allocator
+            pass
+
+    _release_callback = _RELEASE_FN(call)
+    if _lib is not None:
+        _lib.mgpu_budget_on_oom(_release_callback)
+
+
+def arm(armed: bool) -> None:
+    """Whether the next allocation that would pass the budget calls the release of :func:`on_out_of_memory`."""
+    if _lib is not None:
+        _lib.mgpu_budget_arm(1 if armed else 0)
 
 
 if __name__ == "__main__":  # the background compile (build_in_background), or a build ahead of time by hand

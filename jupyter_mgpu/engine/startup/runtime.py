@@ -61,6 +61,9 @@ def setup(config: dict[str, Any], rank: int) -> EngineState:
 
         st.device = torch.device("cpu")
         st.data_limit = budget.apply(st.budget_bytes)
+    from jupyter_mgpu.engine.shards import held_failure
+
+    held_failure.install(st.device_kind)  # a failure's kept frames let go when an allocation needs them
     rank_state.STATE = st
     from jupyter_mgpu.engine.watch import collective_guard
 

@@ -23,6 +23,12 @@ std::atomic<int64_t> g_budget{-1};
 std::mutex g_lock;
 std::unordered_map<void*, size_t>* g_sizes = new std::unordered_map<void*, size_t>();
 c10::Allocator* g_inner = nullptr;
+// Called once when an allocation would pass the budget while the last failure's frames hold memory
+// (armed by held_failure.py): it lets them go (Python, through ctypes, which takes the GIL), and the
+// allocation is tried again.
+using ReleaseFn = void (*)();
+std::atomic<ReleaseFn> g_release{nullptr};
+std::atomic<int> g_armed{0};
 c10::DeleterFnPtr g_inner_delete = nullptr;
 
 void note_peak(int64_t now) {
@@ -42,12 +48,30 @@ void budget_delete(void* ptr) {
   g_inner_delete(ptr);
 }
 
+// Count n more bytes against the budget; false (nothing counted) when that would pass it.
+bool count(int64_t n, int64_t budget, int64_t* after) {
+  *after = g_allocated.fetch_add(n) + n;
+  if (budget >= 0 && *after > budget && n > 0) {
+    g_allocated -= n;
+    return false;
+  }
+  return true;
+}
+
+// count(), and once more after the last failure's frames were let go, if they held memory.
+bool reserve(int64_t n, int64_t budget, int64_t* after) {
+  if (count(n, budget, after)) return true;
+  ReleaseFn release = g_release.load();
+  if (release == nullptr || g_armed.exchange(0) == 0) return false;
+  release();
+  return count(n, budget, after);
+}
+
 struct BudgetAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     int64_t budget = g_budget.load();
-    int64_t after = g_allocated.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
-    if (budget >= 0 && after > budget && n > 0) {
-      g_allocated -= static_cast<int64_t>(n);
+    int64_t after = 0;
+    if (!reserve(static_cast<int64_t>(n), budget, &after)) {
       TORCH_CHECK_WITH(OutOfMemoryError, false,
           "DefaultCPUAllocator: not enough memory: you tried to allocate ", n,
           " bytes (this CPU virtual device's budget is ", budget, " bytes, ", after - static_cast<int64_t>(n),
@@ -95,15 +119,18 @@ int mgpu_budget_install(int64_t budget) {
   return 0;
 }
 void mgpu_budget_set(int64_t budget) { g_budget = budget; }
+void mgpu_budget_on_oom(ReleaseFn release) { g_release = release; }
+void mgpu_budget_arm(int armed) { g_armed = armed; }
 int64_t mgpu_budget_allocated() { return g_allocated.load(); }
 int64_t mgpu_budget_peak() { return g_peak.load(); }
 void mgpu_budget_reset_peak() { g_peak = g_allocated.load(); }
 int mgpu_budget_adjust(int64_t delta) {
   // bytes held outside the allocator (shard blocks) count too; refused when they would pass the budget
   int64_t budget = g_budget.load();
-  int64_t after = g_allocated.fetch_add(delta) + delta;
-  if (delta > 0 && budget >= 0 && after > budget) { g_allocated -= delta; return -1; }
-  if (delta > 0) note_peak(after);
+  if (delta <= 0) { g_allocated += delta; return 0; }
+  int64_t after = 0;
+  if (!reserve(delta, budget, &after)) return -1;
+  note_peak(after);
   return 0;
 }
 }

@@ -1,0 +1,123 @@
+"""A failed call gives its memory back, on real engines (``engine/shards/held_failure.py``).
+
+The seed's story: a matmul that runs out of memory on one device must leave that device as it was, so the
+same matmul split over two devices passes next. Then a failure whose frames are kept for ``%mgpu_debug``:
+the memory they hold is said (the error, ``mg.memory()``), freed by ``%mgpu_debug --release``, and freed
+by itself when an allocation on that rank needs it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+
+import jupyter_mgpu as mg
+from jupyter_mgpu.errors import DeviceOutOfMemoryError, MgpuError, RankError
+
+pytestmark = pytest.mark.cluster
+
+MiB = 2**20
+N = 4096  # a, b, c of N x N float32: 64 MiB each; two fit in the 160 MiB budget, three do not
+
+
+def single(n: int) -> float:
+    a = torch.randn(n, n)
+    b = torch.randn(n, n)
+    c = torch.mm(a, b)
+    return float(c[0, 0])
+
+
+def allocated() -> int:
+    from jupyter_mgpu.engine.shards import budget
+
+    return budget.allocated()
+
+
+CELL = "def single(n):\n    a = torch.randn(n, n); b = torch.randn(n, n)\n    return torch.mm(a, b)\nsingle(%d)" % N
+SCRIPT = f"import torch\na = torch.randn({N}, {N})\nb = torch.randn({N}, {N})\nc = torch.mm(a, b)\n"
+
+
+def test_a_call_that_runs_out_of_memory_gives_it_back_on_every_path(own_session, tmp_path):
+    script = tmp_path / "single.py"
+    script.write_text(SCRIPT)
+    with own_session(2, mem_per_device="160MiB") as s:
+        paths: dict[str, Any] = {
+            "Session.run, direct channel": lambda: s.run(single, N, targets=[0]),
+            "Session.run, ipyparallel": lambda: s.run(single, N, targets=[0], block=False).get(timeout=60),
+            "%%mgpu cell, direct channel": lambda: s.run_cell(CELL, targets=[0]),
+            "%%mgpu cell, --noblock": lambda: s.run_cell(CELL, targets=[0], block=False).get(timeout=60),
+            "mg.* call": lambda: mg.randn(3 * N, N, placement=mg.Replicate()),
+            "%mgpu_run script": lambda: s.run_script(str(script), targets=[0]),
+        }
+        before = s.run(allocated)
+        for path, call in paths.items():
+            with pytest.raises(DeviceOutOfMemoryError, match="ran out of device memory") as info:
+                call()
+            assert "keeps" not in str(info.value), path  # nothing kept: the frames are what ran out
+            assert s.run(allocated) == before, f"{path}: {s.run(allocated)} bytes held after the failure"
+        A = mg.randn(N, N, placement=mg.Shard(0), seed=0)
+        B = mg.randn(N, N, placement=mg.Shard(1), seed=1)
+        C = mg.matmul(A, B)  # the story's next step: the same matmul over two devices
+        assert torch.allclose(C.gather(), torch.mm(A.gather(), B.gather()), rtol=1e-3, atol=1e-2)
+
+
+def hold_and_fail(nbytes: int) -> None:
+    kept = torch.empty(nbytes, dtype=torch.uint8)  # noqa: F841 - held by the frame %mgpu_debug keeps
+    raise ValueError("a bug after a big allocation")
+
+
+def room() -> int:
+    from jupyter_mgpu.engine import state
+    from jupyter_mgpu.engine.shards import budget
+
+    return budget.room(state.STATE.budget_bytes)
+
+
+def take(nbytes: int) -> int:
+    """Allocate ``nbytes`` (pages untouched: no real memory) and free them; the bytes then allocated."""
+    t = torch.empty(nbytes, dtype=torch.uint8)
+    del t
+    return allocated()
+
+
+def held_now(rank: int) -> int:
+    since = time.time()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        row = mg.memory()[rank]
+        if row["time"] > since:
+            return int(row["failure_held_bytes"])
+        time.sleep(0.05)
+    raise AssertionError(f"no fresh memory sample from rank {rank}")
+
+
+def test_a_kept_failure_s_memory_is_said_released_and_taken_back_when_needed(s2):
+    from ipshell import shell
+
+    before = s2.run(allocated)
+    with pytest.raises(RankError) as info:
+        s2.run(hold_and_fail, 64 * MiB, targets=[1])
+    assert str(info.value).endswith(
+        "; rank 1 keeps 64.0 MiB in the failed call's frames for %mgpu_debug; %mgpu_debug --release frees them"
+    ), str(info.value)
+    assert s2.run(allocated) == [before[0], before[1] + 64 * MiB]
+    assert held_now(1) == 64 * MiB and held_now(0) == 0
+
+    ip = shell()
+    result = ip.run_cell("%mgpu_debug --release")
+    assert result.success, result.error_in_exec
+    assert s2.run(allocated) == before and held_now(1) == 0
+    result = ip.run_cell("%mgpu_debug --release --rank 1")
+    assert result.success
+
+    # kept again; an allocation that fits only without those frames lets them go and succeeds
+    with pytest.raises(RankError, match="keeps 64.0 MiB"):
+        s2.run(hold_and_fail, 64 * MiB, targets=[1])
+    space = s2.run(room, targets=[1])[0]
+    assert s2.run(take, space + 32 * MiB, targets=[1]) == [before[1]]
+    assert held_now(1) == 0
+    with pytest.raises(MgpuError, match="cannot be debugged: its frames were released"):
+        ip.run_cell("%mgpu_debug --rank 1", store_history=False).raise_error()
