@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from ipyparallel.error import RemoteError
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import DeviceOutOfMemoryError, MgpuError, RankError
@@ -51,10 +52,13 @@ def test_a_call_that_runs_out_of_memory_gives_it_back_on_every_path(own_session,
             "%%mgpu cell, --noblock": lambda: s.run_cell(CELL, targets=[0], block=False).get(timeout=60),
             "mg.* call": lambda: mg.randn(3 * N, N, placement=mg.Replicate()),
             "%mgpu_run script": lambda: s.run_script(str(script), targets=[0]),
+            "%px (ipyparallel's execute)": lambda: s.cluster.client[0].execute(CELL, block=True),
         }
         before = s.run(allocated)
         for path, call in paths.items():
-            with pytest.raises(DeviceOutOfMemoryError, match="ran out of device memory") as info:
+            with pytest.raises(
+                (DeviceOutOfMemoryError, RemoteError), match="(out of device|not enough) memory"
+            ) as info:
                 call()
             assert "keeps" not in str(info.value), path  # nothing kept: the frames are what ran out
             assert s.run(allocated) == before, f"{path}: {s.run(allocated)} bytes held after the failure"

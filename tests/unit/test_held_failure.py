@@ -83,8 +83,9 @@ def test_a_caught_error_kept_in_a_frame_holds_its_own_frames_too():
     assert refs[1]() is None and held_failure.held_bytes() == 0
 
 
-def test_an_out_of_memory_failure_lets_its_frames_go_even_from_a_cycle():
-    """IPython's traceback formatting leaves its frames in reference cycles: only the collector frees them."""
+def test_an_out_of_memory_failure_lets_its_frames_go_at_once_whatever_holds_them():
+    """IPython's traceback formatting leaves its frames in reference cycles, and a thread that read the
+    main thread's stack may hold a frame a moment longer: their locals go all the same."""
     refs: list[Any] = []
 
     def ran_out() -> None:
@@ -97,10 +98,8 @@ def test_an_out_of_memory_failure_lets_its_frames_go_even_from_a_cycle():
     gc.disable()  # as when the collector has not run yet
     try:
         tb = _failed(ran_out)
+        another_thread_s = tb.tb_next.tb_frame  # noqa: F841 - as the sampler's where holds one
         assert held_failure.keep(tb, out_of_memory=True) == 0
-        del tb
-        assert refs[0]() is not None  # the cycle still holds it...
-        held_failure.settle()  # ...until the call ends
         assert refs[0]() is None
     finally:
         gc.enable()

@@ -43,9 +43,6 @@ def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, 
         "debug_quit": isinstance(exc, bdb.BdbQuit),  # q at this rank's pdb prompt
         "op": st.current_op if st else None,
     }
-    if not info["debug_quit"] and tb is not None:
-        # kept for %mgpu_debug (not an OOM's frames); the memory they hold is said with the error
-        info["held_bytes"] = rank_debugger.remember(tb, out_of_memory=bool(info["oom"]))
     lowered = message.lower()
     if any(s in lowered for s in ("timed out", "timeout", "connection closed by peer", "connection reset")):
         info["collective_failure"] = True
@@ -53,6 +50,9 @@ def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, 
     # the stop button and a released collective are on the way back to a clean group: Python's quick text
     quick = info["interrupted"] or info.get("collective_failure")
     info["traceback"] = rank_traceback.format_traceback(exc, tb, quick=bool(quick))
+    if not info["debug_quit"] and tb is not None:
+        # kept for %mgpu_debug (not an OOM's frames); the memory they hold is said with the error
+        info["held_bytes"] = rank_debugger.remember(tb, out_of_memory=bool(info["oom"]))
     return info
 
 
@@ -75,6 +75,7 @@ class _CallScope:
                 st.call_seq0 = self.seq0
                 st.call_started = time.time()
                 self.started_ns = time.time_ns()
+                held_failure.settle()  # what a %px failure left in sys.last_* is not this call's memory
             st.call_depth += 1
         return self
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import inspect
 import sys
 import threading
 import types
@@ -39,7 +40,9 @@ _lock = threading.RLock()  # the main thread, and an allocation on any thread th
 _kept: types.TracebackType | None = None
 _held = 0
 _why_not: str | None = None  # why the last failure's frames are not kept (None: nothing failed yet)
-_collect = False  # frames were let go: collect their cycles once the call's exception is gone
+# frames were let go: collect their cycles when the call's exception is gone, and once more when the next
+# call starts (a thread that read the main thread's stack, the sampler's where, may have held one a moment)
+_collect = 0
 
 
 def install(device_kind: str) -> None:
@@ -60,7 +63,8 @@ def keep(tb: types.TracebackType | None, out_of_memory: bool = False) -> int:
         _forget()
         if out_of_memory or tb is None:
             _why_not = OOM_LET_GO if out_of_memory else None
-            _collect = True
+            _clear(tb)
+            _collect = 2
             return 0
         _kept, _why_not = tb, None
         _held = measure(tb)
@@ -103,33 +107,67 @@ def release() -> int:
 
 
 def settle() -> None:
-    """At the end of a call, once its exception is gone: collect the cycles of frames let go during it."""
-    if _collect:
+    """At the end of a call, once its exception is gone: collect the cycles of frames let go during it.
+    The other records of an error go too: IPython keeps them for a failure of ipyparallel's own execute
+    (``%px``), and nothing on a rank reads them (its post-mortem is this module's)."""
+    if _clear_error_records() or _collect:
         _collect_now()
 
 
 def _forget() -> None:
     global _kept, _held, _collect
     if _kept is not None:
-        _collect = True
+        _clear(_kept)
+        _collect = 2
     _kept, _held = None, 0
-    _clear_sys_last()
+    _clear_error_records()
     allocator_budget.arm(False)
+
+
+def _clear(tb: types.TracebackType | None) -> None:
+    """Drop the locals of the finished frames of ``tb`` now: whatever else still refers to a frame (a cycle,
+    a thread that read the main thread's stack a moment ago), its tensors are freed at once.
+
+    ``frame.clear()`` alone is not enough on Python 3.11 (measured here): a frame whose ``f_locals``
+    was read (IPython's traceback formatting reads them) keeps that snapshot of its locals, so the
+    snapshot is emptied too. A module-level frame's ``f_locals`` is its module's namespace: left alone."""
+    for frame in _frames(tb):
+        try:
+            frame.clear()
+        except RuntimeError:  # still executing (the call that reports the failure): left as it is
+            continue
+        if frame.f_code.co_flags & inspect.CO_OPTIMIZED:  # a function's frame: its locals are its own
+            snapshot = frame.f_locals
+            if isinstance(snapshot, dict):
+                snapshot.clear()
 
 
 def _collect_now() -> None:
     global _collect
-    _collect = False
+    _collect = max(0, _collect - 1)
     gc.collect()
     shard_store.trim()
 
 
-def _clear_sys_last() -> None:
-    """Python's own record of the last error (``sys.last_*``, set by an excepthook or by user code) holds
-    the frames too."""
+def _clear_error_records() -> bool:
+    """Let go of the other records of the last error, which hold its frames too: Python's own (``sys.last_*``,
+    set by an excepthook, IPython or user code) and the engine shell's (the last traceback its formatter
+    showed, for ``%debug``, and the error of its last execution); whether there was one."""
+    cleared = False
     for name in ("last_type", "last_value", "last_traceback", "last_exc"):
         if getattr(sys, name, None) is not None:
             setattr(sys, name, None)
+            cleared = True
+    shell = _shell()
+    formatter = getattr(shell, "InteractiveTB", None)
+    if getattr(formatter, "tb", None) is not None:
+        formatter.tb = None  # type: ignore[union-attr]
+        cleared = True
+    error = getattr(getattr(shell, "last_execution_result", None), "error_in_exec", None)
+    while isinstance(error, BaseException) and error.__traceback__ is not None:
+        error.__traceback__ = None  # the shell's last result keeps the error, its frames go
+        error, cleared = (error.__cause__ or error.__context__), True
+    return cleared
 
 
 def _arm() -> None:
@@ -173,14 +211,18 @@ def measure(tb: types.TracebackType | None) -> int:
     return sum(kept.values())
 
 
-def _rank_namespace() -> dict[str, Any]:
-    """The engine shell's namespace, where cells run (``{}`` outside IPython)."""
+def _shell() -> Any:
+    """The engine's IPython shell, or None."""
     try:
         from IPython import get_ipython
-
-        shell = get_ipython()
     except ImportError:
-        return {}
+        return None
+    return get_ipython()
+
+
+def _rank_namespace() -> dict[str, Any]:
+    """The engine shell's namespace, where cells run (``{}`` outside IPython)."""
+    shell = _shell()
     return shell.user_ns if shell is not None else {}
 
 
