@@ -79,6 +79,7 @@ class OutputRelay:
         self._hidden: list[tuple[int, str, Any]] = []  # (rank, "stdout" | "stderr" | "display", what), --show
         self._drawing: dict[tuple[int, str], str] = {}  # lines being redrawn now, by (rank, stream)
         self._drawn: dict[tuple[int, str], list[str]] = {}  # redrawn lines that ended: they stay in the area
+        self._bars: set[tuple[int, str]] = set()  # lines being drawn that were redrawn with \r (progress bars)
         self._live_handle: Any = None
         self._live_text = ""
 
@@ -138,13 +139,17 @@ class OutputRelay:
             lines = (chunk[:-1] if chunk.endswith("\n") else chunk).split("\n")
             stream.lines += len(lines) if final and not chunk.endswith("\n") else chunk.count("\n")
             lines = [visible(line) for line in lines]
-            if (rank, name) in self._drawing and self.live and not self._hides(rank):
+            if (rank, name) in self._bars and self.live and not self._hides(rank):
                 self._drawn.setdefault((rank, name), []).append(lines.pop(0))  # a bar that ended stays put
-            if lines:
+            self._bars.discard((rank, name))
+            if lines:  # a line written in parts (a busy machine flushed it mid-line) shows whole, as a line
                 self._emit(rank, name, "\n".join(lines))
-        tail = visible(text[stream.offset :]) if not final else ""
+        rest = text[stream.offset :] if not final else ""
+        tail = visible(rest)
         if tail and not self._hides(rank):
-            self._drawing[(rank, name)] = tail
+            self._drawing[(rank, name)] = tail  # shown as being written until its newline arrives
+            if "\r" in rest:
+                self._bars.add((rank, name))  # redrawn in place: a progress bar, which stays where it was drawn
         else:
             self._drawing.pop((rank, name), None)
 

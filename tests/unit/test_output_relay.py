@@ -91,6 +91,32 @@ def test_a_progress_bar_redraws_live_per_rank_and_ends_where_it_was_drawn(capsys
     assert shown[-1] == "[rank 0] 100%|##########|\n[rank 1] 100%|##########|"
 
 
+def test_a_line_flushed_in_parts_on_a_busy_machine_shows_whole_and_never_joins_another_rank_s(capsys, monkeypatch):
+    """print() writes the text and its newline apart; under load a flush falls between them."""
+    shown = []
+
+    class Handle:
+        def update(self, bundle, raw=False):
+            shown.append(bundle["text/plain"])
+
+    monkeypatch.setattr(IPython.display, "display", lambda bundle, **kw: shown.append(bundle["text/plain"]) or Handle())
+    relay, md, clock = _relay()
+    md[1]["stdout"] = "1 4 cpu tensor([6., 6.])"
+    md[2]["stdout"] = "2 4 cpu tensor([6., 6.])\n"
+    relay.poll()
+    assert shown[-1] == "[rank 1] 1 4 cpu tensor([6., 6.])"  # being written: in the live area until its newline
+    md[1]["stdout"] += "\n"
+    clock.now += SETTLE_S
+    relay.poll()
+    assert capsys.readouterr().out.splitlines() == [
+        "[rank 1] 1 4 cpu tensor([6., 6.])",
+        "[rank 2] 2 4 cpu tensor([6., 6.])",
+    ]
+    assert shown[-1] == ""  # and gone from the live area once whole
+    relay.flush()
+    assert capsys.readouterr().out == ""
+
+
 def test_show_folds_the_other_ranks_output_into_one_block(capsys, monkeypatch):
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda bundle, raw=False, **kw: shown.append(bundle))
