@@ -1,8 +1,14 @@
-"""Process checks shared by the tests: which pids a cluster has, and waiting until they are gone."""
+"""Process checks shared by the tests: which pids a cluster has, waiting until they are gone, and a
+machine loaded on purpose."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psutil
 
@@ -35,3 +41,20 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@contextmanager
+def busy_machine(per_core: int = 4) -> Iterator[list[int]]:
+    """Keep every core busy (``per_core`` spinning processes each, at the tests' own priority) for the block,
+    as a shared GPU node is: a load average of 8 on this 2-core machine. All of them are gone afterwards."""
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(per_core * (os.cpu_count() or 1))
+    ]
+    try:
+        yield [p.pid for p in spinners]
+    finally:
+        for p in spinners:
+            p.kill()
+        for p in spinners:
+            p.wait(timeout=10)

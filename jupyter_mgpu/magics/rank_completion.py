@@ -5,7 +5,9 @@ The body of a ``%%mgpu`` cell runs on the ranks, so its completions and tooltips
 ``%%mgpu ...`` and a cursor below that line, the body is sent to rank 0 (the first rank of
 ``--targets``, if the line names some) on its completion socket (``engine/execution/completion_server.py``,
 answered from a thread while the rank runs a cell), and the reply's positions are moved back into the
-cell. Within :data:`BUDGET` seconds or not at all: without a session, with a dead or stuck rank, with
+cell. Within :data:`BUDGET` seconds, or :data:`LOADED_BUDGET` while the rank is seen running (a loaded
+machine answers slower, and the kernel's own answer would be wrong), or not at all: without a session,
+with a dead, stopped or stuck rank, with
 ranks on another host (their sockets are not mirrored here), or on any error, the kernel's own answer
 is given, as in every other cell.
 """
@@ -14,17 +16,23 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
+import select
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from jupyter_mgpu.engine.execution import completion_server
 from jupyter_mgpu.engine.execution.direct_channel import recv_frames, send_frames
+from jupyter_mgpu.engine.records.telemetry import TELEMETRY_DIR
 from jupyter_mgpu.engine.wire import unix_socket
 
 BUDGET = 0.2  # seconds a Tab may wait for a rank, connecting included
+LOADED_BUDGET = 3.0  # seconds it may wait while the rank is seen running (its telemetry moves): a loaded machine
+STALE_S = 0.6  # a rank whose telemetry record is older than this is not seen running (stopped, hung, gone)
 _TARGETS = re.compile(r"(?:--targets|-t)(?:[ \t]+|=)(\S+)")
 
 
@@ -61,16 +69,24 @@ class RankAsker:
     def __init__(self) -> None:
         self.socks: dict[Path, socket.socket] = {}
 
-    def ask(self, path: Path, request: dict[str, Any], timeout: float) -> dict[str, Any] | None:
-        """The rank's reply to ``request`` within ``timeout`` seconds, or None."""
-        deadline = time.monotonic() + timeout
+    def ask(
+        self, path: Path, request: dict[str, Any], timeout: float, alive: Callable[[], bool] | None = None
+    ) -> dict[str, Any] | None:
+        """The rank's reply to ``request`` within ``timeout`` seconds, or None; past ``timeout``, as long
+        as ``alive()`` says the rank still runs (a loaded machine: slower, not gone), up to :data:`LOADED_BUDGET`."""
+        start = time.monotonic()
+        deadline = start + timeout
         for attempt in (0, 1):  # a cached connection the rank closed (a restarted engine): reconnect once
             fresh = path not in self.socks
             try:
                 sock = self._sock(path, timeout)
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 send_frames(sock, [json.dumps(request).encode()])
-                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                while not select.select([sock], [], [], max(deadline - time.monotonic(), 0))[0]:
+                    if alive is None or time.monotonic() - start >= LOADED_BUDGET or not alive():
+                        raise TimeoutError("no answer from the rank")
+                    deadline = min(start + LOADED_BUDGET, time.monotonic() + 0.1)
+                sock.settimeout(max(start + LOADED_BUDGET - time.monotonic(), 0.001))
                 return dict(json.loads(bytes(recv_frames(sock)[0])))
             except (OSError, EOFError, ValueError) as exc:
                 self.forget(path)  # a late reply must never answer the next request
@@ -119,9 +135,10 @@ def rank_reply(
         return None
     offset, line = body
     pos = len(code) if cursor_pos is None else cursor_pos
-    path = completion_server.socket_path(session.runtime_dir, first_target(line, session.world_size))
+    rank = first_target(line, session.world_size)
+    path = completion_server.socket_path(session.runtime_dir, rank)
     request = {"op": op, "code": code[offset:], "cursor_pos": pos - offset, **extra}
-    reply = _ASKER.ask(path, request, timeout)
+    reply = _ASKER.ask(path, request, timeout, alive=lambda: _seen_running(session.runtime_dir, rank))
     if reply is None or reply.get("status") != "ok":
         return None
     if op == "complete":
@@ -131,6 +148,15 @@ def rank_reply(
             kind["start"] += offset
             kind["end"] += offset
     return reply
+
+
+def _seen_running(rundir: Any, rank: int) -> bool:
+    """Whether ``rank``'s sampler wrote its telemetry record lately: the engine runs, however slowly."""
+    try:
+        age = time.time() - os.stat(Path(rundir) / TELEMETRY_DIR / f"rank{rank}.json").st_mtime
+    except OSError:
+        return False
+    return age < STALE_S
 
 
 async def _own(answer: Any) -> Any:
