@@ -60,7 +60,8 @@ class CellMagics(Magics):
         if not args.block:
             if args.profile:
                 raise UsageError("--profile waits for the cell: leave out --noblock")
-            return s.run_cell(cell, targets=ranks, block=False, stream=args.stream, lent=lent)
+            # rich: .get() gives the ranks' values themselves, as a blocking cell's _ does, not their reprs
+            return s.run_cell(cell, targets=ranks, block=False, stream=args.stream, lent=lent, rich=True, show=show)
         panel = rank_debugging.panel  # JupyterLab's debugger panel: its gutter breakpoints stop the ranks
         breaks = panel.cell_breaks(cell) if panel is not None else None
         try:

@@ -19,6 +19,7 @@ from jupyter_mgpu.engine.execution import calls
 from jupyter_mgpu.engine.execution.shipped_function import ship
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 from jupyter_mgpu.session import call_paths, call_wait, rank_status, scripts
+from jupyter_mgpu.session.cell_values import RankValues
 from jupyter_mgpu.session.direct_channel import DirectChannel
 from jupyter_mgpu.session.hang_watch import HangWatch
 from jupyter_mgpu.session.output_relay import OutputRelay
@@ -224,7 +225,8 @@ class Session:
         ar = self._submit(calls.run_cell, args, ranks)
         relay = OutputRelay(ar, ranks, prefix=True, show=show) if stream else None
         if not block:
-            return PendingResult(self, ar, ranks, "%%mgpu cell", relay)
+            finish = (lambda reports: RankValues(ranks, reports, show)) if rich else None
+            return PendingResult(self, ar, ranks, "%%mgpu cell", relay, finish)
         return self._collect(ar, ranks, "%%mgpu cell", timeout, relay)
 
     def _collect(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jupyter_mgpu.errors import rank_list
@@ -12,17 +13,29 @@ if TYPE_CHECKING:
 
 
 class PendingResult:
-    """The result of a non-blocking run: ``.ready()``, ``.get(timeout=None)`` (one value per rank)."""
+    """The result of a non-blocking run: ``.ready()``, ``.get(timeout=None)`` (one value per rank).
+    ``finish`` turns the ranks' reports into what ``get`` returns (a cell's: the values themselves, as a
+    blocking cell's ``_`` holds them, not their reprs)."""
 
-    def __init__(self, session: Session, ar: Any, ranks: list[int], label: str, relay: OutputRelay | None):
+    def __init__(
+        self,
+        session: Session,
+        ar: Any,
+        ranks: list[int],
+        label: str,
+        relay: OutputRelay | None,
+        finish: Callable[[list[Any]], list[Any]] | None = None,
+    ):
         self.session, self.ar, self.ranks, self.label, self.relay = session, ar, ranks, label, relay
+        self.finish = finish
 
     def ready(self) -> bool:
         done: bool = self.ar.ready()
         return done
 
     def get(self, timeout: float | None = None) -> list[Any]:
-        return self.session._collect(self.ar, self.ranks, self.label, timeout, self.relay)
+        reports = self.session._collect(self.ar, self.ranks, self.label, timeout, self.relay)
+        return self.finish(reports) if self.finish is not None else reports
 
     def __repr__(self) -> str:
         return f"<PendingResult {self.label} on {rank_list(self.ranks)}: {'ready' if self.ready() else 'running'}>"

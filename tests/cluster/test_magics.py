@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from ipshell import shell
 from processes import cluster_pids, wait_gone
 
@@ -51,7 +52,24 @@ def test_magics_tour(ip, no_session, capsys):
 
     r = run(ip, "%%mgpu --noblock\nimport time; time.sleep(0.2); rank")
     assert r.success
-    assert r.result.get() == ["0", "1"]
+    assert r.result.get() == [0, 1]  # the values, as a blocking cell's _ holds them, not their reprs
+    # every kind of value keeps its type, blocking or not, on every rank or some
+    cell = "class Point:\n    def __init__(self, x):\n        self.x = x\n{}"
+    for last, check in [
+        ("13.75 + rank", lambda v, r: type(v) is float and v == 13.75 + r),
+        ("None", lambda v, r: v is None),
+        ("torch.full((2,), rank)", lambda v, r: isinstance(v, torch.Tensor) and v.tolist() == [r, r]),
+        ("Point(rank)", lambda v, r: type(v).__name__ == "Point" and v.x == r),
+    ]:
+        for line in ("%%mgpu", "%%mgpu --noblock", "%%mgpu --targets 1", "%%mgpu --noblock --targets 1"):
+            r = run(ip, f"{line}\n" + cell.format(last))
+            assert r.success, r.error_in_exec
+            values = r.result.get() if "--noblock" in line else r.result
+            ranks = [1] if "--targets" in line else [0, 1]
+            if values is None and last == "None" and "--noblock" not in line:
+                continue  # a blocking cell whose value is None shows nothing, as a plain cell
+            assert len(values) == len(ranks) and all(check(v, k) for v, k in zip(values, ranks)), (line, values)
+    assert run(ip, "%%mgpu\nsum([1, 2])").result == [3, 3]
 
     r = run(ip, "table = %mgpu_status")
     table = ip.user_ns["table"]
