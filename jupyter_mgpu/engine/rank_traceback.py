@@ -87,10 +87,11 @@ def _same_file(a: str, b: str | None) -> bool:
 
 
 def place(f: dict[str, Any]) -> str:
-    """``line 3 of the cell: x = 1/0`` or ``line 7 of check() in helper.py: raise ValueError(...)``, for a
+    """``line 3 of the cell: x = 1/0``, ``line 4 of the cell, in average(): ...`` (a function the cell
+    defines: the line is still the cell's) or ``line 7 of check() in helper.py: raise ValueError(...)``, for a
     frame as :func:`user_frames` gives it (``code`` optional)."""
     if f["file"] in ("<cell>",) or CELL_FILE.fullmatch(f["file"]):
-        where = "the cell" if f["name"] in ("<module>", "<cell>") else f"{f['name']}() in the cell"
+        where = "the cell" if f["name"] in ("<module>", "<cell>") else f"the cell, in {f['name']}()"
     elif f["name"] == "<module>":
         where = f["file"]
     else:

@@ -16,6 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
 from jupyter_mgpu.magics.auto_mode import AUTO, set_auto
+from jupyter_mgpu.magics.debug_panel import body_first_line, running_cell
 from jupyter_mgpu.session import cell_names, rank_debugging
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.session.cell_values import RankValues
@@ -57,17 +58,28 @@ class CellMagics(Magics):
             raise UsageError(f"--show {args.show} names none of the ranks the cell runs on ({args.targets or 'all'})")
         bound = bind_handles(self._user_ns, cell, s)
         lent = cell_names.lent_values(s, TransformerManager().transform_cell(cell), self._user_ns, ranks, bound)
+        first = body_first_line(running_cell(getattr(self.shell, "kernel", None)))  # the editor's line numbers
         if not args.block:
             if args.profile:
                 raise UsageError("--profile waits for the cell: leave out --noblock")
             # rich: .get() gives the ranks' values themselves, as a blocking cell's _ does, not their reprs
-            return s.run_cell(cell, targets=ranks, block=False, stream=args.stream, lent=lent, rich=True, show=show)
+            return s.run_cell(
+                cell, targets=ranks, block=False, stream=args.stream, lent=lent, rich=True, show=show, first_line=first
+            )
         panel = rank_debugging.panel  # JupyterLab's debugger panel: its gutter breakpoints stop the ranks
         breaks = panel.cell_breaks(cell) if panel is not None else None
         try:
             with self._profiled(args.profile):  # lines live, and they stay where they were shown
                 reports = s.run_cell(
-                    cell, targets=ranks, block=True, stream=True, lent=lent, rich=True, show=show, breaks=breaks or None
+                    cell,
+                    targets=ranks,
+                    block=True,
+                    stream=True,
+                    lent=lent,
+                    rich=True,
+                    show=show,
+                    breaks=breaks or None,
+                    first_line=first,
                 )
         finally:
             if breaks:

@@ -32,6 +32,28 @@ STEP_WAIT_S = 1.0  # a rank that stepped and has not stopped again by then: the 
 CELL_FILES = "<mgpu-cell-"
 
 
+def running_cell(kernel: Any) -> str | None:
+    """The source of the cell the kernel runs now, as the front end sent it (None outside a kernel)."""
+    if kernel is None:
+        return None
+    try:
+        parent = kernel.get_parent("shell")
+    except TypeError:  # an ipykernel whose get_parent takes no channel
+        parent = kernel.get_parent()
+    code = (parent or {}).get("content", {}).get("code")
+    return code if isinstance(code, str) else None
+
+
+def body_first_line(raw: str | None) -> int:
+    """The editor's number of a ``%%mgpu`` cell's first body line: the line after the magic's, so 2 when the
+    magic is the cell's first line (``raw`` None: the cell is not known, assume so); 1 for a cell with no
+    ``%%mgpu`` line (``%mgpu_auto`` runs a whole code cell on the ranks)."""
+    if raw is None:
+        return 2
+    head = next((i for i, line in enumerate(raw.splitlines()) if line.lstrip().startswith("%%mgpu")), None)
+    return 1 if head is None else head + 2
+
+
 def _reply(request: dict[str, Any], body: dict[str, Any] | None = None, message: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "seq": request.get("seq", 0),
@@ -54,7 +76,7 @@ class PanelBridge:
         self.debugger = kernel.debugger
         self.original = self.debugger.process_request
         self.breaks: dict[str, list[int]] = {}  # source path -> lines with a breakpoint (the panel's)
-        self.cell: dict[str, Any] | None = None  # the %%mgpu cell running with breakpoints: path, offset
+        self.cell: dict[str, Any] | None = None  # the %%mgpu cell running with breakpoints: its path
         self.session: Any = None
         self.stopped: list[int] = []  # ranks stopped at a breakpoint, in the order they stopped
         self.shown: int | None = None  # the rank the panel shows (JupyterLab shows one thread's stack)
@@ -66,7 +88,7 @@ class PanelBridge:
         return bool(getattr(self.debugger, "is_started", False))
 
     def cell_breaks(self, body: str) -> list[int] | None:
-        """The lines of the running cell's body (the rank's numbering) with a breakpoint in the panel; None
+        """The lines of the running cell's body (the editor's numbers, the ranks' too) with a breakpoint; None
         when the panel is off. Remembers the cell, so the ranks' frames point back into it."""
         if not self.started():
             return None
@@ -74,19 +96,14 @@ class PanelBridge:
 
         get_file_name: Callable[[str], Any] = compiler.get_file_name  # the path ipykernel gives a cell
 
-        try:
-            parent = self.kernel.get_parent("shell")
-        except TypeError:  # an ipykernel whose get_parent takes no channel
-            parent = self.kernel.get_parent()
-        raw = (parent or {}).get("content", {}).get("code", "")
-        lines = raw.splitlines()
-        head = next((i for i, line in enumerate(lines) if line.lstrip().startswith("%%mgpu")), None)
-        if head is None:
+        raw = running_cell(self.kernel) or ""
+        first = body_first_line(raw)
+        if first == 1:  # no %%mgpu line
             return None
         path = str(get_file_name(raw))
-        offset = head + 1  # line L of the body is line L + offset of the cell
-        lines = sorted(line - offset for line in self.breaks.get(path, []) if line > offset)
-        self.cell = {"path": path, "offset": offset} if lines else None
+        # the ranks number the cell's lines as the editor does (body_first_line): the panel's lines as they are
+        lines = sorted(line for line in self.breaks.get(path, []) if line >= first)
+        self.cell = {"path": path} if lines else None
         self.stopped, self.shown, self.reannounce_at = [], None, None
         return lines
 
@@ -196,7 +213,7 @@ class PanelBridge:
         for f in self._ask(rank, "debug-frames").get("frames", []):
             path, line = f["file"], int(f["line"])
             if path.startswith(CELL_FILES) and cell:
-                path, line = cell["path"], line + int(cell["offset"])
+                path = cell["path"]
             out.append(
                 {
                     "id": FRAMES + rank * SPAN + int(f["index"]),

@@ -111,18 +111,21 @@ def _span(chunk: str, state: dict[str, Any]) -> str:
 
 
 def ansi_tracebacks(err: RankError) -> dict[int, str]:
-    """Each failed rank's traceback with its colours (what the rank formatted)."""
-    return {r: e["traceback"] for r, e in sorted(err.errors.items()) if isinstance(e, dict) and e.get("traceback")}
+    """Each failed rank's traceback with its colours (what the rank formatted): the ranks that failed on
+    their own first, then those released from a collective they waited in for them, each in rank order."""
+    texts = {r: e for r, e in sorted(err.errors.items()) if isinstance(e, dict) and e.get("traceback")}
+    order = sorted(texts, key=lambda r: (bool(texts[r].get("collective_failure")), r))
+    return {r: texts[r]["traceback"] for r in order}
 
 
 PEER = re.compile(r"\[[0-9A-Fa-f.:]+\]:\d+")  # gloo names the peer's address: ranks released together differ only there
 
 
 def grouped(tracebacks: dict[int, str]) -> list[tuple[list[int], str]]:
-    """Ranks with the same traceback together (peer addresses aside), in rank order of each group's
-    first rank, each shown with its first rank's text."""
+    """Ranks with the same traceback together (peer addresses aside), in the order of each group's first
+    rank in ``tracebacks``, each shown with its first rank's text."""
     groups: dict[str, tuple[list[int], str]] = {}
-    for r, text in sorted(tracebacks.items()):
+    for r, text in tracebacks.items():
         groups.setdefault(PEER.sub("[peer]", text), ([], text))[0].append(r)
     return list(groups.values())
 

@@ -212,13 +212,15 @@ class Session:
         rich: bool = False,
         show: list[int] | None = None,
         breaks: list[int] | None = None,
+        first_line: int = 1,
     ) -> Any:
         """Run notebook cell source on the ranks (what ``%%mgpu`` does); the reprs of its last value (with
         ``rich``, what ``engine/execution/cell_value.py`` describes). ``lent``: notebook values (``cell_names``);
         ``show``: the ranks whose output shows (the others' a click away); ``breaks``: lines of ``code``
-        where the ranks stop for JupyterLab's debugger panel (``magics/debug_panel.py``)."""
+        where the ranks stop for JupyterLab's debugger panel (``magics/debug_panel.py``); ``first_line``: the
+        editor's number of ``code``'s first line (2 under a ``%%mgpu`` line), which every message uses."""
         ranks = parse_targets(targets, self.world_size)
-        args = (code, None, lent, rich, breaks)
+        args = (code, None, lent, rich, breaks, first_line)
         if block and self.alive and self.cell_channel == "direct" and self._direct_ok(ranks):
             shows = (lambda streamed: OutputRelay(streamed, ranks, prefix=True, show=show)) if stream else None
             return call_paths.run_direct(self, calls.run_cell, args, ranks, "%%mgpu cell", timeout, shows)

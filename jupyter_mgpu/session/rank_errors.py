@@ -34,8 +34,9 @@ def _where(info: dict[str, Any]) -> str:
         return ""
     deepest = frames[-1]
     text = f" at {place(deepest)}"
-    if not deepest.get("entry"):
-        callers = [f for f in frames if f.get("entry")]
+    in_a_function = deepest.get("name") not in ("<module>", "<cell>")
+    if not deepest.get("entry") or in_a_function:  # a helper, or a function of the cell: the line that called it
+        callers = [f for f in frames[:-1] if f.get("entry")]
         if callers:
             text += f", called from {place(callers[-1])}"
     return text

@@ -132,14 +132,15 @@ def test_a_failure_shows_one_line_and_the_failed_ranks_traceback_folded_under_it
     line = s["outputs"]["items"][0]["text"].strip()
     assert (
         line
-        == "RankError: ValueError on rank 1: bad 1 at line 3 of check() in the cell: raise ValueError(f'bad {x}') (rank 0 succeeded)"
+        == "RankError: ValueError on rank 1: bad 1 at line 4 of the cell, in check(): raise ValueError(f'bad {x}'), "
+        "called from line 6 of the cell: check(rank) (rank 0 succeeded)"  # the gutter's numbers, %%mgpu is line 1
     ), line
     assert s["details"] == {"summary": "Traceback on rank 1", "open": False, "bodyVisible": False}
     opened = s["opened"]
     assert opened["open"] is True and opened["bodyVisible"] is True
     assert (
-        "Cell %%mgpu, line 5" in opened["body"]
-        and "Cell %%mgpu, line 3" in opened["body"]
+        "Cell %%mgpu, line 6" in opened["body"]
+        and "Cell %%mgpu, line 4" in opened["body"]
         and "ValueError: bad 1" in opened["body"]
     ), opened["body"]
     assert "runpy" not in opened["body"] and "jupyter_mgpu" not in opened["body"]

@@ -28,7 +28,7 @@ def steps(lab):
 def test_a_live_status_line_says_who_runs_and_who_waits(steps):
     s = steps["slow"]
     assert s["status"] is not None, s
-    assert s["status"].startswith("mgpu: rank 0 running line 3 of the cell for "), s["status"]
+    assert s["status"].startswith("mgpu: rank 0 running line 4 of the cell for "), s["status"]
     assert "rank 1 waiting in barrier #" in s["status"], s["status"]
     assert 9000 <= s["statusAfter"] <= 14000, s["statusAfter"]
 
@@ -36,7 +36,7 @@ def test_a_live_status_line_says_who_runs_and_who_waits(steps):
 def test_the_sidebar_shows_each_ranks_activity(steps):
     rows = {r["rank"]: r for r in steps["slow"]["rows"]}
     assert rows[1]["activity"].startswith("waiting in barrier #"), rows
-    assert rows[0]["activity"].startswith("running line 3 of the cell for "), rows
+    assert rows[0]["activity"].startswith("running line 4 of the cell for "), rows
     assert rows[1]["label"].startswith("rank 1 · cpu:1 · pid ") and rows[1]["shown"] == rows[1]["activity"], rows
 
 

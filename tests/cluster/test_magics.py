@@ -94,7 +94,7 @@ def test_errors_are_one_line_without_traceback(ip, no_session, capsys):
     assert not r.success
     captured = capsys.readouterr()
     text = captured.out + captured.err
-    assert "RankError: ValueError on rank 1: bad value at line 2 of the cell" in text
+    assert "RankError: ValueError on rank 1: bad value at line 3 of the cell" in text  # %%mgpu is line 1
     assert "Traceback" not in text and "site-packages" not in text
 
 

@@ -88,7 +88,7 @@ def test_q_ends_the_cell_in_one_sentence_and_the_session_goes_on(kernel):
     reply, prompts, out = debug(kernel, "%%mgpu\nstate = 'before'\nbreakpoint()\nstate = 'after'\n", answers)
     assert reply["status"] == "error" and reply["ename"] == "RankError"
     first = int(prompts[0].split()[2].rstrip(")"))  # the rank served first got the q
-    assert f"debugging ended with q on rank {first} at line 3 of the cell: state = 'after'" in reply["evalue"]
+    assert f"debugging ended with q on rank {first} at line 4 of the cell: state = 'after'" in reply["evalue"]
     assert "did not run there" in reply["evalue"]
     reply, _, out = debug(kernel, "%%mgpu\nstate", [])
     assert reply["status"] == "ok"
@@ -241,3 +241,17 @@ def test_an_out_of_memory_failure_is_not_kept_for_post_mortem(kernel):
     reply, prompts, out = debug(kernel, "%mgpu_debug --rank 0", [])
     assert reply["status"] == "error" and prompts == []
     assert "rank 0's last failure cannot be debugged: it ran out of memory" in reply["evalue"]
+
+
+def test_the_prompt_the_error_and_where_use_the_gutters_line_numbers(kernel):
+    """One numbering, the editor's: ``%%mgpu`` is line 1 of the cell, as JupyterLab's gutter counts it."""
+    cell = "%%mgpu --targets 0\nx = 1\nbreakpoint()\ny = x + 1\n1 / 0"  # gutter: breakpoint() 3, y = 4, 1 / 0 5
+    reply, prompts, out = debug(kernel, cell, ["w", "c"])
+    assert prompts == ["(Pdb rank 0) "] * 2
+    assert ">(4)<module>()" in out and "-> y = x + 1" in out, out  # pdb's where: the frame at gutter line 4
+    assert reply["status"] == "error" and "at line 5 of the cell: 1 / 0" in reply["evalue"], reply["evalue"]
+    _, out = kernel.execute("%%mgpu --noblock --targets 0\nimport time\ntime.sleep(2.5)")
+    time.sleep(1)
+    _, where = kernel.execute("import jupyter_mgpu as _mg\nprint(_mg.where()[0]['line'])")
+    assert where.startswith("line 3 of the cell"), where  # time.sleep(2.5) sits on gutter line 3
+    kernel.execute("_.get()")

@@ -44,10 +44,10 @@ def test_a_cell_failing_on_one_rank_shows_one_line_then_that_ranks_traceback_fol
     error = next(c for kind, c in got if kind == "error")
     assert len(error["traceback"]) == 1
     assert "ValueError on rank 1: bad 1 at line 3 of check() in " in error["traceback"][0]
-    assert "called from line 4 of the cell: checks.check(rank)" in error["traceback"][0]
+    assert "called from line 5 of the cell: checks.check(rank)" in error["traceback"][0]  # the gutter's line
     html = next(c for kind, c in got if kind == "display_data")["data"]["text/html"]
     assert html.count("<details") == 1 and "Traceback on rank 1</summary>" in html
-    assert "%%mgpu, line 4" in html  # the cell's frame, named as IPython names a notebook cell's
+    assert "%%mgpu, line 5" in html  # the cell's frame, named as IPython names a notebook cell's
     assert "checks.py" in html and "<span style=" in html  # coloured as IPython colours a traceback
     assert "runpy" not in html and "jupyter_mgpu" not in html
 

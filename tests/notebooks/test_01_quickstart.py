@@ -23,21 +23,21 @@ def test_quickstart_notebook_runs_and_shows_what_it_says(run):
     assert "Out[rank 3]: 48.0" in text["%%mgpu\nx.sum()"]
     assert "rank" in text["%mgpu_status"] and "cpu:3" in text["%mgpu_status"]
     assert "[499999500000.0, 499999500000.0, 499999500000.0, 499999500000.0]" in text["import jupyter_mgpu as mg"]
-    assert "RankError: IndexError on rank 2: list index out of range at line 3 of the cell" in text["%%mgpu\nvalues"]
+    assert "RankError: IndexError on rank 2: list index out of range at line 4 of the cell" in text["%%mgpu\nvalues"]
     stuck = text["%%mgpu\nif rank != 3"]
-    assert "CollectiveHangError: the ranks are stuck: ranks 0, 1, 2 wait in all_reduce float32[1] at line 2 of the cell" in stuck
+    assert "CollectiveHangError: the ranks are stuck: ranks 0, 1, 2 wait in all_reduce float32[1] at line 3 of the cell" in stuck
     assert "rank 3 finished the cell without calling it" in stuck
     mismatch = text["%%mgpu\nx = torch.ones(4 if rank < 2 else 8)"]
     assert "CollectiveMismatchError: the ranks called different collectives at #" in mismatch
-    assert "ranks 0, 1: all_reduce float32[4] at line 2 of the cell; ranks 2, 3: all_reduce float32[8] at line 2" in mismatch
+    assert "ranks 0, 1: all_reduce float32[4] at line 3 of the cell; ranks 2, 3: all_reduce float32[8] at line 3" in mismatch
     assert "Out[ranks 0–3]: tensor([4.])" in text["%%mgpu\ny = torch.ones(1)"]  # the same on every rank: once
     assert "rank 1 ran out of device memory (budget 512.0 MiB) while allocating 1.0 GiB" in text["%%mgpu\nif rank == 1"]
     # the boundary: one device and the hand split fail with the budget error, mg.matmul fits and is right
     assert (
-        "rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 3 of the cell: c = a @ b"
+        "rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 4 of the cell: c = a @ b"
     ) in text["%%mgpu --targets 0"]
     assert (
-        "rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 8 of the cell: "
+        "rank 0 ran out of device memory (budget 96.0 MiB) while allocating 36.0 MiB at line 9 of the cell: "
         "C = torch.cat"
     ) in text["%%mgpu\na = b = None"]
     assert "matmul report: ring" in text["A = mg.randn(3072"]

@@ -58,20 +58,22 @@ def _stopped(b: PanelBridge) -> list[int]:
     return [e["body"]["threadId"] - THREADS for e in b.debugger.events if e["event"] == "stopped"]
 
 
-def test_the_cells_breakpoints_go_to_the_ranks_in_the_bodys_numbering(bridge):
+def test_the_cells_breakpoints_go_to_the_ranks_in_the_editors_numbering(bridge):
     from ipykernel.compiler import get_file_name
 
     path = str(get_file_name(CODE))
     _request(bridge, "setBreakpoints", source={"path": path}, breakpoints=[{"line": 1}, {"line": 3}])
     assert bridge.debugger.forwarded == ["setBreakpoints"]  # the kernel's debugger keeps its own list
-    assert bridge.cell_breaks("x = rank\ny = x + 1\ny") == [2]  # line 1 is %%mgpu itself
-    assert bridge.cell == {"path": path, "offset": 1}
+    assert bridge.cell_breaks("x = rank\ny = x + 1\ny") == [
+        3
+    ]  # line 1 is %%mgpu itself; the ranks number as the editor
+    assert bridge.cell == {"path": path}
     bridge.debugger.is_started = False
     assert bridge.cell_breaks("x = rank") is None
 
 
 def test_one_rank_is_shown_at_a_time_and_continue_shows_the_next(bridge, monkeypatch):
-    bridge.cell = {"path": "/tmp/cell.py", "offset": 1}
+    bridge.cell = {"path": "/tmp/cell.py"}
     bridge.rank_stopped(bridge.session, 0, {})
     bridge.rank_stopped(bridge.session, 1, {})
     assert _stopped(bridge) == [0] and bridge.stopped == [0, 1]  # rank 1 waits its turn
@@ -87,7 +89,7 @@ def test_one_rank_is_shown_at_a_time_and_continue_shows_the_next(bridge, monkeyp
 
 
 def test_next_keeps_the_rank_shown_and_a_rank_thread_is_answered_here(bridge):
-    bridge.cell = {"path": "/tmp/cell.py", "offset": 1}
+    bridge.cell = {"path": "/tmp/cell.py"}
     bridge.rank_stopped(bridge.session, 1, {})
     assert _request(bridge, "next", threadId=THREADS + 1)["success"]
     assert '"line": "n"' in bridge.sent[-1][2]
@@ -100,7 +102,7 @@ def test_next_keeps_the_rank_shown_and_a_rank_thread_is_answered_here(bridge):
 
 def test_the_kernels_own_requests_go_to_its_debugger(bridge):
     bridge.debugger.stopped_threads = {1}
-    bridge.cell = {"path": "/tmp/cell.py", "offset": 1}
+    bridge.cell = {"path": "/tmp/cell.py"}
     bridge.shown = 0
     _request(bridge, "continue", threadId=1)  # the kernel's own thread is stopped: its continue
     _request(bridge, "stackTrace", threadId=1)

@@ -93,9 +93,9 @@ def test_the_one_line_names_the_deepest_frame_and_the_entry_line_that_called_it(
     cell = {"file": "<cell>", "line": 2, "name": "<module>", "code": "check(rank)", "entry": True}
     in_cell = {"file": "<cell>", "line": 5, "name": "f", "code": "1 / 0", "entry": True}
     assert str(build_error({0: _failure([cell, helper])})).endswith("called from line 2 of the cell: check(rank)")
-    assert (
+    assert (  # a function of the cell: its line is the cell's, and the line that called it is named too
         str(build_error({0: _failure([cell, in_cell])}))
-        == "ValueError on rank 0: bad 1 at line 5 of f() in the cell: 1 / 0"
+        == "ValueError on rank 0: bad 1 at line 5 of the cell, in f(): 1 / 0, called from line 2 of the cell: check(rank)"
     )
     assert str(build_error({0: _failure([top])})) == "ValueError on rank 0: bad 1 at line 20 of train.py: main()"
 
@@ -110,6 +110,11 @@ def test_tracebacks_are_plain_text_per_rank_and_folded_per_group_of_equal_ones()
     assert html is not None
     assert html.count("<details") == 2 and "Traceback on ranks 0, 1</summary>" in html
     assert "Traceback on rank 3</summary>" in html and '<span style="color:#e75c58">tb</span>' in html
+    # the rank that failed on its own comes first, then those released from a collective waiting for it
+    released = {**_failure([]), "traceback": "released", "collective_failure": True}
+    err = RankError("x", [0, 1, 2], {0: released, 1: released, 2: {**_failure([]), "traceback": "own"}})
+    html = details_html(err) or ""
+    assert html.index("Traceback on rank 2<") < html.index("Traceback on ranks 0, 1<")
     assert details_html(RankError("x", [0], {0: {"ok": False}})) is None
 
 

@@ -143,13 +143,16 @@ def run_cell(
     lent: dict[str, bytes] | None = None,
     rich: bool = False,
     breaks: list[int] | None = None,
+    first_line: int = 1,
 ) -> dict[str, Any]:
     """Run ``%%mgpu`` cell source in this engine's user namespace, IPython syntax allowed.
 
     The value of a final expression is returned as its repr (like ``Out[]``), or with ``rich`` as
     :func:`cell_value.describe` says it; ``None`` when there is none. ``lent``: the notebook's values
     (pickled) of names the cell reads and this rank lacks, in the namespace while the cell runs.
-    ``breaks``: lines of the cell with a breakpoint of JupyterLab's debugger panel.
+    ``first_line``: the editor's number of the code's first line (2 under a ``%%mgpu`` line), so that every
+    traceback, ``where``, status line and pdb prompt names the line the editor's gutter shows.
+    ``breaks``: lines (the editor's numbers) with a breakpoint of JupyterLab's debugger panel.
     """
     global _cell_counter
     _cell_counter += 1
@@ -164,6 +167,7 @@ def run_cell(
     if user_ns is None:
         user_ns = shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
     source = _transformed(shell, code) if shell is not None else code
+    source = "\n" * (max(1, first_line) - 1) + source  # the magic line above: the editor's numbering
     lines = source.splitlines(keepends=True)
     linecache.cache[filename] = (len(source), None, lines, filename)
     with _CallScope("%%mgpu cell") as scope:
