@@ -106,24 +106,38 @@ def test_ranks_calling_different_collectives_are_named_at_once(default_sessions,
     assert "rank 0" in msg and ("rank 1" in msg or "ranks 1" in msg), msg
 
 
+def _group_timeout() -> float:
+    import torch
+    from torch.distributed import distributed_c10d as c10d
+
+    return float(c10d._get_default_group()._get_backend(torch.device("cpu")).options._timeout.total_seconds())
+
+
 def test_long_work_on_one_rank_before_a_barrier_is_busy_not_hung(default_sessions):
+    """Work many times ``--hang-after`` (2 s) before a barrier the others wait in: never named, never cut
+    short. With default options the group keeps torch's own collective timeout (30 min for gloo), not the
+    session's 60 s for waits: checked on the group itself rather than by 75 s of real waiting."""
+    from torch.distributed import distributed_c10d as c10d
+
     s = default_sessions(4)
+    assert s.run(_group_timeout) == [c10d.default_pg_timeout.total_seconds()] * 4
+    work = 8  # four times --hang-after, and past the 5 s a live status line and where() need
     seen: list[list[dict]] = []
 
     def look() -> None:
-        time.sleep(6)  # rank 0 computes, the others have reached the barrier
+        time.sleep(5)  # rank 0 computes, the others have reached the barrier
         seen.append(s.where())
 
     watcher = threading.Thread(target=look)
     watcher.start()
     start = time.monotonic()
     out = s.run_cell(
-        "import time\nif rank == 0:\n    deadline = time.time() + 75\n    while time.time() < deadline:\n"
+        f"import time\nif rank == 0:\n    deadline = time.time() + {work}\n    while time.time() < deadline:\n"
         "        time.sleep(0.05)\ndist.barrier()\n'passed'",
         stream=False,
     )
     watcher.join()
-    assert out == ["'passed'"] * 4 and time.monotonic() - start >= 75
+    assert out == ["'passed'"] * 4 and time.monotonic() - start >= work
     rows = seen[0]
     assert [r["rank"] for r in rows] == [0, 1, 2, 3]
     assert rows[0]["state"] == "running" and rows[0]["line"] in ("line 4 of the cell", "line 5 of the cell"), rows[0]
