@@ -69,6 +69,40 @@ def _memory_check() -> dict[str, Any]:
     }
 
 
+def _allocated() -> int:
+    """The device's allocated bytes (torch's count on a GPU, the budget's on a CPU virtual device)."""
+    import torch
+
+    from jupyter_mgpu.engine import state as rank_state
+    from jupyter_mgpu.engine.shards import allocator_budget
+
+    st = rank_state.get()
+    return int(torch.cuda.memory_allocated(st.device) if st.device_kind == "cuda" else allocator_budget.allocated())
+
+
+def _too_big() -> int:
+    """More bytes than the device holds."""
+    import torch
+
+    from jupyter_mgpu.engine import state as rank_state
+
+    st = rank_state.get()
+    if st.device_kind == "cuda":
+        return int(2 * torch.cuda.get_device_properties(st.device).total_memory)
+    return int(2 * st.budget_bytes)
+
+
+def _fail_holding(nbytes: int, out_of_memory: bool) -> None:
+    import torch
+
+    from jupyter_mgpu.engine import state as rank_state
+
+    held = torch.empty(nbytes, dtype=torch.uint8, device=rank_state.get().device)  # noqa: F841 - in the frame
+    if out_of_memory:
+        torch.empty(_too_big(), dtype=torch.uint8, device=held.device)
+    raise ValueError("a failure that holds memory")
+
+
 def _matmul_check(n: int) -> float:
     import torch
     import torch.distributed as dist
@@ -200,6 +234,33 @@ def _memory(s: Any) -> str:
     return ", ".join(f"{g['device']} +{format_bytes(g['grew_by'])} of {format_bytes(g['total'])}" for g in got)
 
 
+def _failure_memory(s: Any) -> str:
+    """An out-of-memory failure gives its memory back at once; another failure's held memory is said and
+    given back to an allocation that needs it (GPU: torch's out-of-memory observer, for the next one)."""
+    import jupyter_mgpu as mg
+
+    mib = 64 * 2**20
+    before = s.run(_allocated)
+    try:
+        s.run(_fail_holding, mib, True)
+        raise AssertionError("the allocation past the device did not fail")
+    except mg.DeviceOutOfMemoryError:
+        pass
+    after = s.run(_allocated)
+    assert after == before, f"allocated {before} before an out-of-memory failure, {after} after"
+    try:
+        s.run(_fail_holding, mib, False)
+    except mg.RankError as exc:
+        assert "keep 64.0 MiB each in the failed call's frames" in str(exc), str(exc)
+    try:
+        s.run(_fail_holding, 0, True)  # an allocation that cannot fit even without them: the frames go
+    except mg.DeviceOutOfMemoryError:
+        pass
+    after = s.run(_allocated)
+    assert after == before, f"allocated {before} before, {after} after the kept frames should have gone"
+    return "an OOM's frames let go at once; 64 MiB kept, said, and let go for an allocation"
+
+
 def _matmul(s: Any) -> str:
     err = max(s.run(_matmul_check, 512))
     assert err < 1e-9, f"max abs error {err}"
@@ -252,6 +313,7 @@ SESSION_CHECKS: list[tuple[str, Callable[[Any], str]]] = [
     ("all_reduce", _all_reduce),
     ("device = cuda:LOCAL_RANK", _local_rank),
     ("per-device memory stats", _memory),
+    ("a failure gives its memory back", _failure_memory),
     ("sharded matmul vs torch.mm", _matmul),
     ("DTensor seen and gathered", _dtensor),
     ("a skipped collective named", _stuck_named),

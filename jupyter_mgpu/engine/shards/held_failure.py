@@ -25,6 +25,7 @@ import inspect
 import sys
 import threading
 import types
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -203,11 +204,13 @@ def measure(tb: types.TracebackType | None) -> int:
         else:
             held.append(dict(frame.f_locals))  # a proxy, not a dict, from Python 3.13 on
             outside.append(frame.f_globals)
-    kept = _storages(held, torch)
-    if not kept:
-        return 0
-    for key in _storages(outside, torch):
-        kept.pop(key, None)
+    with warnings.catch_warnings():  # reading objects' attributes must never print a library's deprecation
+        warnings.simplefilter("ignore")
+        kept = _storages(held, torch)
+        if not kept:
+            return 0
+        for key in _storages(outside, torch):
+            kept.pop(key, None)
     return sum(kept.values())
 
 
@@ -263,7 +266,7 @@ def _storages(roots: list[Any], torch: Any) -> dict[tuple[str, int], int]:
         else:
             try:
                 children = list(vars(obj).values())
-            except TypeError:
+            except Exception:  # no __dict__, or one that cannot be read
                 continue
         stack.extend((c, depth + 1) for c in children)
     return found
