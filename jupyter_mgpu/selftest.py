@@ -97,7 +97,7 @@ def _fail_holding(nbytes: int, out_of_memory: bool) -> None:
 
     from jupyter_mgpu.engine import state as rank_state
 
-    held = torch.empty(nbytes, dtype=torch.uint8, device=rank_state.get().device)  # noqa: F841 - in the frame
+    held = torch.empty(nbytes, dtype=torch.uint8, device=rank_state.get().device)  # held by the frame
     if out_of_memory:
         torch.empty(_too_big(), dtype=torch.uint8, device=held.device)
     raise ValueError("a failure that holds memory")
