@@ -26,6 +26,7 @@ from jupyter_mgpu.devices import DeviceInfo
 from jupyter_mgpu.engine.records.startup_marks import mark
 from jupyter_mgpu.engine.records.startup_marks import read as read_marks
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
+from jupyter_mgpu.wait_line import WaitLine
 
 STOP_GRACE = 3.0  # seconds a stopped process gets before SIGKILL
 
@@ -182,9 +183,14 @@ class Cluster:
         return read_marks(self.path)
 
     def _connect(self) -> None:
+        with WaitLine(f"starting {self.world_size} engines") as line:  # said in the cell past 2 s
+            self._wait_for_engines(line)
+
+    def _wait_for_engines(self, line: WaitLine) -> None:
         deadline = time.monotonic() + max(30.0, self.spec.timeout)
         client_file = self.path / "profile" / "security" / "ipcontroller-client.json"
         while not rd.complete_json(client_file):
+            line.tick("the controller")
             self._check_alive("while starting")
             if time.monotonic() > deadline:
                 raise MgpuError(
@@ -199,6 +205,7 @@ class Cluster:
         mark(self.path, "client.connected")
         n = self.world_size
         while len(self.client.ids) < n:
+            line.tick(f"{len(self.client.ids)} of {n} ready")
             self._check_alive("while starting")
             if time.monotonic() > deadline:
                 missing = sorted(set(range(n)) - set(self.client.ids))

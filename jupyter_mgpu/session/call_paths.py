@@ -72,8 +72,7 @@ def run_direct(
             if shown is not None:
                 shown.flush()
     finally:
-        if shown is not None:
-            s.hang_watch.end_call()  # its live status line goes with the call
+        s.hang_watch.end_call()  # its live lines go with the call
     if shown is not None:
         shown.flush()
     broken = next((reports[r]["transport"] for r in ranks if reports[r].get("transport")), None)

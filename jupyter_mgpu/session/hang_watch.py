@@ -22,6 +22,7 @@ from typing import Any
 
 from jupyter_mgpu.engine.watch import collective_watch
 from jupyter_mgpu.errors import rank_list
+from jupyter_mgpu.wait_line import WaitLine
 
 STILL_S = 2.0  # no change for this long, with every rank of the group blocked or done: stuck
 POLL_S = 0.25
@@ -112,8 +113,8 @@ class HangWatch:
         self.still = still  # seconds blocked before stuck ranks are named; 0: never
         self.report: Diagnosis | None = None
         self._next = 0.0
-        self._status: Any = None
-        self._shown = ""
+        self._status: WaitLine | None = None  # the live status line of a stuck-looking collective
+        self._waiting: WaitLine | None = None  # what a library call waits for, past WaitLine's SAID_AFTER
         self.status_after = STATUS_AFTER_S
         self.started = time.time()
 
@@ -122,12 +123,20 @@ class HangWatch:
         self.started = time.time()  # what the ranks said before this call is about the last one
         self.end_call()
 
-    def watch(self, pending: list[int], done: set[int], what: str = "the call", live: bool = False) -> None:
-        """One look (at most every ``POLL_S``): release and report stuck ranks; keep the status line."""
+    def watch(
+        self, pending: list[int], done: set[int], what: str = "the call", live: bool = False, label: str = ""
+    ) -> None:
+        """One look (at most every ``POLL_S``): release and report stuck ranks; keep the status line; past
+        two seconds of a library call (``label``, not a cell or a script), a line saying what it waits for."""
         now = time.monotonic()
         if self.report is not None or now < self._next or not pending:
             return
         self._next = now + POLL_S
+        if label and not label.startswith(("%%mgpu", "%mgpu_run")):
+            if self._waiting is None:
+                self._waiting = WaitLine(f"waiting for {label}")
+                self._waiting.started -= time.time() - self.started  # the call began then, not at this look
+            self._waiting.tick(f"{rank_list(pending)} still at it")
         where = {r: w for r, w in self.read_where().items() if float(w.get("sampled", self.started)) >= self.started}
         wall = time.time()
         found = diagnose(where, set(done), wall, what, self.still) if self.still > 0 else None
@@ -141,25 +150,16 @@ class HangWatch:
                 self._show(status_line({r: where.get(r) or {} for r in sorted(set(pending) | set(done))}, wall))
 
     def _show(self, text: str) -> None:
-        from IPython.display import display
-
-        if text == self._shown:  # the seconds change once a second: so does the line
-            return
-        self._shown = text
-        bundle = {"text/plain": text}
         if self._status is None:
-            self._status = display(bundle, raw=True, display_id=True)
-        else:
-            self._status.update(bundle, raw=True)
+            self._status = WaitLine("", after=0, live=True)
+        self._status.show(text)
 
     def end_call(self) -> None:
-        """The call is over: the status line goes."""
-        if self._status is not None:
-            try:
-                self._status.update({"text/plain": ""}, raw=True)
-            except Exception:
-                pass
-            self._status, self._shown = None, ""
+        """The call is over: its lines go."""
+        for line in (self._status, self._waiting):
+            if line is not None:
+                line.close()
+        self._status = self._waiting = None
 
     def take_report(self) -> Diagnosis | None:
         report, self.report = self.report, None

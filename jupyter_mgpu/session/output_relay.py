@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from jupyter_mgpu.wait_line import in_kernel
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 SETTLE_S = 0.15  # lines that arrive this close together show in rank order
 # HTML text in the size and font of the cell's stream output (an HTML <pre> is larger by default)
@@ -32,15 +34,6 @@ def visible(line: str) -> str:
         return line
     parts = [p for p in line.split("\r") if p]
     return parts[-1] if parts else ""
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-
-        return getattr(get_ipython(), "kernel", None) is not None
-    except Exception:
-        return False
 
 
 class _Stream:
@@ -71,7 +64,7 @@ class OutputRelay:
         self.ranks = ranks
         self.prefix = prefix
         self.show = None if show is None else set(show)
-        self.live = _in_kernel() if live is None else live  # a front end that redraws output in place
+        self.live = in_kernel() if live is None else live  # a front end that redraws output in place
         self.clock = time.monotonic
         self._streams = {(r, s): _Stream() for r in ranks for s in ("stdout", "stderr")}
         self._shown_outputs = dict.fromkeys(ranks, 0)

@@ -72,3 +72,19 @@ def test_a_script_run_writes_nothing_on_stderr_and_its_group_note_once(kernel):
     text = "".join(t for _, t in streams)
     assert "[rank 0] sum 2.0" in text and "[rank 1] sum 2.0" in text
     assert text.count("mgpu: init_process_group() joined the session's group") == 1
+
+
+def test_a_library_call_past_two_seconds_says_what_it_waits_for_and_the_line_goes(kernel):
+    reply, got = messages(
+        kernel,
+        "import time, jupyter_mgpu as _mg\n"
+        "_mg.current().run(time.sleep, 3.2, label='a slow library call')\n"
+        "print('done')",
+    )
+    assert reply["status"] == "ok"
+    lines = [(kind, c["data"]["text/plain"]) for kind, c in got if kind in ("display_data", "update_display_data")]
+    assert lines[0] == ("display_data", "mgpu: waiting for a slow library call · 2 s · ranks 0, 1 still at it"), lines
+    assert ("update_display_data", "mgpu: waiting for a slow library call · 3 s · ranks 0, 1 still at it") in lines
+    assert lines[-1] == ("update_display_data", ""), lines  # gone when the call came back
+    reply, got = messages(kernel, "_mg.current().run(time.sleep, 0.5, label='a quick one')")
+    assert not [kind for kind, _ in got if "display" in kind]  # a short wait says nothing
