@@ -30,6 +30,7 @@ STEPS = {"continue": "c", "next": "n", "stepIn": "s", "stepOut": "r"}
 REANNOUNCE_S = 0.3  # after a rank goes on, the next stopped rank is announced once the panel settled
 STEP_WAIT_S = 1.0  # a rank that stepped and has not stopped again by then: the panel shows the next one
 CELL_FILES = "<mgpu-cell-"
+SHOWN_TYPES = ("int", "float", "bool", "str")  # the types whose values JupyterLab's variables panel shows
 
 
 def running_cell(kernel: Any) -> str | None:
@@ -226,8 +227,18 @@ class PanelBridge:
         return out
 
     def _variables(self, rank: int, index: int) -> list[dict[str, Any]]:
+        """The frame's locals for the panel. JupyterLab shows a variable's type in place of its value for every
+        type but int, float, bool and str (``device: device``): the others go without their type, so that
+        their value shows (``device: device(type='cpu')``)."""
         got = self._ask(rank, "debug-vars", json.dumps({"index": index})).get("variables", [])
-        return [{**v, "variablesReference": 0, "evaluateName": v["name"]} for v in got]
+        return [
+            {
+                **{k: v for k, v in var.items() if k != "type" or v in SHOWN_TYPES},
+                "variablesReference": 0,
+                "evaluateName": var["name"],
+            }
+            for var in got
+        ]
 
     def _step(self, rank: int, line: str, message: dict[str, Any]) -> dict[str, Any]:
         prompt = self._ask(rank, "debug-take")

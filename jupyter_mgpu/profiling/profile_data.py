@@ -118,7 +118,7 @@ def collective_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
                 "start_ns": first,
                 "last_arrival_ns": last,
                 "end_ns": done,
-                "skew_ms": {r: (c["enter_ns"] - first) / 1e6 for r, c in sorted(by_rank.items())},
+                "skew_ms": {r: round((c["enter_ns"] - first) / 1e6, 1) for r, c in sorted(by_rank.items())},
                 "last_rank": max(by_rank, key=lambda r: by_rank[r]["enter_ns"]) if len(by_rank) > 1 else None,
                 "busbw_gbps": None if busbw is None else busbw / 1e9,
             }
@@ -168,7 +168,7 @@ def _backend_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
                     "start_ns": first,
                     "last_arrival_ns": max(e["start_ns"] for e in by_rank.values()),
                     "end_ns": max(e["end_ns"] for e in by_rank.values()),
-                    "skew_ms": {r: (e["start_ns"] - first) / 1e6 for r, e in sorted(by_rank.items())},
+                    "skew_ms": {r: round((e["start_ns"] - first) / 1e6, 1) for r, e in sorted(by_rank.items())},
                     "last_rank": max(by_rank, key=lambda r: by_rank[r]["start_ns"]) if len(by_rank) > 1 else None,
                     "busbw_gbps": None,
                 }

@@ -41,6 +41,8 @@ def device_row(sample: dict[str, Any]) -> dict[str, Any]:
     the convention of every view), fraction, colours, and the texts (formatted here, never in the browser)."""
     rank = int(sample["rank"])
     state = sample.get("state") or "unknown"
+    if (sample.get("where") or {}).get("state") == "debugging":  # at a pdb prompt: not busy, as mg.where() says
+        state = "debugging"
     f = figures(sample)
     used, reserved, peak, limit, labels = f["used"], f["reserved"], f["peak"], f["limit"], f["labels"]
     fraction = (used / limit) if used is not None and limit else None

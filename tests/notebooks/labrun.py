@@ -17,6 +17,7 @@ import nbformat
 import pytest
 from lab_server import ARTIFACTS, BROWSER, run_script
 from nbrun import by_source
+from processes import busy_machine
 
 
 @dataclass
@@ -75,13 +76,19 @@ def assert_page_is_clean(run: LabRun) -> None:
     assert all(Path(p).stat().st_size > 2000 for p in run.steps["shots"]["shots"])
 
 
-def notebook_module(name: str, shots: dict[str, str], timeout_s: int = 900) -> tuple[list[Any], Callable]:
+def notebook_module(
+    name: str, shots: dict[str, str], timeout_s: int = 900, loaded: bool = False
+) -> tuple[list[Any], Callable]:
     """What every notebook test module shares: its marks and the module-scoped ``run`` fixture, one Run All
     of ``notebooks/<name>`` (``run_in_lab``) that all its tests read. A module binds them by the names
-    pytest looks for: ``pytestmark, run = notebook_module("01_quickstart.ipynb", SHOTS)``."""
+    pytest looks for: ``pytestmark, run = notebook_module("01_quickstart.ipynb", SHOTS)``. ``loaded``: the
+    Run All with every core kept busy by other processes (``processes.busy_machine``), as on a shared node."""
 
     @pytest.fixture(scope="module")
     def run(lab: dict[str, Any]) -> LabRun:
-        return run_in_lab(lab, name, shots, timeout_s)
+        if not loaded:
+            return run_in_lab(lab, name, shots, timeout_s)
+        with busy_machine():
+            return run_in_lab(lab, name, shots, timeout_s)
 
     return [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(timeout_s)], run

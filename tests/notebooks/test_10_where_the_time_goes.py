@@ -1,6 +1,7 @@
 """notebooks/10_where_the_time_goes.ipynb, run in real JupyterLab with Chromium: a straggler found with
 ``%%mgpu --profile`` (the rank with seven times the work is the last to arrive at every all_reduce, the
-others wait for it), its timeline drawn, and the fix (an even split) shrinking the others' waiting."""
+others wait for it), its timeline drawn, and the fix (an even split) shrinking the others' waiting — on a
+machine whose cores are kept busy by other processes."""
 
 import re
 
@@ -12,12 +13,13 @@ SHOTS = {
     "03_after_the_fix": "even = _mgpu_profile",
 }
 
-pytestmark, run = notebook_module("10_where_the_time_goes.ipynb", SHOTS, timeout_s=300)
+# with both cores kept busy by other processes: the lesson holds on a loaded machine
+pytestmark, run = notebook_module("10_where_the_time_goes.ipynb", SHOTS, timeout_s=300, loaded=True)
 
 
 def test_the_straggler_is_found_and_the_fix_shrinks_the_waiting(run):
     text = run.text
-    assert "mgpu: profiled on every rank" in text["%%mgpu --profile\ndef work(items)"]
+    assert "mgpu: profiled on every rank" in text["%%mgpu --profile\nimport time"]
     fixed = text["even = _mgpu_profile"]
     before, after = map(float, re.search(r"waited ([\d.]+) s in all before, ([\d.]+) s after", fixed).groups())
     assert after < 0.5 * before, fixed

@@ -109,3 +109,20 @@ def test_the_kernels_own_requests_go_to_its_debugger(bridge):
     threads = _request(bridge, "threads")["body"]["threads"]
     assert bridge.debugger.forwarded == ["continue", "stackTrace", "threads"]
     assert [t["name"] for t in threads] == ["MainThread", "rank 0", "rank 1"]
+
+
+def test_a_variable_s_value_shows_in_the_panel_not_just_its_type(bridge, monkeypatch):
+    got = [
+        {"name": "device", "value": "device(type='cpu')", "type": "device"},
+        {"name": "n", "value": "3", "type": "int"},
+    ]
+    monkeypatch.setattr(bridge, "_ask", lambda rank, command, body=None: {"variables": got})
+    shown = bridge._variables(1, 0)
+    # JupyterLab shows the type in place of the value for all but int, float, bool and str
+    assert shown[0] == {
+        "name": "device",
+        "value": "device(type='cpu')",
+        "variablesReference": 0,
+        "evaluateName": "device",
+    }
+    assert shown[1]["type"] == "int" and shown[1]["value"] == "3"

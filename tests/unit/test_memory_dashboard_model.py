@@ -208,3 +208,20 @@ def test_a_cpu_budget_that_counts_tensor_bytes_is_drawn_as_allocated_of_budget()
     row = wm.device_row(sample)
     assert (row["used"], row["limit"]) == (64 * 2**20, 512 * 2**20)
     assert row["text"] == "64.0 MiB / 512.0 MiB · peak 96.0 MiB" and row["labels"]["limit"] == "budget"
+
+
+def test_a_rank_at_a_pdb_prompt_reads_debugging_and_a_kept_failure_s_memory_is_said():
+    sample = {
+        "rank": 2,
+        "time": 1.0,
+        "state": "busy",  # the main thread is inside the call, at the prompt
+        "where": {"state": "debugging", "since": 0.5, "line": "line 3 of the cell"},
+        "kind": "cpu",
+        "allocated_bytes": 64 * 2**20,
+        "budget_bytes": 512 * 2**20,
+        "failure_held_bytes": 48 * 2**20,
+    }
+    row = wm.device_row(sample)
+    assert row["state"] == row["badge"] == "debugging"  # as mg.where() and the sidebar say, not busy
+    assert row["text"] == "64.0 MiB / 512.0 MiB · 48.0 MiB held by the last failure"
+    assert row["held"] == 48 * 2**20 and "%mgpu_debug --release" in row["tips"]["held"]
