@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import IPython.display
+from displays import recorded
 
 from jupyter_mgpu.session.output_relay import SETTLE_S, OutputRelay
 
@@ -56,17 +57,7 @@ def test_lines_far_apart_show_in_the_order_they_came_within_the_settling_time(ca
 
 
 def test_a_progress_bar_redraws_live_per_rank_and_ends_where_it_was_drawn(capsys, monkeypatch):
-    shown = []
-
-    class Handle:
-        def update(self, bundle, raw=False):
-            shown.append(bundle["text/plain"])
-
-    def display(bundle, raw=False, display_id=False, **kw):
-        shown.append(bundle["text/plain"])
-        return Handle()
-
-    monkeypatch.setattr(IPython.display, "display", display)
+    shown = recorded(monkeypatch)
     md = [{"stderr": ""}, {"stderr": ""}]
     relay = OutputRelay(SimpleNamespace(_metadata=md), [0, 1], live=True)
     relay.clock = clock = Clock()
@@ -93,13 +84,7 @@ def test_a_progress_bar_redraws_live_per_rank_and_ends_where_it_was_drawn(capsys
 
 def test_a_line_flushed_in_parts_on_a_busy_machine_shows_whole_and_never_joins_another_rank_s(capsys, monkeypatch):
     """print() writes the text and its newline apart; under load a flush falls between them."""
-    shown = []
-
-    class Handle:
-        def update(self, bundle, raw=False):
-            shown.append(bundle["text/plain"])
-
-    monkeypatch.setattr(IPython.display, "display", lambda bundle, **kw: shown.append(bundle["text/plain"]) or Handle())
+    shown = recorded(monkeypatch)
     relay, md, clock = _relay()
     md[1]["stdout"] = "1 4 cpu tensor([6., 6.])"
     md[2]["stdout"] = "2 4 cpu tensor([6., 6.])\n"

@@ -3,7 +3,7 @@ the seconds, redrawn in place once a second, and gone when the wait ends; nothin
 
 from __future__ import annotations
 
-import IPython.display
+from displays import recorded
 
 from jupyter_mgpu.wait_line import SAID_AFTER, WaitLine
 
@@ -16,23 +16,8 @@ class Clock:
         return self.now
 
 
-def _shown(monkeypatch) -> list[str]:
-    shown: list[str] = []
-
-    class Handle:
-        def update(self, bundle, raw=False):
-            shown.append(bundle["text/plain"])
-
-    def display(bundle, raw=False, display_id=False, **kw):
-        shown.append(bundle["text/plain"])
-        return Handle()
-
-    monkeypatch.setattr(IPython.display, "display", display)
-    return shown
-
-
 def test_a_wait_says_what_it_waits_for_after_two_seconds_and_the_line_goes(monkeypatch):
-    shown = _shown(monkeypatch)
+    shown = recorded(monkeypatch)
     line = WaitLine("starting 4 engines", live=True)
     line.clock = clock = Clock()
     line.started = clock.now
@@ -54,7 +39,7 @@ def test_a_wait_says_what_it_waits_for_after_two_seconds_and_the_line_goes(monke
 
 
 def test_outside_a_kernel_nothing_is_shown(monkeypatch):
-    shown = _shown(monkeypatch)
+    shown = recorded(monkeypatch)
     line = WaitLine("waiting for mg.profile")  # pytest runs no kernel
     line.clock = clock = Clock()
     line.started = clock.now - 10
