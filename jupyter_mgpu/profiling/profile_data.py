@@ -7,7 +7,8 @@ Every time here is the notebook's clock, in ns. The profile's answers:
 
 - :func:`summary_rows`: per rank ``compute_s`` (time in calls outside collectives), ``collective_s``
   (time inside them), ``wait_s`` (the part of it before the group's last rank arrived) and
-  ``last_to_arrive`` (how many collectives this rank entered last);
+  ``last_to_arrive`` (how many collectives this rank entered last) — those torch ran from C++ included
+  (their time on the backend's thread, which may overlap the rank's computing);
 - :func:`collective_rows`: one row per collective instance — those the ranks' code called, numbered
   as the ranks number them, with each rank's arrival skew, who came last and the bus bandwidth once
   all had arrived; and those torch ran from C++ (DDP's gradient buckets), from the backend's events;
@@ -51,8 +52,11 @@ class RankRecord:
     trace: dict[str, Any]  # the Kineto trace as torch wrote it
     calls: list[dict[str, Any]] = field(default_factory=list)
     collectives: list[dict[str, Any]] = field(default_factory=list)
+    issued: list[dict[str, Any]] = field(default_factory=list)  # the flight recorder's: op, created_ns, bytes
 
     def __post_init__(self) -> None:
+        for c in self.issued:
+            c["created_ns"] -= self.offset_ns
         for c in self.calls:
             c["start_ns"] -= self.offset_ns
             c["end_ns"] -= self.offset_ns
@@ -138,9 +142,27 @@ def _backend_bytes(e: dict[str, Any]) -> int:
     return total
 
 
-def _backend_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
-    """The collectives torch ran from C++ (DDP's buckets): the backend's events outside every collective
-    the ranks' code called, matched across ranks by their order per op."""
+MATCH_NS = 50_000_000  # a backend event starts within this of its flight-recorder entry's creation
+
+
+def _sized(events: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
+    """Give each backend event its ``bytes``: the recorded shapes when ``record_shapes`` was on, else those
+    of the flight-recorder entry of the same op created nearest before it (each entry used once)."""
+    left = sorted(entries, key=lambda c: c["created_ns"])
+    for e in events:
+        e["bytes"] = _backend_bytes(e)
+        if e["bytes"] or not left:
+            continue
+        near = min(left, key=lambda c: abs(e["start_ns"] - c["created_ns"]))
+        if abs(e["start_ns"] - near["created_ns"]) <= MATCH_NS:
+            e["bytes"] = int(near["bytes"])
+            left.remove(near)
+
+
+def _backend_instances(ranks: list[RankRecord]) -> list[tuple[str, int, dict[int, dict[str, Any]]]]:
+    """The collectives torch ran from C++ (DDP's buckets, FSDP2's all-gathers): the backend's events outside
+    every collective the ranks' code called, matched across ranks by their order per op: (op, number,
+    rank -> its event, with its ``bytes``)."""
     per_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for rec in ranks:
         watched = [(c["enter_ns"], c["exit_ns"]) for c in rec.collectives]
@@ -149,47 +171,63 @@ def _backend_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
             m = BACKEND_EVENT.match(str(e.get("name", "")))
             if m and not any(a <= e["start_ns"] <= b for a, b in watched):
                 found[m.group(2)].append(e)
+        for op, events in found.items():
+            _sized(events, [c for c in rec.issued if c["op"] == op])
         per_rank[rec.rank] = found
-    rows = []
+    out = []
     for op in sorted({op for found in per_rank.values() for op in found}):
         count = max(len(found.get(op, ())) for found in per_rank.values())
         for k in range(count):
-            by_rank = {r: found[op][k] for r, found in per_rank.items() if k < len(found.get(op, ()))}
-            first = min(e["start_ns"] for e in by_rank.values())
-            rows.append(
-                {
-                    "source": "torch (C++)",
-                    "op": op,
-                    "number": k + 1,
-                    "group": None,
-                    "call": f"{op} issued by torch",
-                    "line": None,
-                    "bytes": _backend_bytes(by_rank[min(by_rank)]),
-                    "start_ns": first,
-                    "last_arrival_ns": max(e["start_ns"] for e in by_rank.values()),
-                    "end_ns": max(e["end_ns"] for e in by_rank.values()),
-                    "skew_ms": {r: round((e["start_ns"] - first) / 1e6, 1) for r, e in sorted(by_rank.items())},
-                    "last_rank": max(by_rank, key=lambda r: by_rank[r]["start_ns"]) if len(by_rank) > 1 else None,
-                    "busbw_gbps": None,
-                }
-            )
+            out.append((op, k + 1, {r: found[op][k] for r, found in per_rank.items() if k < len(found.get(op, ()))}))
+    return out
+
+
+def _backend_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
+    """One row per collective torch ran from C++ (:func:`_backend_instances`)."""
+    rows = []
+    for op, number, by_rank in _backend_instances(ranks):
+        first = min(e["start_ns"] for e in by_rank.values())
+        rows.append(
+            {
+                "source": "torch (C++)",
+                "op": op,
+                "number": number,
+                "group": None,
+                "call": f"{op} issued by torch",
+                "line": None,
+                "bytes": by_rank[min(by_rank)]["bytes"],
+                "start_ns": first,
+                "last_arrival_ns": max(e["start_ns"] for e in by_rank.values()),
+                "end_ns": max(e["end_ns"] for e in by_rank.values()),
+                "skew_ms": {r: round((e["start_ns"] - first) / 1e6, 1) for r, e in sorted(by_rank.items())},
+                "last_rank": max(by_rank, key=lambda r: by_rank[r]["start_ns"]) if len(by_rank) > 1 else None,
+                "busbw_gbps": None,
+            }
+        )
     return sorted(rows, key=lambda r: r["start_ns"])
 
 
 def summary_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
-    """Per rank: compute_s, collective_s, wait_s, last_to_arrive, calls_s (see the module's docstring)."""
+    """Per rank: compute_s, collective_s, wait_s, last_to_arrive, calls_s (see the module's docstring);
+    the collectives torch ran from C++ count as the ranks' own do."""
     wait: dict[int, float] = defaultdict(float)
     last: dict[int, int] = defaultdict(int)
-    for by_rank in instances(ranks).values():
-        latest = max(c["enter_ns"] for c in by_rank.values())
+    spans: dict[int, list[tuple[int, int]]] = defaultdict(list)  # each rank's time in collectives from C++
+    called = [{r: (c["enter_ns"], c["exit_ns"]) for r, c in by.items()} for by in instances(ranks).values()]
+    from_cpp = [{r: (e["start_ns"], e["end_ns"]) for r, e in by.items()} for _, _, by in _backend_instances(ranks)]
+    for by_rank in called + from_cpp:
+        latest = max(a for a, _ in by_rank.values())
         if len(by_rank) > 1:
-            last[max(by_rank, key=lambda r: by_rank[r]["enter_ns"])] += 1
-        for r, c in by_rank.items():
-            wait[r] += max(0, min(c["exit_ns"], latest) - c["enter_ns"]) / 1e9
+            last[max(by_rank, key=lambda r: by_rank[r][0])] += 1
+        for r, (a, b) in by_rank.items():
+            wait[r] += max(0, min(b, latest) - a) / 1e9
+    for by_rank in from_cpp:  # on the backend's thread: they may overlap one another, counted once
+        for r, span in by_rank.items():
+            spans[r].append(span)
     rows = []
     for rec in sorted(ranks, key=lambda x: x.rank):
         calls_s = sum(c["end_ns"] - c["start_ns"] for c in rec.calls) / 1e9
-        collective_s = sum(c["exit_ns"] - c["enter_ns"] for c in rec.collectives) / 1e9
+        collective_s = (sum(c["exit_ns"] - c["enter_ns"] for c in rec.collectives) + _covered(spans[rec.rank])) / 1e9
         rows.append(
             {
                 "rank": rec.rank,
@@ -201,6 +239,19 @@ def summary_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _covered(spans: list[tuple[int, int]]) -> int:
+    """The time the intervals ``spans`` cover together (an overlap counted once), in ns."""
+    total, end = 0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def merged_chrome_trace(ranks: list[RankRecord]) -> dict[str, Any]:

@@ -53,7 +53,7 @@ class Profile:
     """One ``mg.profile()`` block: started on entering, its answers once it ends."""
 
     def __init__(
-        self, session: Any = None, record_shapes: bool = True, with_stack: bool = False, profile_memory: bool = False
+        self, session: Any = None, record_shapes: bool = False, with_stack: bool = False, profile_memory: bool = False
     ):
         self.session = session or lifecycle.current()
         self.options = {"record_shapes": record_shapes, "with_stack": with_stack, "profile_memory": profile_memory}
@@ -89,6 +89,7 @@ class Profile:
                 trace=json.loads(zlib.decompress(rep["trace"])),
                 calls=rep["calls"],
                 collectives=rep["collectives"],
+                issued=rep.get("issued") or [],
             )
             for rep in reports
         ]
@@ -158,7 +159,7 @@ class Profile:
 
 
 def profile(
-    session: Any = None, record_shapes: bool = True, with_stack: bool = False, profile_memory: bool = False
+    session: Any = None, record_shapes: bool = False, with_stack: bool = False, profile_memory: bool = False
 ) -> Profile:
     """``with mg.profile() as p:`` profile every rank while the block runs (see this module's docstring)."""
     return Profile(session, record_shapes=record_shapes, with_stack=with_stack, profile_memory=profile_memory)

@@ -118,3 +118,41 @@ def test_mgpu_profile_cell_and_the_exports(s2, ip, tmp_path, capsys):
     bars = {d.name: len(d.x or ()) for d in fig.data}
     assert bars["collectives"] == 2 and bars["calls"] >= 2
     assert set(fig.data[2].y) == {"rank 0", "rank 1"}
+
+
+FSDP2_SETUP = """
+from torch.distributed.fsdp import fully_shard
+torch.__future__.set_swap_module_params_on_conversion(True)  # as FSDP2's own examples: to_empty swaps
+with torch.device("meta"):
+    fsdp_model = torch.nn.Sequential(torch.nn.Embedding(64, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 8))
+for layer in fsdp_model:
+    fully_shard(layer)
+fully_shard(fsdp_model)
+"""
+FSDP2_STEPS = """
+fsdp_model.to_empty(device="cpu")
+for m in fsdp_model.modules():
+    if hasattr(m, "reset_parameters"):
+        m.reset_parameters()
+opt = torch.optim.SGD(fsdp_model.parameters(), lr=0.1)
+for step in range(2):
+    fsdp_model(torch.randint(0, 64, (4, 5))).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_an_fsdp2_loop_profiled_with_the_defaults_runs_and_its_collectives_have_sizes_and_time(s2):
+    """torch.profiler's defaults (record_shapes off: on, it breaks to_empty's parameter swap), and FSDP2's
+    all-gathers sized from the flight recorder; the summary counts their time."""
+    try:
+        s2.run_cell(FSDP2_SETUP, stream=False)
+        with mg.profile(s2) as p:
+            s2.run_cell(FSDP2_STEPS, stream=False)
+    finally:
+        s2.run_cell("torch.__future__.set_swap_module_params_on_conversion(False)\ndel fsdp_model, opt", stream=False)
+    rows = p.collectives()
+    gathers = rows[(rows["source"] == "torch (C++)") & (rows["op"] == "all_gather")]
+    assert len(gathers) >= 6 and (gathers["bytes"] > 0).all(), rows[["source", "op", "bytes"]]
+    summary = p.summary()
+    assert (summary["collective_s"] > 0).all(), summary

@@ -18,12 +18,16 @@ from typing import Any
 from jupyter_mgpu.engine import state as rank_state
 
 _prof: Any = None
+_started_ns = 0
 
 
-def start(record_shapes: bool = True, with_stack: bool = False, profile_memory: bool = False) -> dict[str, Any]:
+def start(record_shapes: bool = False, with_stack: bool = False, profile_memory: bool = False) -> dict[str, Any]:
     """Start torch.profiler on this rank (CPU ops; CUDA kernels and memory on a GPU) and the logs of
-    calls and collectives; a profile already running here is dropped."""
-    global _prof
+    calls and collectives; a profile already running here is dropped. The options are torch.profiler's,
+    with its defaults: ``record_shapes`` keeps references that break code a plain run does not (a module's
+    ``to_empty`` that swaps its parameters, as FSDP2's does); the collectives' sizes come from the flight
+    recorder instead (:func:`issued`)."""
+    global _prof, _started_ns
     from torch.profiler import ProfilerActivity, profile
 
     st = rank_state.get()
@@ -34,8 +38,9 @@ def start(record_shapes: bool = True, with_stack: bool = False, profile_memory: 
         activities=activities, record_shapes=record_shapes, with_stack=with_stack, profile_memory=profile_memory
     )
     st.call_log, st.collective_log = [], []
+    _started_ns = time.time_ns()
     _prof.start()
-    return {"rank": st.rank, "time_ns": time.time_ns()}
+    return {"rank": st.rank, "time_ns": _started_ns}
 
 
 def clock() -> int:
@@ -79,4 +84,39 @@ def stop() -> dict[str, Any]:
         "trace": trace,
         "calls": [{"label": label, "start_ns": a, "end_ns": b} for label, a, b in calls],
         "collectives": collectives,
+        "issued": issued(_started_ns),
     }
+
+
+def issued(since_ns: int) -> list[dict[str, Any]]:
+    """The collectives this rank's process groups ran since ``since_ns`` (epoch), whoever issued them (DDP's
+    buckets, FSDP2, DTensor, the user's Python), as c10d's flight recorder has them: op, when it was
+    created (epoch ns) and its input bytes. Empty where the recorder is off (``TORCH_FR_BUFFER_SIZE`` unset
+    when the group was made) or absent."""
+    import json
+
+    import torch
+
+    try:
+        dump = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))
+    except Exception:
+        return []
+    out = []
+    for e in dump.get("entries") or ():
+        created = int(e.get("time_created_ns") or 0)
+        name = str(e.get("profiling_name") or "")
+        if created < since_ns or ":" not in name:
+            continue
+        out.append({"op": name.split(":", 1)[1], "created_ns": created, "bytes": _input_bytes(e, torch)})
+    return out
+
+
+def _input_bytes(entry: dict[str, Any], torch: Any) -> int:
+    total = 0
+    for size, dtype in zip(entry.get("input_sizes") or (), entry.get("input_dtypes") or ()):
+        count = 1
+        for x in size:
+            count *= int(x)
+        kind = getattr(torch, str(dtype).lower(), None)  # c10's names: Float, Long, Half, BFloat16, ...
+        total += count * (kind.itemsize if isinstance(kind, torch.dtype) else 0)
+    return total

@@ -13,6 +13,8 @@ from jupyter_mgpu.engine.group import process_group, torchrun_env, user_process_
 from jupyter_mgpu.engine.startup import gpu_plan
 from jupyter_mgpu.engine.state import EngineState
 
+FLIGHT_RECORDER_ENTRIES = 2000  # the last collectives c10d keeps per process (op, group, number, sizes)
+
 
 def setup(config: dict[str, Any], rank: int) -> EngineState:
     """Configure this process as rank ``rank``: environment, threads, device, memory budget, process group.
@@ -72,6 +74,9 @@ def setup(config: dict[str, Any], rank: int) -> EngineState:
     from jupyter_mgpu.engine.records.startup_marks import mark
 
     mark(config["rundir"], f"pg.start.{rank}")
+    # c10d's flight recorder, read when it is asked (a profile's collectives from C++: their sizes); it
+    # must be on before the group exists. A size the user set is kept.
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES))
     meeting = process_group.init_process_group(
         config["rundir"],
         rank,
