@@ -175,3 +175,52 @@ def test_the_same_in_a_script_and_in_session_run(default_sessions, tmp_path):
         s.run(skip)
     assert time.monotonic() - start < NAMED_WITHIN
     _sum_is_right(s)
+
+
+DDP = "from torch.nn.parallel import DistributedDataParallel as DDP\nddp_model = DDP(torch.nn.Linear(4, 4))"
+
+
+def test_ddp_with_uneven_batches_is_named_with_its_bucket_and_join(default_sessions):
+    """The classic distributed hang, from C++: rank 0 runs a step more, its backward waits in DDP's bucket
+    all_reduce that rank 1 never issues. Named within seconds (torchrun: when rank 1 exits, 17 s; a rank
+    that outlives its cell: the group's 30 minutes without the watch), then the next collective right."""
+    s = default_sessions(2)
+    s.run_cell(DDP, stream=False)
+    start = time.monotonic()
+    with pytest.raises(CollectiveHangError) as info:
+        s.run_cell(
+            "steps = 3 if rank == 0 else 2\nfor _ in range(steps):\n    loss = ddp_model(torch.ones(2, 4)).sum()\n"
+            "    loss.backward()",
+            stream=False,
+        )
+    took = time.monotonic() - start
+    msg = str(info.value)
+    assert took < NAMED_WITHIN, (took, msg)
+    assert "rank 0 waits in all_reduce float32[20] issued by torch" in msg, msg
+    assert "torch.distributed.algorithms.Join" in msg and "at line 4 of the cell" in msg, msg
+    assert "rank 1 finished the cell without calling it" in msg, msg
+    _sum_is_right(s)
+
+
+def test_a_rank_busy_before_its_backward_is_not_hung_and_where_shows_the_other_in_ddps_all_reduce(default_sessions):
+    s = default_sessions(2)
+    s.run_cell(DDP, stream=False)
+    seen: list[list[dict]] = []
+
+    def look() -> None:
+        time.sleep(4)  # rank 0 computes, rank 1 waits in its bucket all_reduce
+        seen.append(s.where())
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    out = s.run_cell(
+        "import time\nif rank == 0:\n    deadline = time.time() + 6\n    while time.time() < deadline:\n"
+        "        sum(range(1000))\nddp_model(torch.ones(2, 4)).sum().backward()\n'passed'",
+        stream=False,
+    )
+    watcher.join()
+    assert out == ["'passed'"] * 2
+    rows = seen[0]
+    assert rows[0]["state"] == "running", rows
+    assert rows[1]["state"] == "collective" and rows[1]["collective"].startswith("all_reduce #"), rows
+    assert rows[1]["line"] == "line 6 of the cell", rows

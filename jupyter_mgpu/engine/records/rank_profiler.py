@@ -93,30 +93,26 @@ def issued(since_ns: int) -> list[dict[str, Any]]:
     buckets, FSDP2, DTensor, the user's Python), as c10d's flight recorder has them: op, when it was
     created (epoch ns) and its input bytes. Empty where the recorder is off (``TORCH_FR_BUFFER_SIZE`` unset
     when the group was made) or absent."""
-    import json
+    from jupyter_mgpu.engine.watch.issued_collectives import recorder
 
-    import torch
-
-    try:
-        dump = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))
-    except Exception:
-        return []
     out = []
-    for e in dump.get("entries") or ():
+    for e in recorder(only_active=False, entries=True).get("entries") or ():
         created = int(e.get("time_created_ns") or 0)
         name = str(e.get("profiling_name") or "")
         if created < since_ns or ":" not in name:
             continue
-        out.append({"op": name.split(":", 1)[1], "created_ns": created, "bytes": _input_bytes(e, torch)})
+        out.append({"op": name.split(":", 1)[1], "created_ns": created, "bytes": _input_bytes(e)})
     return out
 
 
-def _input_bytes(entry: dict[str, Any], torch: Any) -> int:
+def _input_bytes(entry: dict[str, Any]) -> int:
+    from jupyter_mgpu.engine.watch.issued_collectives import dtype_of
+
     total = 0
     for size, dtype in zip(entry.get("input_sizes") or (), entry.get("input_dtypes") or ()):
         count = 1
         for x in size:
             count *= int(x)
-        kind = getattr(torch, str(dtype).lower(), None)  # c10's names: Float, Long, Half, BFloat16, ...
-        total += count * (kind.itemsize if isinstance(kind, torch.dtype) else 0)
+        kind = dtype_of(dtype)
+        total += count * (kind.itemsize if kind is not None else 0)
     return total

@@ -31,6 +31,7 @@ from typing import Any
 
 from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine.watch import issued_collectives
 from jupyter_mgpu.engine.watch.collective_calls import (
     POINT_TO_POINT,
     SHAPED,
@@ -254,6 +255,21 @@ def install(rundir: str, world_size: int) -> None:
             setattr(dist, op, ours)
 
 
+JOIN_HINT = (
+    "a gradient bucket of DDP's, in backward(); ranks that run out of data at different steps: "
+    "see torch.distributed.algorithms.Join"
+)
+
+
+def _in_backward(frame: Any) -> bool:
+    """Whether the main thread is inside autograd's backward pass."""
+    while frame is not None:
+        if frame.f_code.co_name in ("_engine_run_backward", "backward") and "torch" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _main_frame() -> Any:
     ident = threading.main_thread().ident
     return sys._current_frames().get(ident) if ident is not None else None
@@ -295,6 +311,11 @@ def where(st: Any) -> dict[str, Any]:
     if getattr(st, "call_depth", 0):
         frame = _main_frame()
         line = _user_line(frame) if frame is not None else None
+        issued = issued_collectives.waiting()  # one torch issued from C++ (DDP's buckets, FSDP2, DTensor)
+        if issued is not None:
+            if issued["call"].startswith("all_reduce") and _in_backward(frame):
+                issued["call"] += f" ({JOIN_HINT})"
+            return {**issued, "line": line}
         return {"state": "running", "since": max(st.call_started or 0.0, _last_end), "collective": None, "line": line}
     return {"state": "idle", "since": st.call_ended or 0.0, "collective": None, "line": None}
 
