@@ -140,9 +140,12 @@ class OutputRelay:
         rest = text[stream.offset :] if not final else ""
         tail = visible(rest)
         if tail and not self._hides(rank):
+            before = self._drawing.get((rank, name))
+            # redrawn in place (a \r, or a tail that is not the one before it with more text after: ipyparallel
+            # keeps only a line's last redraw): a progress bar, which stays where it was drawn
+            if "\r" in rest or (before is not None and not tail.startswith(before)):
+                self._bars.add((rank, name))
             self._drawing[(rank, name)] = tail  # shown as being written until its newline arrives
-            if "\r" in rest:
-                self._bars.add((rank, name))  # redrawn in place: a progress bar, which stays where it was drawn
         else:
             self._drawing.pop((rank, name), None)
 

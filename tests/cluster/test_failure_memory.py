@@ -101,6 +101,9 @@ def held_now(rank: int) -> int:
 def test_a_kept_failure_s_memory_is_said_released_and_taken_back_when_needed(s2):
     from ipshell import shell
 
+    from jupyter_mgpu.engine.execution import rank_debugger
+
+    s2.run(rank_debugger.release_failure)  # the shared session: what an earlier test's failure kept goes first
     before = s2.run(allocated)
     with pytest.raises(RankError) as info:
         s2.run(hold_and_fail, 64 * MiB, targets=[1])

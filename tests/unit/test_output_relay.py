@@ -102,6 +102,21 @@ def test_a_line_flushed_in_parts_on_a_busy_machine_shows_whole_and_never_joins_a
     assert capsys.readouterr().out == ""
 
 
+def test_a_bar_whose_redraws_arrive_without_their_carriage_return_still_stays_where_it_was_drawn(capsys, monkeypatch):
+    """ipyparallel keeps only a line's last redraw, \r dropped: a tail replaced (not grown) is a bar too."""
+    shown = recorded(monkeypatch)
+    relay, md, clock = _relay()
+    md[0]["stdout"] = "  3%|#"
+    relay.poll()
+    md[0]["stdout"] = " 40%|####"  # replaced, not grown
+    relay.poll()
+    md[0]["stdout"] = "100%|##########|\n"
+    clock.now += SETTLE_S
+    relay.flush()
+    assert capsys.readouterr().out == ""  # not moved into the stream below
+    assert shown[-1] == "[rank 0] 100%|##########|"
+
+
 def test_show_folds_the_other_ranks_output_into_one_block(capsys, monkeypatch):
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda bundle, raw=False, **kw: shown.append(bundle))
