@@ -59,6 +59,22 @@ def _mismatch(where: dict[int, dict[str, Any]]) -> Diagnosis | None:
     return None
 
 
+def _arrival(w: dict[str, Any] | None) -> tuple[Any, ...]:
+    """Which collective a waiting rank is in, as its group numbers them (the Python-level watch's key, or
+    torch's own number for one it issued from C++); () when unknown."""
+    if not _waits(w):
+        return ()
+    return tuple((w or {}).get("arrival") or (w or {}).get("key") or ())
+
+
+def _all_arrived(where: dict[int, dict[str, Any]], r: int) -> bool:
+    """Every rank of ``r``'s group waits in the very collective ``r`` waits in: it runs (a large one takes
+    its time), it is not stuck."""
+    mine = _arrival(where.get(r))
+    group = where[r].get("group") or ()
+    return bool(mine) and bool(group) and all(_arrival(where.get(g)) == mine for g in group)
+
+
 def diagnose(
     where: dict[int, dict[str, Any]], done: set[int], now: float, what: str = "the call", still: float = STILL_S
 ) -> Diagnosis | None:
@@ -69,6 +85,7 @@ def diagnose(
         return found
     finished = set(done) | {r for r, w in where.items() if w and w.get("state") == "idle"}
     still_waiting = {r for r, w in where.items() if _waits(w) and now - float(w.get("since") or now) >= still}
+    still_waiting -= {r for r in still_waiting if _all_arrived(where, r)}  # a long collective, running
     hopeless = {r for r in still_waiting if set(where[r].get("group") or ()) <= still_waiting | finished}
     while True:  # a rank waiting for a rank that can still go on is not stuck
         keep = {r for r in hopeless if set(where[r].get("group") or ()) <= hopeless | finished}

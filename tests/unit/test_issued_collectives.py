@@ -55,6 +55,7 @@ def test_a_collective_in_flight_with_the_main_thread_still_is_a_wait(rank):
         "collective": "all_reduce #8",
         "call": "all_reduce float32[1010] issued by torch",
         "group": [0, 1],
+        "arrival": ["0", 8],
         "issued_by": "torch",
     }
 

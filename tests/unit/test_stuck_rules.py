@@ -92,6 +92,19 @@ def test_a_running_rank_is_busy_however_long_and_a_fresh_wait_is_not_stuck_yet()
     assert diagnose(young, done={1}, now=NOW + 1.5) is not None
 
 
+def test_every_rank_of_a_group_in_the_very_same_collective_is_a_long_one_running_not_a_hang():
+    """A large all_reduce (or DDP's bucket of a large model) takes its time on every rank: all arrived."""
+    cpp = {"arrival": ["0", 8], "key": None}
+    same = {r: {**_waiting("all_reduce float32[1000000] issued by torch", "line 4", [0, 1]), **cpp} for r in (0, 1)}
+    assert diagnose(same, done=set(), now=NOW + 60) is None
+    python = {r: _waiting("all_reduce float32[4]", "line 3", [0, 1], key=("0", 5, 0)) for r in (0, 1)}
+    assert diagnose(python, done=set(), now=NOW + 60) is None
+    apart = {0: same[0], 1: {**same[1], "arrival": ["0", 9]}}  # one rank a collective further: never meets
+    assert diagnose(apart, done=set(), now=NOW) is not None
+    mixed = {0: same[0], 1: python[1]}  # DDP's bucket on one rank, the user's all_reduce on the other
+    assert diagnose(mixed, done=set(), now=NOW) is not None
+
+
 def test_a_wait_on_a_subgroup_is_judged_by_that_group_only():
     where = {0: _waiting("barrier", "line 2", [0, 1], key=("1", 1, 0)), 2: _running("line 9")}
     found = diagnose(where, done={1}, now=NOW)

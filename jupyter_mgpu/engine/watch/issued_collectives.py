@@ -92,8 +92,9 @@ def _describe(entry: dict[str, Any]) -> str:
 
 def waiting(now: float | None = None) -> dict[str, Any] | None:
     """The collective torch issued that this rank waits in now — ``state`` ``collective``, ``since``,
-    ``collective`` (``all_reduce #8``), ``call``, ``group`` (its global ranks), ``issued_by`` ``torch`` —
-    or None (its main thread computes, or no collective is in flight)."""
+    ``collective`` (``all_reduce #8``), ``call``, ``group`` (its global ranks), ``arrival`` (the group's name
+    and torch's number of the collective: ranks in the same one are in it together), ``issued_by``
+    ``torch`` — or None (its main thread computes, or no collective is in flight)."""
     now = time.time() if now is None else now
     st = rank_state.STATE
     if st is None or st.backend == "nccl":  # a GPU's queued kernels keep nccl's collectives in flight
@@ -125,5 +126,6 @@ def waiting(now: float | None = None) -> dict[str, Any] | None:
         "collective": f"{op} #{entry.get('collective_seq_id')}",
         "call": f"{op} {_describe(entry)} issued by torch".replace("  ", " "),
         "group": _group_ranks(str(group[0])) or [],
+        "arrival": [str(group[0]), int(entry.get("collective_seq_id") or 0)],  # the same on every rank of it
         "issued_by": "torch",
     }
