@@ -98,33 +98,35 @@ def held_now(rank: int) -> int:
     raise AssertionError(f"no fresh memory sample from rank {rank}")
 
 
-def test_a_kept_failure_s_memory_is_said_released_and_taken_back_when_needed(s2):
+def test_a_kept_failure_s_memory_is_said_released_and_taken_back_when_needed(s2, capsys):
+    """On the shared session: what the kept frames hold is said and measured as they go (the session's other
+    tensors may come and go meanwhile, as an earlier test's handles are collected)."""
     from ipshell import shell
 
     from jupyter_mgpu.engine.execution import rank_debugger
 
-    s2.run(rank_debugger.release_failure)  # the shared session: what an earlier test's failure kept goes first
-    before = s2.run(allocated)
+    s2.run(rank_debugger.release_failure)  # what an earlier test's failure kept goes first
     with pytest.raises(RankError) as info:
         s2.run(hold_and_fail, 64 * MiB, targets=[1])
     assert str(info.value).endswith(
         "; rank 1 keeps 64.0 MiB in the failed call's frames for %mgpu_debug; %mgpu_debug --release frees them"
     ), str(info.value)
-    assert s2.run(allocated) == [before[0], before[1] + 64 * MiB]
     assert held_now(1) == 64 * MiB and held_now(0) == 0
 
     ip = shell()
+    capsys.readouterr()
     result = ip.run_cell("%mgpu_debug --release")
     assert result.success, result.error_in_exec
-    assert s2.run(allocated) == before and held_now(1) == 0
-    result = ip.run_cell("%mgpu_debug --release --rank 1")
-    assert result.success
+    assert "mgpu: released the failed call's frames: 64.0 MiB on rank 1" in capsys.readouterr().out
+    assert held_now(1) == 0
+    assert ip.run_cell("%mgpu_debug --release --rank 1").success
+    assert "no failure's frames held memory on rank 1" in capsys.readouterr().out
 
     # kept again; an allocation that fits only without those frames lets them go and succeeds
     with pytest.raises(RankError, match="keeps 64.0 MiB"):
         s2.run(hold_and_fail, 64 * MiB, targets=[1])
     space = s2.run(room, targets=[1])[0]
-    assert s2.run(take, space + 32 * MiB, targets=[1]) == [before[1]]
+    s2.run(take, space + 32 * MiB, targets=[1])  # would be refused with the frames kept
     assert held_now(1) == 0
     with pytest.raises(MgpuError, match="cannot be debugged: its frames were released"):
         ip.run_cell("%mgpu_debug --rank 1", store_history=False).raise_error()

@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from jupyter_mgpu.engine import cuda_device
+from jupyter_mgpu.engine import cuda_device, rank_traceback
 from jupyter_mgpu.engine.shards import allocator_budget, shard_store
 
 OOM_LET_GO = "it ran out of memory, and its frames were let go to give that memory back"
@@ -199,6 +199,8 @@ def measure(tb: types.TracebackType | None) -> int:
     held: list[Any] = []
     outside: list[Any] = [shard_store._SHARDS, sys.modules["__main__"].__dict__, _rank_namespace()]
     for frame in _frames(tb):
+        if rank_traceback.is_internal(frame.f_code.co_filename):
+            continue  # the package's own frames (the call's machinery): what they reach is the engine's
         if frame.f_locals is frame.f_globals:  # module level: a cell, a script's top level
             (outside if _is_module_namespace(frame.f_globals) else held).append(frame.f_globals)
         else:
