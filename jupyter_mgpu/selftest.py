@@ -92,15 +92,24 @@ def _too_big() -> int:
     return int(2 * st.budget_bytes)
 
 
-def _fail_holding(nbytes: int, out_of_memory: bool) -> None:
+# user code, as a notebook's would be: compiled under a name of its own (the package's own frames are the
+# call's machinery, whose reach a failure's kept memory leaves out)
+_USER_CODE = """
+def fail_holding(nbytes, out_of_memory, device, too_big):
     import torch
+    held = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if out_of_memory:
+        torch.empty(too_big, dtype=torch.uint8, device=device)
+    raise ValueError("a failure that holds memory")
+"""
 
+
+def _fail_holding(nbytes: int, out_of_memory: bool) -> None:
     from jupyter_mgpu.engine import state as rank_state
 
-    held = torch.empty(nbytes, dtype=torch.uint8, device=rank_state.get().device)  # held by the frame
-    if out_of_memory:
-        torch.empty(_too_big(), dtype=torch.uint8, device=held.device)
-    raise ValueError("a failure that holds memory")
+    code: dict[str, Any] = {}
+    exec(compile(_USER_CODE, "<selftest user code>", "exec"), code)
+    code["fail_holding"](nbytes, out_of_memory, rank_state.get().device, _too_big())
 
 
 def _matmul_check(n: int) -> float:
