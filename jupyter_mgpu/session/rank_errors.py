@@ -73,9 +73,10 @@ def build_error(failures: dict[int, dict[str, Any]], *, rebuilt: bool = False, *
     return err
 
 
-def held_note(failures: dict[int, dict[str, Any]]) -> str:
+def held_note(failures: dict[int, dict[str, Any]], call: str = "failed") -> str:
     """``rank 0 keeps 762.9 MiB in the failed call's frames for %mgpu_debug; %mgpu_debug --release frees
-    them`` (ranks whose kept frames hold at least :data:`HELD_SAID` bytes), or ``""``."""
+    them`` (ranks whose kept frames hold at least :data:`HELD_SAID` bytes), or ``""``; ``call`` says which
+    call (``interrupted``, after the stop button)."""
     held = {r: int(f.get("held_bytes") or 0) for r, f in failures.items()}
     held = {r: n for r, n in held.items() if n >= HELD_SAID}
     if not held:
@@ -87,7 +88,7 @@ def held_note(failures: dict[int, dict[str, Any]]) -> str:
         f"{rank_list(ranks)} {'keeps' if len(ranks) == 1 else 'keep'} {format_bytes(n)}{' each' if len(ranks) > 1 else ''}"
         for n, ranks in by_size.items()
     ]
-    return f"{' and '.join(parts)} in the failed call's frames for %mgpu_debug; %mgpu_debug --release frees them"
+    return f"{' and '.join(parts)} in the {call} call's frames for %mgpu_debug; %mgpu_debug --release frees them"
 
 
 def _build_error(

@@ -24,7 +24,7 @@ from typing import Any
 
 from jupyter_mgpu.engine.watch import collective_guard as guard
 from jupyter_mgpu.errors import Interrupted, MgpuError, rank_list
-from jupyter_mgpu.session.rank_errors import REBUILT_NOTE
+from jupyter_mgpu.session.rank_errors import REBUILT_NOTE, held_note
 
 INTERRUPT_GRACE = 0.5  # ranks in Python code answer SIGINT well within this
 FAILURE_GRACE = 0.3  # after a rank failed, how long the others may still finish on their own
@@ -130,13 +130,14 @@ class GroupRecovery:
             busy = self.wait_idle(everyone, SETTLE)
         where = f"interrupted on {rank_list(ranks)}"
         if busy:
-            return Interrupted(
-                f"{where}; {rank_list(busy)} still busy (a long C++ operation?): the process "
-                "group will be rebuilt before the next call"
-            )
-        if self.rebuild():
-            return Interrupted(f"{where}; {REBUILT_NOTE}")
-        return Interrupted(f"{where}; the process group will be rebuilt before the next call")
+            said = f"{where}; {rank_list(busy)} still busy (a long C++ operation?): the process group will be rebuilt before the next call"
+        elif self.rebuild():
+            said = f"{where}; {REBUILT_NOTE}"
+        else:
+            said = f"{where}; the process group will be rebuilt before the next call"
+        asked = self._ask([r for r in ranks if r not in busy], "held")  # their reports never come
+        held = held_note({r: p for r, p in asked.items() if p}, call="interrupted")
+        return Interrupted(f"{said}; {held}" if held else said)
 
     # -- before the next call -----------------------------------------------------------------
     def ensure_clean(self) -> None:

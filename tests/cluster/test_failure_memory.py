@@ -130,3 +130,48 @@ def test_a_kept_failure_s_memory_is_said_released_and_taken_back_when_needed(s2,
     assert held_now(1) == 0
     with pytest.raises(MgpuError, match="cannot be debugged: its frames were released"):
         ip.run_cell("%mgpu_debug --rank 1", store_history=False).raise_error()
+
+
+HOLD_THEN = """def hold():
+    kept = torch.empty({n}, dtype=torch.uint8)
+    {then}
+hold()"""
+
+
+def test_an_interrupted_call_s_kept_memory_is_said_with_the_interrupt(s2):
+    """The stop button's error is built on the kernel side (the ranks' reports never come): it still says
+    what the interrupted call's frames keep, and the rank measures it for mg.memory()."""
+    import os
+    import signal
+    import threading
+
+    from jupyter_mgpu.engine.execution import rank_debugger
+
+    s2.run(rank_debugger.release_failure)
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt) as info:
+        s2.run_cell(HOLD_THEN.format(n=64 * MiB, then="import time; time.sleep(60)"), targets=[0], stream=False)
+    timer.cancel()
+    assert str(info.value).endswith(
+        "; rank 0 keeps 64.0 MiB in the interrupted call's frames for %mgpu_debug; %mgpu_debug --release frees them"
+    ), str(info.value)
+    assert held_now(0) == 64 * MiB
+    assert s2.run(rank_debugger.release_failure, targets=[0]) == [64 * MiB]
+
+
+def test_a_rank_released_from_a_stuck_collective_says_what_its_frames_keep(s2):
+    """The guard thread's release ends the call with an error in the collective: those frames are kept and
+    said like any other failure's, and let go with the next failure's."""
+    from jupyter_mgpu.engine.execution import rank_debugger
+
+    s2.run(rank_debugger.release_failure)
+    skip = "if rank == 0:\n        dist.all_reduce(torch.ones(1))"
+    with pytest.raises(RankError) as info:
+        s2.run_cell(HOLD_THEN.format(n=64 * MiB, then=skip), stream=False)
+    assert "all_reduce" in str(info.value)
+    assert "rank 0 keeps 64.0 MiB in the failed call's frames" in str(info.value), str(info.value)
+    assert "rank 1 keeps" not in str(info.value)
+    with pytest.raises(RankError):  # the next failure lets them go
+        s2.run_cell("1 / 0", targets=[0], stream=False)
+    assert held_now(0) == 0

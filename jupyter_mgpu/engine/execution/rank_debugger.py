@@ -321,4 +321,10 @@ def install() -> dict[str, Any]:
         "debug-line": PORT.give,
         "debug-frames": PORT.frames,
         "debug-vars": PORT.variables,
+        "held": _held_reply,
     }
+
+
+def _held_reply(body: str) -> dict[str, int]:
+    """The bytes this rank's kept failure holds, asked after an interrupt (whose reports never come)."""
+    return {"held_bytes": held_failure.held_bytes()}
