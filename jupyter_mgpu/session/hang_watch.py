@@ -9,8 +9,9 @@ read from the telemetry the ranks publish) whether the ranks are stuck, and say 
 
 Either way the watch releases the stuck ranks (``engine/watch/collective_guard.py``), as the stop button
 does, and keeps the report for the error the call then raises; the session rebuilds the group. While a
-collective has waited ``STATUS_AFTER_S`` seconds it also keeps a live status line in the cell, which
-goes when the call ends. :func:`diagnose` is the pure decision; :class:`HangWatch` drives it.
+collective has waited ``STATUS_AFTER_S`` seconds, or a rank has been importing a module for two (a first
+``import torch.distributed.tensor`` on a loaded machine), it also keeps a live status line in the cell,
+which goes when the call ends. :func:`diagnose` is the pure decision; :class:`HangWatch` drives it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from jupyter_mgpu.engine.watch import collective_watch
 from jupyter_mgpu.errors import rank_list
-from jupyter_mgpu.wait_line import WaitLine
+from jupyter_mgpu.wait_line import SAID_AFTER, WaitLine
 
 STILL_S = 2.0  # no change for this long, with every rank of the group blocked or done: stuck
 POLL_S = 0.25
@@ -163,7 +164,8 @@ class HangWatch:
             return
         if live:
             waited = [wall - float(w.get("since") or wall) for w in where.values() if _waits(w)]
-            if waited and max(waited) >= self.status_after:
+            importing = any(w.get("importing") for w in where.values()) and wall - self.started >= SAID_AFTER
+            if self._status is not None or importing or (waited and max(waited) >= self.status_after):
                 self._show(status_line({r: where.get(r) or {} for r in sorted(set(pending) | set(done))}, wall))
 
     def _show(self, text: str) -> None:

@@ -88,3 +88,16 @@ def test_a_library_call_past_two_seconds_says_what_it_waits_for_and_the_line_goe
     assert lines[-1] == ("update_display_data", ""), lines  # gone when the call came back
     reply, got = messages(kernel, "_mg.current().run(time.sleep, 0.5, label='a quick one')")
     assert not [kind for kind, _ in got if "display" in kind]  # a short wait says nothing
+
+
+def test_a_first_import_past_two_seconds_is_said_in_the_cell_and_the_line_goes(kernel):
+    (kernel.folder / "mgpu_slow_import.py").write_text("import time\ntime.sleep(2.8)\n")
+    reply, got = messages(
+        kernel, f"%%mgpu\nimport sys\nsys.path.insert(0, {str(kernel.folder)!r})\nimport mgpu_slow_import\nprint('in')"
+    )
+    assert reply["status"] == "ok"
+    lines = [c["data"]["text/plain"] for kind, c in got if kind in ("display_data", "update_display_data")]
+    said = [text for text in lines if "importing" in text]
+    assert said and said[0].startswith("mgpu: ranks 0, 1 running line 4 of the cell for "), lines
+    assert said[0].endswith(", importing mgpu_slow_import"), lines  # the editor's line of the import
+    assert lines[-1] == "", lines  # gone when the cell ended

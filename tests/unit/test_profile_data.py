@@ -130,3 +130,29 @@ def test_the_sidebar_gets_each_ranks_calls_collectives_and_waiting(ranks):
     assert rows[2]["wait"] == [] and sorted(rows[2]["collective"]) == [[300.0, 10.0], [400.0, 10.0], [500.0, 10.0]]
     assert rows[0]["calls"] == [[0.0, 1000.0]]  # the profile's own calls are left out
     assert [s["last_to_arrive"] for s in data["summary"]] == [0, 0, 3]
+
+
+def test_the_profiler_starts_without_importing_the_inductor_and_leaves_torch_as_it_was():
+    """torch.profiler's start imports torch._inductor (a second or more) to read a flag of compiled graphs;
+    the rank's start leaves it unimported, still records, and puts torch's lazy imports back."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, time, torch
+from jupyter_mgpu.engine.records import rank_profiler as rp
+from torch.profiler import profile
+lazy = torch.__getattr__
+p = profile()
+with rp._inductor_left_unimported():
+    p.start()
+torch.ones(8).sum()
+p.stop()
+assert "torch._inductor" not in sys.modules, "imported"
+assert torch.__getattr__ is lazy
+assert any(e.name == "aten::sum" for e in p.events()), "nothing recorded"
+assert torch._inductor.__name__ == "torch._inductor"  # the lazy import still works afterwards
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]

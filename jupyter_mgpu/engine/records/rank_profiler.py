@@ -8,11 +8,14 @@ and left it, and the calls it ran. :func:`stop` hands everything back, the Kinet
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 from jupyter_mgpu.engine import state as rank_state
@@ -39,8 +42,34 @@ def start(record_shapes: bool = False, with_stack: bool = False, profile_memory:
     )
     st.call_log, st.collective_log = [], []
     _started_ns = time.time_ns()
-    _prof.start()
+    with _inductor_left_unimported():
+        _prof.start()
     return {"rank": st.rank, "time_ns": _started_ns}
+
+
+@contextlib.contextmanager
+def _inductor_left_unimported() -> Iterator[None]:
+    """torch.profiler's start asks ``hasattr(torch, "_inductor")`` to read one flag of compiled CUDA graphs,
+    which imports the inductor (1.2 s of a 1.2 s first start here, several on a loaded machine) where nothing
+    was compiled: while the profiler starts, an inductor not yet imported reads as absent (no compiled
+    graph can then exist, and the flag's default, False, is the truth)."""
+    import torch
+
+    lazy = torch.__dict__.get("__getattr__")
+    if "torch._inductor" in sys.modules or lazy is None:
+        yield
+        return
+
+    def absent_inductor(name: str) -> Any:
+        if name == "_inductor":
+            raise AttributeError(name)
+        return lazy(name)
+
+    torch.__getattr__ = absent_inductor  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.__getattr__ = lazy  # type: ignore[method-assign]
 
 
 def clock() -> int:

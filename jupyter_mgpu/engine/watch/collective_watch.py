@@ -270,6 +270,21 @@ def _in_backward(frame: Any) -> bool:
     return False
 
 
+def _importing(frame: Any) -> tuple[str, Any] | None:
+    """The module the main thread's outermost import is loading, and the frame of the statement that
+    started it, if it is inside one (a first import of a big package takes seconds: the live status line
+    says so)."""
+    found = None
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_find_and_load" and code.co_filename.startswith("<frozen importlib"):
+            name = frame.f_locals.get("name")  # importlib's locals only: module names and specs
+            if isinstance(name, str):
+                found = (name, frame.f_back)
+        frame = frame.f_back
+    return found
+
+
 def _main_frame() -> Any:
     ident = threading.main_thread().ident
     return sys._current_frames().get(ident) if ident is not None else None
@@ -316,7 +331,11 @@ def where(st: Any) -> dict[str, Any]:
             if issued["call"].startswith("all_reduce") and _in_backward(frame):
                 issued["call"] += f" ({JOIN_HINT})"
             return {**issued, "line": line}
-        return {"state": "running", "since": max(st.call_started or 0.0, _last_end), "collective": None, "line": line}
+        out = {"state": "running", "since": max(st.call_started or 0.0, _last_end), "collective": None, "line": line}
+        importing = _importing(frame)
+        if importing:  # the line that imports, not one inside the module being run
+            out.update(importing=importing[0], line=_user_line(importing[1]))
+        return out
     return {"state": "idle", "since": st.call_ended or 0.0, "collective": None, "line": None}
 
 
@@ -331,4 +350,5 @@ def describe(where: dict[str, Any] | None, now: float) -> str | None:
         return f"at a pdb prompt at {where.get('line') or 'an unknown line'} for {seconds:.0f} s"
     if where["state"] == "collective":
         return f"waiting in {where.get('collective')} for {seconds:.0f} s"
-    return f"running {where.get('line') or 'its code'} for {seconds:.0f} s"
+    running = f"running {where.get('line') or 'its code'} for {seconds:.0f} s"
+    return f"{running}, importing {where['importing']}" if where.get("importing") else running
