@@ -1,6 +1,6 @@
 /**
- * How the sidebar names a rank: who it is (`rank 10 · cpu:10 · pid 123`) and, apart, its state. The
- * row shortens the name when it is narrow, never the state: the state has its own element.
+ * How the sidebar names a rank: who it is (`rank 10 · cpu:10 · pid 123`) and, apart, its state. A
+ * narrow row wraps the name between its pieces and never cuts it; the state has its own element.
  */
 import { RankInfo } from './payloads';
 

@@ -1,10 +1,12 @@
 /**
  * A cluster card's ranks, each exactly once, updated in place. Up to `COMPACT_AT` ranks each has a
- * roomy row (name and state, what it does now, a bar, its figures); beyond, one compact line each in
- * a list of bounded height that scrolls, so the card's Stop button (in its title line) and the next
- * cluster stay in reach. A cluster across hosts groups its ranks under each host in a `<details>`
- * whose summary counts them by state; at 32–64 ranks the groups start folded, and a group the user
- * opened or folded stays so.
+ * roomy row (its name, its state in a column of its own on the right, what it does now, a bar, its
+ * figures); beyond, a compact row each (the name without the pid, the bar and the figures side by
+ * side) in a list of bounded height that scrolls, so the card's Stop button (in its title line) and the
+ * next cluster stay in reach. Nothing in a row is cut at the sidebar's default width: the name wraps
+ * between its pieces, what the rank does wraps between words, the state is never shortened. A
+ * cluster across hosts groups its ranks under each host in a `<details>` whose summary counts them by
+ * state; at 32–64 ranks the groups start folded, and a group the user opened or folded stays so.
  */
 import { bar, el, setBar } from './dom';
 import { groupByHost, groupSummary } from './hosts';
@@ -17,11 +19,13 @@ const RANK_COLORS = 8;
 
 interface IRankView {
   row: HTMLDivElement;
-  /** `.jp-mgpu-label`: `rank 10` (never shortened) and ` · cpu:10 · pid 123` (shortened when narrow). */
+  /** `.jp-mgpu-label`: `rank 10` and ` · cpu:10 · pid 123`, whose pieces wrap apart when narrow. */
   label: HTMLSpanElement;
   id: HTMLSpanElement;
   where: HTMLSpanElement;
   state: HTMLSpanElement;
+  /** `.jp-mgpu-doing`, the line under the name: the op and the activity, hidden when neither. */
+  doing: HTMLDivElement;
   op: HTMLSpanElement;
   activity: HTMLSpanElement;
   figures: HTMLSpanElement;
@@ -112,13 +116,26 @@ export class RankList {
     const where = el('span', 'jp-mgpu-where');
     label.append(id, where);
     const state = el('span', 'jp-mgpu-state');
+    line.append(label, state);
+    const doing = el('div', 'jp-mgpu-doing');
     const op = el('span', 'jp-mgpu-op');
-    line.append(label, state, op);
     const activity = el('span', 'jp-mgpu-activity');
+    doing.append(op, activity);
     const [outer, fill] = bar();
     const figures = el('span', 'jp-mgpu-figures');
-    row.append(line, activity, outer, figures);
-    const rv = { row, label, id, where, state, op, activity, figures, fill };
+    row.append(line, doing, outer, figures);
+    const rv = {
+      row,
+      label,
+      id,
+      where,
+      state,
+      doing,
+      op,
+      activity,
+      figures,
+      fill
+    };
     this._rows.set(r.rank, rv);
     return rv;
   }
@@ -133,17 +150,29 @@ export class RankList {
     rv.row.title = rankTitle(r);
     const name = rankLabel(r, compact);
     rv.id.textContent = `rank ${r.rank}`;
-    rv.where.textContent = name.slice(rv.id.textContent.length);
+    setPieces(rv.where, name.slice(rv.id.textContent.length));
     rv.state.textContent = r.state;
     rv.op.textContent = r.op ?? '';
     rv.op.hidden = !r.op;
     rv.activity.textContent = r.activity ?? '';
-    rv.activity.title = r.activity ?? '';
     rv.activity.hidden = !r.activity;
+    rv.doing.hidden = !r.op && !r.activity;
     setBar(rv.fill, r.used_bytes, r.total_bytes);
     rv.figures.textContent = r.figures;
   }
 
   private _rows = new Map<number, IRankView>();
   private _groups = new Map<string, IGroupView>();
+}
+
+/** ` · cpu:10 · pid 123` into `where` as pieces that never break inside (`· pid 123`), a space
+ * between them where a narrow row may wrap; its text stays the same string. */
+function setPieces(where: HTMLElement, text: string): void {
+  if (where.textContent === text) {
+    return;
+  }
+  const pieces = text.split(' · ').slice(1);
+  where.replaceChildren(
+    ...pieces.flatMap(p => [' ', el('span', 'jp-mgpu-where-piece', `· ${p}`)])
+  );
 }

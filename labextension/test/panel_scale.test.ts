@@ -101,7 +101,7 @@ describe('the sidebar at 32 ranks on one host', () => {
     );
   });
 
-  it('keeps every state whole, in its own element, apart from the shortened name', () => {
+  it('keeps every state whole, in its own element, apart from the name, and cuts nothing', () => {
     const panel = makePanel();
     panel.render(snapshot([c]));
     const rows = Array.from(
@@ -121,18 +121,46 @@ describe('the sidebar at 32 ranks on one host', () => {
     }
     expect(rows[10].querySelector('.jp-mgpu-state')!.textContent).toBe('idle');
     expect(rows[19].querySelector('.jp-mgpu-state')!.textContent).toBe('busy');
-    // the state never shrinks or ellipsises; the name and the op do
+    // the state never wraps or ellipsises, in a column of its own
     const state = getComputedStyle(rows[10].querySelector('.jp-mgpu-state')!);
-    expect(state.flexShrink).toBe('0');
+    expect(state.whiteSpace).toBe('nowrap');
     expect(state.overflow).not.toBe('hidden');
     expect(state.textOverflow).not.toBe('ellipsis');
-    // "rank 10" stays whole too: a narrow row shortens only what follows it
+    // "rank 10" stays whole, and so does each piece after it: a narrow row wraps between them
     const id = rows[10].querySelector<HTMLElement>('.jp-mgpu-rank-id')!;
     expect(id.textContent).toBe('rank 10');
-    expect(getComputedStyle(id).flexShrink).toBe('0');
+    expect(getComputedStyle(id).whiteSpace).toBe('nowrap');
     const where = rows[10].querySelector<HTMLElement>('.jp-mgpu-where')!;
     expect(where.textContent).toBe(' · cpu:10');
-    expect(getComputedStyle(where).textOverflow).toBe('ellipsis');
+    const pieces = Array.from(
+      where.querySelectorAll<HTMLElement>('.jp-mgpu-where-piece')
+    );
+    expect(pieces.map(p => p.textContent)).toEqual(['· cpu:10']);
+    expect(getComputedStyle(pieces[0]).whiteSpace).toBe('nowrap');
+    // nothing in a row is cut: no part of it hides what overflows or ellipsises (issue 47)
+    const cut = rows
+      .flatMap(row => [row, ...Array.from(row.querySelectorAll('*'))])
+      .filter(part => {
+        const style = getComputedStyle(part);
+        return (
+          style.textOverflow === 'ellipsis' ||
+          (style.overflow === 'hidden' &&
+            !part.classList.contains('jp-mgpu-bar'))
+        );
+      })
+      .map(part => part.className);
+    expect(cut).toEqual([]);
+    // what a busy rank does is on a line of its own under its name: the op, then the activity
+    const busy = rows[19].querySelector<HTMLElement>('.jp-mgpu-doing')!;
+    expect(busy.hidden).toBe(false);
+    expect(busy.parentElement).toBe(rows[19]);
+    expect(busy.querySelector('.jp-mgpu-op')!.textContent).toBe('%%mgpu cell');
+    expect(busy.querySelector('.jp-mgpu-activity')!.textContent).toBe(
+      'running line 3 of the cell for 19 s'
+    );
+    expect(rows[10].querySelector<HTMLElement>('.jp-mgpu-doing')!.hidden).toBe(
+      true
+    );
   });
 
   it('puts the Stop button before the ranks, which scroll in a list of bounded height', () => {

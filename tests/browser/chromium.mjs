@@ -1,7 +1,7 @@
 // What every browser script shares: its JSON argument, the JSON-lines report, Debian's Chromium
 // launched headless with the flags this closed network needs, running a notebook cell via the UI, what
-// a failed script leaves behind, reading the Multi-GPU sidebar, and driving a player (its step buttons,
-// its standalone page with the network refused).
+// a failed script leaves behind, reading the Multi-GPU sidebar (and what cuts its rank rows), and
+// driving a player (its step buttons, its standalone page with the network refused).
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 
@@ -148,6 +148,70 @@ export async function sidebar(page) {
       )
     }))
   }));
+}
+
+// What cuts the rank rows of the sidebar's card `clusterId` (issue 47): every element of a row (the
+// row, the card and its list too) wider inside than its box (scrollWidth > clientWidth: cut, or
+// scrolling sideways), every one that reaches past the panel's visible right edge, and every text that
+// ends in an ellipsis. Also the panel's width and the first rows' text, for the report.
+export async function rankRowsCut(page, clusterId) {
+  return page.evaluate(id => {
+    const panel = document.getElementById('jupyter-mgpu-panel');
+    const box = panel.getBoundingClientRect();
+    // the panel's content box (less its scrollbar), within the side area that shows it
+    const edge = Math.min(
+      panel.parentElement.getBoundingClientRect().right,
+      box.left + panel.clientLeft + panel.clientWidth
+    );
+    const card = panel.querySelector(
+      `.jp-mgpu-cluster[data-cluster-id="${id}"]`
+    );
+    if (!card) {
+      return { panelWidth: Math.round(box.width), rows: 0, cut: ['no card'] };
+    }
+    const rows = Array.from(card.querySelectorAll('.jp-mgpu-rank'));
+    const name = el =>
+      `${el.tagName.toLowerCase()}.${String(el.getAttribute('class') ?? '').split(' ')[0]}`;
+    const cut = [];
+    const list = card.querySelector('.jp-mgpu-ranks');
+    for (const el of [card, list]) {
+      if (el.scrollWidth > el.clientWidth) {
+        cut.push(`${name(el)}: ${el.scrollWidth} px inside ${el.clientWidth}`);
+      }
+    }
+    for (const row of rows) {
+      const who = `rank ${row.dataset.rank}`;
+      for (const el of [row, ...row.querySelectorAll('*')]) {
+        if (!el.checkVisibility()) {
+          continue;
+        }
+        if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth) {
+          cut.push(
+            `${who} ${name(el)}: ${el.scrollWidth} px inside ${el.clientWidth}`
+          );
+        }
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && r.right > edge + 0.5) {
+          cut.push(
+            `${who} ${name(el)}: ends at ${r.right.toFixed(1)} px, past the panel's edge at ${edge.toFixed(1)}`
+          );
+        }
+      }
+      const texts = document.createTreeWalker(row, NodeFilter.SHOW_TEXT);
+      for (let t = texts.nextNode(); t; t = texts.nextNode()) {
+        if (t.textContent.trimEnd().endsWith('…')) {
+          cut.push(`${who}: "${t.textContent}" ends in an ellipsis`);
+        }
+      }
+    }
+    return {
+      panelWidth: Math.round(box.width),
+      edge: Math.round(edge),
+      rows: rows.length,
+      cut,
+      text: rows.slice(0, 4).map(r => r.innerText)
+    };
+  }, clusterId);
 }
 
 // Wait until the player counter `counter` (a selector) reads its last step ("step n / n").

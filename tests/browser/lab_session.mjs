@@ -9,6 +9,7 @@ import {
   openBrowser,
   openNotebook,
   runCell,
+  rankRowsCut,
   reportError,
   sidebar,
   shutdownKernel
@@ -32,6 +33,73 @@ async function cellText(page, index) {
 
 // What the sidebar shows for each cluster: id, status, world size, and each rank's bar.
 const clusters = async page => (await sidebar(page)).clusters;
+
+// A cluster of `n` ranks whose rows carry the longest of everything (issue 47): 7-digit pids, the
+// longest state, busy ranks' op and activity, figures in four-digit MiB and GiB.
+function wideCluster(id, n) {
+  const ranks = Array.from({ length: n }, (_, r) => {
+    const busy = r % 8 < 2;
+    return {
+      rank: r,
+      pid: 4194300 - r,
+      alive: r !== 5,
+      host: null,
+      device: `cpu:${r}`,
+      kind: 'cpu',
+      state: r === 2 ? 'restarting' : r === 5 ? 'dead' : busy ? 'busy' : 'idle',
+      op: busy ? (r % 2 ? 'mg.matmul' : '%%mgpu cell') : null,
+      activity: busy
+        ? r % 2
+          ? 'running line 3 of the cell for 1234 s'
+          : 'waiting in all_reduce #12345 for 1234 s'
+        : null,
+      used_bytes: 1023.9 * 2 ** 20,
+      peak_bytes: 1023.9 * 2 ** 20,
+      total_bytes: 1023.9 * 2 ** 30,
+      figures: '1023.9 MiB / 1023.9 GiB',
+      sample_age_s: 0.1
+    };
+  });
+  return {
+    cluster_id: id,
+    status: 'running',
+    notebook: 'lab_story/01_quickstart.ipynb',
+    kernel_pid: 1,
+    kernel_id: null,
+    controller_pid: 2,
+    supervisor_pid: 3,
+    world_size: n,
+    backend: 'gloo',
+    kind: 'cpu',
+    started_at: Date.now() / 1000,
+    devices: [],
+    ranks,
+    used_bytes: n * 1023.9 * 2 ** 20,
+    total_bytes: n * 1023.9 * 2 ** 30,
+    profile_time: null,
+    profile: null
+  };
+}
+
+// Show `cluster` alone in the sidebar, through the panel's own render, as a paused stream's snapshot
+// (a paused server sends nothing that would redraw it); the next live snapshot puts the real ones back.
+async function showCluster(page, cluster) {
+  await page.evaluate(c => {
+    const panel = Array.from(window.jupyterapp.shell.widgets('left')).find(
+      w => w.id === 'jupyter-mgpu-panel'
+    );
+    const time = Date.now() / 1000;
+    panel.render({
+      type: 'snapshot',
+      time,
+      clusters: [c],
+      devices: { time, host: 'vm', source: 'clusters', devices: [] },
+      interval: 1,
+      paused: true
+    });
+  }, cluster);
+  await page.waitForTimeout(300);
+}
 
 async function waitFor(page, fn, arg, timeout = STEP_TIMEOUT) {
   await page.waitForFunction(fn, arg, { timeout, polling: 200 });
@@ -154,6 +222,7 @@ try {
       r => r.innerText
     )
   );
+  const rowsReal = await rankRowsCut(page, allocated[0].id);
   await shot(page, '03_after_allocation');
   if (cfg.docsShot) {
     await page.screenshot({
@@ -166,7 +235,8 @@ try {
     grew,
     sidebar: allocated,
     allocOutput,
-    dashboardAfter
+    dashboardAfter,
+    rowsReal
   });
 
   // 3b. Pause (stored in the settings, sent to the server) freezes the panel; Resume restarts it
@@ -185,6 +255,21 @@ try {
     .then(() => true)
     .catch(() => false);
   const pausedStatus = await page.textContent('.jp-mgpu-status');
+  report('pause', { pausedOk, pausedStatus });
+
+  // 3c. while paused: at the sidebar's default width, no rank row is cut, at 4 ranks (roomy rows) and
+  // at 32 (compact rows in a scrolling list), with the longest of everything in them (issue 47)
+  const layout = {};
+  for (const [n, name] of [
+    [4, '03b_sidebar_4_ranks'],
+    [32, '03c_sidebar_32_ranks']
+  ]) {
+    await showCluster(page, wideCluster(`layout-${n}`, n));
+    layout[n] = await rankRowsCut(page, `layout-${n}`);
+    await shot(page, name);
+  }
+  report('layout', layout);
+
   await page.click('#jupyter-mgpu-panel .jp-mgpu-pause');
   const resumedOk = await page
     .waitForFunction(
@@ -197,7 +282,12 @@ try {
     )
     .then(() => true)
     .catch(() => false);
-  report('pause', { pausedOk, pausedStatus, resumedOk });
+  // the live stream's next snapshot puts the real card back
+  await page.waitForSelector(
+    `#jupyter-mgpu-panel .jp-mgpu-cluster[data-cluster-id="${allocated[0].id}"]`,
+    { timeout: 15000 }
+  );
+  report('resume', { resumedOk });
 
   // 4. "Stop cluster" asks for confirmation, then ends the engines
   const clusterId = allocated[0].id;

@@ -2,7 +2,9 @@
 
 Opens notebooks/01_quickstart.ipynb (a copy), inserts ``%mgpu_init 2`` with the sidebar's button and
 runs it, checks the memory dashboard shows 2 devices and the sidebar lists the cluster with 2 ranks,
-allocates 256 MiB per rank and checks the sidebar's bars grow, stops the cluster from the sidebar
+allocates 256 MiB per rank and checks the sidebar's bars grow, checks that at the sidebar's default
+width no rank row is cut (the real cluster's, and 4 and 32 ranks of the longest texts drawn by the
+panel while the stream is paused), stops the cluster from the sidebar
 (with its confirmation) and checks the engines are gone. Screenshots of each state go to
 test-artifacts/browser/; ``MGPU_UPDATE_DOCS_SHOT=1`` also refreshes docs/sidebar_dashboard.png.
 """
@@ -74,7 +76,24 @@ def test_sidebar_bars_grow_after_allocating_256_mib_per_rank(story):
 def test_pause_button_pauses_the_stream_and_resume_restarts_it(story):
     s = story["pause"]
     assert s["pausedOk"] is True and s["pausedStatus"].endswith("(paused)")
-    assert s["resumedOk"] is True
+    assert story["resume"]["resumedOk"] is True
+
+
+def test_no_rank_row_is_cut_at_the_sidebars_default_width(story):
+    """Issue 47: every rank row shows all it says (no ellipsis, nothing wider inside than its box, nothing
+    past the panel's edge) at the default width, for the real 2-rank cluster and for 4 and 32 ranks
+    with 7-digit pids, 'restarting', busy ranks' op and activity, four-digit figures."""
+    real = story["allocated"]["rowsReal"]
+    layout = story["layout"]
+    # JupyterLab's default left area at a 1280 px wide window: a narrow sidebar, the case in point
+    assert 220 <= real["panelWidth"] <= 320, real
+    for seen, n in ((real, 2), (layout["4"], 4), (layout["32"], 32)):
+        assert seen["rows"] == n and seen["panelWidth"] == real["panelWidth"], seen
+        assert seen["cut"] == [], seen
+    # the roomy rows say the pid and, for a busy rank, what it does, whole
+    assert "pid 4194300" in layout["4"]["text"][0]
+    assert "waiting in all_reduce #12345 for 1234 s" in layout["4"]["text"][0]
+    assert "restarting" in layout["4"]["text"][2]
 
 
 def test_stop_cluster_asks_then_ends_the_engines(story, lab):
@@ -107,6 +126,8 @@ def test_screenshots_of_each_state(story):
         "01_notebook_open.png",
         "02_cluster_started.png",
         "03_after_allocation.png",
+        "03b_sidebar_4_ranks.png",
+        "03c_sidebar_32_ranks.png",
         "04_stop_confirmation.png",
         "05_stopped.png",
         "06_dark_theme.png",
