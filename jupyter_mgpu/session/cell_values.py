@@ -9,7 +9,9 @@ it). When every shown rank's output is the same it is shown once ("ranks 0–3")
 as the notebook would show them, less the HTML of a value that also has a JSON form (a plotly figure's
 HTML holds a random element id). Plain-text values keep the compact ``Out[rank 1]: 100`` line. Values
 a browser shows as HTML (DataFrames, images) are one output however many ranks differ, each under its
-rank label, so JupyterLab's limit of 50 outputs per cell never hides a rank.
+rank label, so JupyterLab's limit of 50 outputs per cell never hides a rank; values it draws itself (figures,
+widgets) are two outputs each, and past :data:`MAX_RICH_GROUPS` of them one paged output
+(``session/value_pages.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from jupyter_mgpu.engine.execution import cell_value
 
 _NOTHING = object()
 # groups whose value the front end draws itself (a plotly figure, a widget) each take two outputs; past
-# this many, the rest are named, not shown (JupyterLab folds a cell's outputs past 50)
+# this many, they are all shown in one paged output instead (JupyterLab folds a cell's outputs past 50)
 MAX_RICH_GROUPS = 20
 # what a browser shows as HTML in one block: values made only of these merge into one output
 _MERGEABLE = {"text/plain", "text/html", "image/png", "image/jpeg", "image/gif", "image/svg+xml"}
@@ -164,9 +166,10 @@ class RankValues(list[Any]):
 
         merged: list[str] = []  # labelled HTML blocks of consecutive groups, shown as one output
         plain: list[str] = []
-        rich_shown = 0
         groups = self.groups()
-        for n, (ranks, i) in enumerate(groups):
+        rich = [(ranks, i) for ranks, i in groups if not self._text_only(i) and as_html(self._data(i)) is None]
+        paged = len(rich) > MAX_RICH_GROUPS  # past the front end's output limit: one output, a page at a time
+        for ranks, i in groups:
             label = rank_label(ranks)
             report = self.reports[i]
             assert report is not None
@@ -180,11 +183,10 @@ class RankValues(list[Any]):
                 plain.append(f"[{label}]\n{self._data(i).get('text/plain', '')}")
                 continue
             _show_merged(merged, plain)
-            if rich_shown == MAX_RICH_GROUPS:  # past the front end's output limit: say where the rest are
-                rest = [r for rr, _ in groups[n:] for r in rr]
-                print(f"Out[{rank_label(rest)}]: {len(groups) - n} more values, not shown here; they are in _")
-                return
-            rich_shown += 1
+            if paged:
+                if (ranks, i) == rich[0]:
+                    self._show_pages(rich)
+                continue
             display(
                 {"text/plain": f"[{label}]", "text/html": f"<div class='mgpu-rank-label'>{html.escape(label)}</div>"},
                 raw=True,
@@ -194,6 +196,15 @@ class RankValues(list[Any]):
             else:
                 display(report["data"], raw=True, metadata=report.get("metadata") or {})
         _show_merged(merged, plain)
+
+    def _show_pages(self, rich: list[tuple[list[int], int]]) -> None:
+        """Every value the front end draws itself, equal ones grouped, in one paged output."""
+        from IPython.display import display
+
+        from jupyter_mgpu.session.value_pages import ValuePages, grouped
+
+        items = [(ranks, self._data(i), dict((self.reports[i] or {}).get("metadata") or {})) for ranks, i in rich]
+        display(ValuePages(grouped(items), rank_label).widget)
 
     def __repr__(self) -> str:
         return "\n".join(

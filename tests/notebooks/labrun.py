@@ -33,10 +33,11 @@ class LabRun:
         self.text = by_source(self.nb)
 
     def outputs(self, prefix: str) -> list[dict]:
-        """The outputs of the one code cell whose source starts with ``prefix``."""
+        """The outputs of the one code cell whose source starts with ``prefix``, less the emptied lines of
+        waits that ended (``wait_line.py``: a display updated to nothing, which the page does not show)."""
         cells = [c for c in self.nb.cells if c.cell_type == "code" and c.source.startswith(prefix)]
         assert len(cells) == 1, f"{len(cells)} cells start with {prefix!r}"
-        return cells[0].outputs
+        return [o for o in cells[0].outputs if o.get("data") != {"text/plain": ""}]
 
 
 def run_in_lab(lab: dict[str, Any], name: str, shots: dict[str, str], timeout_s: int = 900) -> LabRun:

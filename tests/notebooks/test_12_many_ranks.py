@@ -13,6 +13,7 @@ SHOTS = {
     "02_status": "%mgpu_status",
     "03_dataframes": "%%mgpu\nimport pandas",
     "04_placement": "A = mg.randn",
+    "07_figures": "%%mgpu\nimport plotly",
     "05_all_gather": "%%time\n%mgpu_collective all_gather",
     "06_where": "%mgpu_where",
 }
@@ -64,3 +65,13 @@ def test_the_sidebar_lists_each_rank_once_with_its_state_and_stop_in_view(run):
 
 def test_many_ranks_page_is_clean(run):
     assert_page_is_clean(run)
+
+
+def test_32_different_figures_are_one_output_four_to_a_page_and_step_on(run):
+    figures = run.steps["figures"]
+    first, second = figures["first"], figures["second"]
+    assert first["outputs"] == 1, figures  # not 64 outputs, most folded away by JupyterLab
+    assert first["labels"] == ["rank 0", "rank 1", "rank 2", "rank 3"] and first["plots"] == 4, figures
+    assert first["page"].startswith("1/8: rank 0, rank 1") and first["past"] == 0, figures
+    assert second["labels"] == ["rank 4", "rank 5", "rank 6", "rank 7"] and second["plots"] == 4, figures
+    assert second["page"].startswith("2/8: rank 4") and second["past"] == 0, figures

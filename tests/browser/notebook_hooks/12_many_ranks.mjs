@@ -87,3 +87,61 @@ export async function during({ page, context, report, cfg }) {
   marks.push({ index: -1, t: Date.now(), bytes: received });
   report('traffic', { marks, sidebar });
 }
+
+// the cell of a figure per rank: its one output pages the 32 figures four at a time; read the first page,
+// step once with ▶, read again (labels, drawn plotly figures, and whether any lies past the cell's edge)
+export async function after({ page, report, cellIndex }) {
+  const i = await cellIndex('%%mgpu\nimport plotly');
+  const read = () =>
+    page.evaluate(k => {
+      const cell = window.jupyterapp.shell.currentWidget.content.widgets[k];
+      const area = cell.node.querySelector('.jp-OutputArea');
+      const edge = area.getBoundingClientRect().right;
+      const plots = Array.from(area.querySelectorAll('.js-plotly-plot'));
+      return {
+        outputs: cell.model.outputs
+          .toJSON()
+          .filter(
+            o =>
+              !(
+                o.data &&
+                Object.keys(o.data).join() === 'text/plain' &&
+                o.data['text/plain'] === ''
+              )
+          ).length, // less a wait's emptied line
+
+        labels: Array.from(area.querySelectorAll('.mgpu-rank-label')).map(
+          l => l.textContent
+        ),
+        plots: plots.length,
+        page: area
+          .querySelector('select')
+          ?.selectedOptions[0]?.textContent.replace(/\u00a0/g, ' '),
+        past: plots.filter(p => p.getBoundingClientRect().right > edge + 1)
+          .length
+      };
+    }, i);
+  await page.waitForFunction(
+    k =>
+      window.jupyterapp.shell.currentWidget.content.widgets[
+        k
+      ].node.querySelectorAll('.js-plotly-plot').length > 0,
+    i,
+    { timeout: 20000 }
+  );
+  const first = await read();
+  const cell = (await page.$$('.jp-Notebook .jp-Cell'))[i];
+  await (await cell.$$('.jupyter-widgets button'))[1].click();
+  await page.waitForFunction(
+    k =>
+      Array.from(
+        window.jupyterapp.shell.currentWidget.content.widgets[
+          k
+        ].node.querySelectorAll('.mgpu-rank-label')
+      ).some(l => l.textContent === 'rank 4'),
+    i,
+    { timeout: 20000 }
+  );
+  await page.waitForTimeout(500); // the page's figures draw
+  report('figures', { first, second: await read() });
+}
