@@ -202,6 +202,44 @@ def test_ddp_with_uneven_batches_is_named_with_its_bucket_and_join(default_sessi
     _sum_is_right(s)
 
 
+ONE_RANK_ONLY = {
+    # torch issues these from C++: DTensor's all_gather, FSDP2's all_gather of the parameters; the third is the
+    # user's own async_op call, which returns at once: the rank waits in its wait() (line 5)
+    "full_tensor": (
+        "from torch.distributed.tensor import distribute_tensor, Shard\n"
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "d = distribute_tensor(torch.ones(8, 4), init_device_mesh('cpu', (world_size,)), [Shard(0)])\n"
+        "if rank == 0:\n    full = d.full_tensor()",
+        "all_gather float32[",
+        "issued by torch at line 5 of the cell",
+    ),
+    "fsdp2": (
+        "from torch.distributed.fsdp import fully_shard\n"
+        "m = fully_shard(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)))\n"
+        "if rank == 0:\n    m(torch.ones(2, 8)).sum().backward()",
+        "all_gather float32[",
+        "issued by torch at line 4 of the cell",
+    ),
+    "async_op wait": (
+        "x = torch.ones(3)\nif rank == 0:\n    w = dist.all_reduce(x, async_op=True)\n    y = x * 2\n    w.wait()",
+        "all_reduce float32[3]",
+        "issued at line 3 of the cell with async_op=True, waited for at line 5 of the cell",
+    ),
+}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("case", list(ONE_RANK_ONLY))
+def test_a_collective_torch_runs_on_one_rank_only_is_named(default_sessions, n, case):
+    """DTensor's full_tensor(), an FSDP2 step and an async_op all_reduce's wait() on rank 0 only: the rank waits
+    in a collective the Python watch never saw block; named in seconds, released, the next collective right."""
+    code, call, where = ONE_RANK_ONLY[case]
+    msg = _fails_within(default_sessions(n), code, CollectiveHangError)
+    others = "rank 1" if n == 2 else "ranks 1, 2, 3"
+    assert f"rank 0 waits in {call}" in msg and where in msg, msg
+    assert f"{others} finished the cell without calling it" in msg, msg
+
+
 def test_a_rank_busy_before_its_backward_is_not_hung_and_where_shows_the_other_in_ddps_all_reduce(default_sessions):
     s = default_sessions(2)
     s.run_cell(DDP, stream=False)

@@ -71,6 +71,8 @@ _nested.depth = 0  # the main thread's: only it is watched
 _dist: Any = None  # torch.distributed, once installed
 _on_gpu = False  # nccl: collectives finish on the GPU after the call returns
 _pending: tuple[dict[str, Any], Any] | None = None  # nccl: the last collective issued and its work
+# the user's async_op=True collectives, by op: the line that issued the last of each (its wait() is elsewhere)
+_async_lines: dict[str, tuple[str, float]] = {}
 _main_ident: int | None = None
 _originals: dict[str, Any] = {}
 
@@ -194,6 +196,8 @@ def _wrap(op: str, original: Any) -> Any:
         except Exception:  # the watch never stops a collective it could not read
             info = None
         waits = info is not None and not bound.get("async_op")
+        if info is not None and not waits:
+            _async_lines[op] = (info["line"], info["since"])
         _nested.depth = 1
         if waits:
             _current = info
@@ -328,7 +332,13 @@ def where(st: Any) -> dict[str, Any]:
         line = _user_line(frame) if frame is not None else None
         issued = issued_collectives.waiting()  # one torch issued from C++ (DDP's buckets, FSDP2, DTensor)
         if issued is not None:
-            if issued["call"].startswith("all_reduce") and _in_backward(frame):
+            op = issued["call"].split(" ", 1)[0]
+            line_at, when = _async_lines.get(op, ("", 0.0))
+            if when >= (st.call_started or 0.0) > 0 and not _in_backward(frame):  # the user's own, waited for
+                issued["call"] = issued["call"].replace(
+                    "issued by torch", f"issued at {line_at} with async_op=True, waited for"
+                )
+            elif issued["call"].startswith("all_reduce") and _in_backward(frame):
                 issued["call"] += f" ({JOIN_HINT})"
             return {**issued, "line": line}
         out = {"state": "running", "since": max(st.call_started or 0.0, _last_end), "collective": None, "line": line}
