@@ -3,11 +3,13 @@
 One set of rules for both pictures: ``placement_svg.py`` (the static SVG of exports) and
 ``static/placement.js`` (the live widget) read the same numbers, which the widget sends with its data
 (``data["geo"]``), so the two cannot drift apart. The rules keep the picture legible at many ranks:
-nothing is wider than :data:`MAX_WIDTH` (a notebook cell; the SVG scales down, never up, when the cell
-is narrower), every font is at least :data:`MIN_FONT` px, panels grow along a split dim until each tile
-is :data:`MIN_TILE` px (room for its rank number), and the rank legend wraps into rows (8 roomy boxes,
-or 16 compact ones above 16 ranks; one group of rows per host when the ranks carry hosts). What this
-adds to the data grows linearly with the ranks (one position per rank).
+panels and the legend share :data:`LAYOUT_WIDTH` (a notebook cell; the SVG scales down, never up, when
+the cell is narrower), every font is at least :data:`MIN_FONT` px, panels grow along a split dim until
+each tile is :data:`MIN_TILE` px, room for its rank number with :data:`LABEL_PAD` px to spare on each
+side (a lone panel of 64 column strips so grows to :data:`MAX_WIDTH`, which nothing exceeds; a label
+is drawn only where it has that room, so none ever touches a tile's edge), and the rank legend wraps
+into rows (8 roomy boxes, or 16 compact ones above 16 ranks; one group of rows per host when the ranks
+carry hosts). What this adds to the data grows linearly with the ranks (one position per rank).
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ from collections.abc import Sequence
 from typing import Any
 
 MAX_RANKS = 64  # the most ranks the view draws; above it, the text form (see :func:`check_world`)
-MAX_WIDTH = 760  # px: the picture's natural width never exceeds a notebook cell's
+LAYOUT_WIDTH = 760  # px: what the panels share and the legend fills: a notebook cell's width
+MAX_WIDTH = 860  # px: no picture is wider (the collective view's limit too): only a lone panel of thin strips
 MIN_FONT = 10  # px: the smallest text in the picture
 CAPTION_FONT, LABEL_FONT = 13, 11
 CAPTION_LINE = 17  # px between caption lines
 MAX_CAPTION_LINES = 3
-MIN_TILE = 10  # px: a tile this high (or wide) has room for its rank number
+LABEL_PAD = 1.5  # px: at least this between a tile's label (MIN_FONT px high) and the tile's edges
+MIN_TILE = MIN_FONT + 2 * LABEL_PAD  # px: a tile this high (or wide) has room for its rank number
 PANEL = 200  # px: the longer side of a panel before it grows for thin tiles
-PANEL_MAX_H = 660  # px: one panel's 64 row shards of 10 px each, and no more
+PANEL_MAX_H = 840  # px: one panel's 64 row shards of MIN_TILE px each, and no more
 PANELS_MAX_H = 420  # px: the same with several panels (a trace's tensors), which share one row
 ROOMY, COMPACT = (78, 40), (42, 36)  # rank legend boxes: up to 16 ranks (8 a row), and more (16 a row)
 GAP = 4  # px between legend boxes
@@ -72,7 +76,9 @@ def tile_label(ranks: Sequence[int], world_size: int) -> str:
 
 
 def label_fit(text: str, w: float, h: float) -> str:
-    """How a tile's label fits a ``w × h`` tile: ``"h"`` across, ``"v"`` turned up, ``""`` not at all."""
+    """How a tile's label fits a ``w × h`` tile: ``"h"`` across, ``"v"`` turned up, ``""`` not at all. A
+    label is ``MIN_FONT`` px high and ``text_width`` long, centred, with ``LABEL_PAD`` px or more to each
+    edge of its tile (2 px at its ends)."""
     need = text_width(text, MIN_FONT) + 4
     if w >= need and h >= MIN_TILE:
         return "h"
@@ -142,8 +148,11 @@ def geometry(data: dict[str, Any]) -> dict[str, Any]:
     panels = data.get("panels") or []
     titles = any(p.get("title") for p in panels)
     n = len(panels)
-    side = PANEL if n <= 3 else max(64.0, min(PANEL, (MAX_WIDTH - MARGIN) / min(n, 8) - 24))
-    share = MAX_WIDTH - 2 * MARGIN if n <= 1 else max(side, (MAX_WIDTH - 2 * MARGIN - 24 * (min(n, 3) - 1)) / min(n, 3))
+    side = PANEL if n <= 3 else max(64.0, min(PANEL, (LAYOUT_WIDTH - MARGIN) / min(n, 8) - 24))
+    # a lone panel may take MAX_WIDTH for room to label thin column strips; several share LAYOUT_WIDTH
+    share = (
+        MAX_WIDTH - 2 * MARGIN if n <= 1 else max(side, (LAYOUT_WIDTH - 2 * MARGIN - 24 * (min(n, 3) - 1)) / min(n, 3))
+    )
     sizes = [_panel_size(p, side, share, PANEL_MAX_H if n <= 1 else PANELS_MAX_H) for p in panels]
     compact = world > 16
     bw, bh = COMPACT if compact else ROOMY
@@ -151,14 +160,14 @@ def geometry(data: dict[str, Any]) -> dict[str, Any]:
     groups = _hosts(data.get("rank_names"), world)
     host_used = any(a[0] < 0 or a[1] < 0 for f in frames for a in f.get("arrows", []))
     first_x = MARGIN + (bw + GAP if host_used else 0)
-    per_row = min(per_row, int((MAX_WIDTH - MARGIN - first_x + GAP) // (bw + GAP)))
+    per_row = min(per_row, int((LAYOUT_WIDTH - MARGIN - first_x + GAP) // (bw + GAP)))
     legend_w = first_x + min(world, per_row) * (bw + GAP)
     # panels, left to right, wrapping into rows that fit the width
     pos: list[list[float]] = []
     x, y, row_h, right = float(MARGIN), 0.0, 0.0, 0.0
     title_h = 18.0 if titles else 0.0
     for w, h in sizes:
-        if pos and x + w > MAX_WIDTH - MARGIN:
+        if pos and x + w > LAYOUT_WIDTH - MARGIN:
             x, y, row_h = float(MARGIN), y + row_h + 16, 0.0
         pos.append([x, y + title_h, w, h])
         right = max(right, x + w)

@@ -108,8 +108,11 @@ describe('placement.js', () => {
     expect(tileLabel([0, 1, 2, 3], 4)).toBe('all');
     expect(tileLabel([3, 5], 8)).toBe('3,5');
     expect(tileLabel([0, 1, 2, 3, 4], 8)).toBe('5 ranks');
-    expect(labelFit('12', 40, 10)).toBe('h');
-    expect(labelFit('12', 10, 40)).toBe('v');
+    // a 10 px label with 1.5 px to each edge of its tile (issue 47): 13 px, and not 12
+    expect(labelFit('12', 40, 13)).toBe('h');
+    expect(labelFit('12', 13, 40)).toBe('v');
+    expect(labelFit('12', 40, 12)).toBe('');
+    expect(labelFit('12', 12, 40)).toBe('');
     expect(labelFit('12', 9, 9)).toBe('');
   });
 

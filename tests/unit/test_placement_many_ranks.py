@@ -1,6 +1,7 @@
 """The placement view and the trace player at 32 and 64 ranks, without a cluster (issue 37): no error, every
 rank told apart (its colour with its number printed), nothing wider than a notebook cell, no text under
-10 px, and what the widget sends growing linearly with the ranks."""
+10 px, every rank's number inside its strip with room to spare (issue 47), and what the widget sends
+growing linearly with the ranks."""
 
 from __future__ import annotations
 
@@ -66,6 +67,69 @@ def test_the_view_draws_32_and_64_ranks_each_told_apart_within_the_cell(kind, p)
         assert labels == ["all"]
     else:  # each rank's number is printed on its own tile too
         assert sorted(int(x) for x in labels) == list(range(p))
+
+
+def _box(tag):
+    """``(x0, y0, x1, y1)`` of a ``<rect>`` or a tile label's ``<text>``; a label's is estimated as in the
+    brief of issue 47: ``len(text) * size * 0.6`` long, ``size`` high, centred where it is drawn (its
+    baseline is ``0.36 * size`` below its centre), turned up when it is rotated."""
+    num = {k: float(v) for k, v in re.findall(r'\b(x|y|width|height|font-size)="([\d.]+)"', tag)}
+    if tag.startswith("<rect"):
+        return num["x"], num["y"], num["x"] + num["width"], num["y"] + num["height"]
+    size, text = num["font-size"], re.search(r">([^<]+)</text>", tag).group(1)
+    cx, cy = num["x"], num["y"] - 0.36 * size
+    half_w, half_h = len(text) * size * 0.6 / 2, size / 2
+    if "rotate(-90" in tag:
+        half_w, half_h = half_h, half_w
+    return cx - half_w, cy - half_h, cx + half_w, cy + half_h
+
+
+def label_margins(svg):
+    """``{rank: px}``: how far each rank's label on the tiles stays inside its strip (the bounding box of
+    the tiles it alone holds), on the closest side."""
+    strips = {}
+    for m in re.finditer(r'<g class="mgpu-tile" data-owners="(\d+)">.*?</g>', svg):
+        box = _box(re.search(r'<rect [^>]*fill="none"[^>]*/>', m.group(0)).group(0))
+        old = strips.get(int(m.group(1)), box)
+        strips[int(m.group(1))] = (min(old[0], box[0]), min(old[1], box[1]), max(old[2], box[2]), max(old[3], box[3]))
+    out = {}
+    for tag in re.findall(r'<text class="mgpu-tile-label".*?</text>', svg):
+        rank = int(re.search(r">(\d+)</text>", tag).group(1))
+        (x0, y0, x1, y1), (sx0, sy0, sx1, sy1) = _box(tag), strips[rank]
+        out[rank] = round(min(x0 - sx0, y0 - sy0, sx1 - x1, sy1 - y1), 2)
+    return out
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 32, 64])
+@pytest.mark.parametrize("kind", ["row", "col"])
+@pytest.mark.parametrize("shape", [(64, 64), SHAPE, (64, 4096), (4096, 64)])
+def test_each_ranks_number_sits_inside_its_strip_with_room_to_spare(shape, kind, p):
+    """Issue 47: at 32 strips the numbers ran over the strips' edges. Every strip is labelled, and each
+    label's box keeps at least 1 px from every edge of its strip, along rows and along columns."""
+    _, svg = check_picture(view_data(shape, PLACEMENTS[kind], p, 4, f"A {shape} float32"))
+    margins = label_margins(svg)
+    assert sorted(margins) == list(range(p))  # every strip says whose it is
+    assert min(margins.values()) >= 1, {r: m for r, m in margins.items() if m < 1}
+
+
+def test_a_label_needs_its_height_and_a_margin_on_each_side():
+    """The same answers as ``labelFit`` in static/placement.js (labextension/test/widget_placement.test.ts)."""
+    assert geom.MIN_TILE == geom.MIN_FONT + 2 * geom.LABEL_PAD == 13
+    assert [geom.label_fit("12", *wh) for wh in [(40, 13), (13, 40), (40, 12), (12, 40), (9, 9)]] == [
+        "h",
+        "v",
+        "",
+        "",
+        "",
+    ]
+
+
+def test_a_strip_too_thin_for_its_number_is_left_unlabelled_not_overrun():
+    """Strips thinner than a label with its margins (uneven shards past the panel's tallest) go unlabelled;
+    the ones drawn still keep their room."""
+    _, svg = check_picture(view_data((100, 64), pl.Shard(0), 64, 4, "A"))
+    margins = label_margins(svg)
+    assert 0 < len(margins) < 64 and min(margins.values()) >= 1
 
 
 @pytest.mark.parametrize("kind", list(PLACEMENTS))

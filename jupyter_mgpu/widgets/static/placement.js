@@ -15,7 +15,8 @@ const MIN_FONT = 10,
   LABEL_FONT = 11,
   CAPTION_FONT = 13,
   CAPTION_LINE = 17,
-  MIN_TILE = 10;
+  LABEL_PAD = 1.5,
+  MIN_TILE = MIN_FONT + 2 * LABEL_PAD; // room for a label with LABEL_PAD px to each edge
 
 function geometry(data) {
   return data.geo;
@@ -51,7 +52,7 @@ function tileLabel(ranks, P) {
   return ranks.length <= 3 ? ranks.join(',') : `${ranks.length} ranks`;
 }
 
-// "h": across, "v": turned up, "": no room (placement_geometry.label_fit)
+// "h": across, "v": turned up, "": no room with LABEL_PAD px to each edge (placement_geometry.label_fit)
 function labelFit(text, w, h) {
   const need = textWidth(text, MIN_FONT) + 4;
   if (w >= need && h >= MIN_TILE) {
