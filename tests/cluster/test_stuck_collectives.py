@@ -202,6 +202,51 @@ def test_ddp_with_uneven_batches_is_named_with_its_bucket_and_join(default_sessi
     _sum_is_right(s)
 
 
+UNEVEN_SCRIPT = """import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group()
+model = DDP(torch.nn.Linear(4, 4))
+for _ in range(3 if dist.get_rank() == 0 else 2):
+    loss = model(torch.ones(2, 4)).sum()
+    loss.backward()
+dist.destroy_process_group()
+"""
+
+
+def _uneven_steps() -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(torch.nn.Linear(4, 4))
+    for _ in range(3 if dist.get_rank() == 0 else 2):
+        model(torch.ones(2, 4)).sum().backward()
+
+
+def test_ddp_with_uneven_batches_in_a_script_and_through_session_run(default_sessions, tmp_path):
+    s = default_sessions(2)
+    script = tmp_path / "uneven.py"
+    script.write_text(UNEVEN_SCRIPT)
+    start = time.monotonic()
+    with pytest.raises(CollectiveHangError) as info:
+        s.run_script(str(script))
+    msg = str(info.value)
+    assert time.monotonic() - start < NAMED_WITHIN + 2, msg  # the script's own DDP set-up and first import
+    assert "rank 0 waits in all_reduce float32[20] issued by torch (a gradient bucket of DDP's" in msg, msg
+    assert f"at line 7 of {script}" in msg and "rank 1 finished the script without calling it" in msg, msg
+    _sum_is_right(s)
+
+    start = time.monotonic()
+    with pytest.raises(CollectiveHangError) as info:
+        s.run(_uneven_steps)
+    msg = str(info.value)
+    assert time.monotonic() - start < NAMED_WITHIN, msg
+    line = _uneven_steps.__code__.co_firstlineno + 7  # its backward()
+    assert "rank 0 waits in all_reduce float32[20] issued by torch" in msg and "Join" in msg, msg
+    assert f"at line {line} of _uneven_steps()" in msg and "rank 1 finished the call (_uneven_steps)" in msg, msg
+    _sum_is_right(s)
+
+
 ONE_RANK_ONLY = {
     # torch issues these from C++: DTensor's all_gather, FSDP2's all_gather of the parameters; the third is the
     # user's own async_op call, which returns at once: the rank waits in its wait() (line 5)
