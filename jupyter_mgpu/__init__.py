@@ -102,11 +102,13 @@ __all__ = [
 ]
 
 
-def where(session: Any = None) -> list[dict[str, Any]]:
+def where(session: Any = None, dump: str | None = None) -> list[dict[str, Any]]:
     """What every rank of the session does now, in rank order: ``state`` (``running``, ``collective`` or
     ``idle``), ``seconds`` in that state, ``collective`` (``"barrier #7"`` or None), ``line`` (the
-    innermost line of your code) and ``stack`` (your frames). Answers while a cell runs, from any thread."""
-    return (session or current()).where()
+    innermost line of your code) and ``stack`` (your frames). Answers while a cell runs, from any thread.
+    ``dump``: also write every rank's c10d flight-recorder dump into that folder (``rank_<r>``), which
+    torch's ``torchfrtrace <folder>`` reads."""
+    return (session or current()).where(dump=dump)
 
 
 def dashboard(session: Any = None, refresh_rate: float | None = None) -> Any:

@@ -34,7 +34,17 @@ class WhereMagics(Magics):
 
     @line_magic
     def mgpu_where(self, line: str = "") -> WhereTable:
-        """Show what every rank does now: running (which line), waiting in a collective, or idle."""
-        if line.strip():
-            raise UsageError(f"%mgpu_where takes no arguments, got {line.strip()!r}")
-        return WhereTable(lifecycle.current().where())
+        """Show what every rank does now: running (which line), waiting in a collective, or idle.
+        ``--dump DIR`` also writes every rank's flight-recorder dump there, for ``torchfrtrace DIR``."""
+        import shlex
+
+        words = shlex.split(line)
+        dump = None
+        if words[:1] == ["--dump"] and len(words) == 2:
+            dump = words[1]
+        elif words:
+            raise UsageError(f"%mgpu_where takes only --dump DIR, got {line.strip()!r}")
+        table = WhereTable(lifecycle.current().where(dump=dump))
+        if dump is not None:
+            print(f"mgpu: every rank's flight recorder written to {dump}/rank_<r>: torchfrtrace {dump}")
+        return table

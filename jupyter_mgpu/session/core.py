@@ -249,10 +249,14 @@ class Session:
         """The latest telemetry sample of every rank, in rank order (``state`` is ``dead`` for lost ranks)."""
         return rank_status.memory(self.cluster, self.world_size)
 
-    def where(self) -> list[dict[str, Any]]:
-        """What every rank does now (``mg.where``): state, seconds, collective, line, stack; answers mid-cell."""
+    def where(self, dump: str | None = None) -> list[dict[str, Any]]:
+        """What every rank does now (``mg.where``): state, seconds, collective, line, stack; answers mid-cell.
+        ``dump``: a folder where every rank's flight-recorder dump is written too, for ``torchfrtrace``."""
         self.check_alive()
-        return rank_status.where(self.cluster, self.world_size)
+        rows = rank_status.where(self.cluster, self.world_size)
+        if dump is not None:
+            rank_status.dump_recorders(self.cluster, self.world_size, str(dump))
+        return rows
 
     def status(self) -> list[dict[str, Any]]:
         """One row per rank: rank, engine id, pid, device, backend, memory, state (no engine round trip)."""

@@ -93,3 +93,31 @@ def where(cluster: Any, world_size: int, timeout: float = 2.0) -> list[dict[str,
             }
         )
     return out
+
+
+def dump_recorders(cluster: Any, world_size: int, folder: str, timeout: float = 10.0) -> list[str]:
+    """Write every rank's flight-recorder dump to ``folder/rank_<r>``, the files torch's ``torchfrtrace
+    <folder>`` reads (``mg.where(dump=...)``, ``%mgpu_where --dump``); the paths written. Each rank's guard
+    thread answers, so a stuck rank's collectives are in it."""
+    import base64
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jupyter_mgpu.engine.watch import collective_guard
+    from jupyter_mgpu.errors import MgpuError
+
+    dead = cluster.exits()
+    alive = [r for r in range(world_size) if r not in dead]
+    os.makedirs(folder, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(alive)))) as pool:
+        answers = list(pool.map(lambda r: collective_guard.ask(cluster.path, r, "fr-dump", timeout, body=""), alive))
+    paths = []
+    for r, answer in zip(alive, answers):
+        if not answer or "dump" not in answer:
+            why = (answer or {}).get("error") or "it did not answer"
+            raise MgpuError(f"rank {r}'s flight recorder could not be dumped: {why}")
+        path = os.path.join(folder, f"rank_{r}")
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(answer["dump"]))
+        paths.append(path)
+    return paths

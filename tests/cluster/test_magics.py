@@ -33,7 +33,7 @@ def run(ip, cell):
     return ip.run_cell(cell)
 
 
-def test_magics_tour(ip, no_session, capsys):
+def test_magics_tour(ip, no_session, capsys, tmp_path):
     r = run(ip, "%mgpu_init 2 --cpu --timeout 5 --no-dashboard")
     assert r.success, r.error_in_exec
     out = capsys.readouterr().out
@@ -76,6 +76,13 @@ def test_magics_tour(ip, no_session, capsys):
     text = repr(table)
     assert text.splitlines()[0].split() == ["rank", "engine_id", "pid", "device", "backend", "memory", "state"]
     assert len(text.splitlines()) == 3 and "cpu:1" in text and "<table" in table._repr_html_()
+
+    r = run(ip, f"where = %mgpu_where --dump {tmp_path}/fr")  # what torchfrtrace reads, from every rank
+    assert r.success and [row["state"] for row in ip.user_ns["where"].rows] == ["idle", "idle"]
+    assert f"written to {tmp_path}/fr/rank_<r>: torchfrtrace {tmp_path}/fr" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "fr").iterdir()) == ["rank_0", "rank_1"]
+    r = run(ip, "%mgpu_where --dunp x")
+    assert not r.success and "takes only --dump DIR, got '--dunp x'" in str(r.error_in_exec)
 
     r = run(ip, "%mgpu_init 2 --cpu")
     assert not r.success

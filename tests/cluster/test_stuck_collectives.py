@@ -307,3 +307,49 @@ def test_a_rank_busy_before_its_backward_is_not_hung_and_where_shows_the_other_i
     assert rows[0]["state"] == "running", rows
     assert rows[1]["state"] == "collective" and rows[1]["collective"].startswith("all_reduce #"), rows
     assert rows[1]["line"] == "line 6 of the cell", rows
+
+
+def test_a_dump_of_the_uneven_batches_hang_is_read_by_torchfrtrace_which_names_the_missing_rank(
+    default_sessions, tmp_path
+):
+    """``mg.where(dump=DIR)`` while rank 0 waits in DDP's bucket: every rank's flight recorder, as torch's own
+    ``torchfrtrace DIR`` reads it (the watch held off meanwhile, then let name the hang as usual)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import jupyter_mgpu as mg
+
+    s = default_sessions(2)
+    s.run_cell(DDP, stream=False)
+    folder = tmp_path / "fr"
+    rows: list[list[dict]] = []
+    still = s.hang_watch.still
+
+    def dump_then_let_go() -> None:
+        time.sleep(2.5)
+        try:
+            rows.append(mg.where(s, dump=str(folder)))
+        finally:
+            s.hang_watch.still = still
+
+    s.hang_watch.still = 600.0
+    thread = threading.Thread(target=dump_then_let_go)
+    thread.start()
+    try:
+        with pytest.raises(CollectiveHangError, match="rank 0 waits in all_reduce"):
+            s.run_cell(
+                "for _ in range(3 if rank == 0 else 2):\n    ddp_model(torch.ones(2, 4)).sum().backward()", stream=False
+            )
+    finally:
+        thread.join()
+        s.hang_watch.still = still
+    assert [r["state"] for r in rows[0]] == ["collective", "idle"], rows
+    assert sorted(p.name for p in folder.iterdir()) == ["rank_0", "rank_1"]
+    tool = Path(sys.executable).with_name("torchfrtrace")
+    out = subprocess.run([str(tool), str(folder)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = out.stdout + out.stderr  # its findings are logged
+    assert "Not all ranks joining collective" in report and "missing ranks: {1}" in report, report[:2000]
+    assert "collective: gloo:all_reduce" in report and "input sizes: [[20]]" in report, report[:2000]
+    _sum_is_right(s)

@@ -120,11 +120,12 @@ def populate(user_ns: dict[str, Any]) -> None:
     user_ns.update(namespace())
     torchrun_env.drop_interactive_prompts()  # a worker, as under torchrun: Lightning's ddp runs unchanged
     from jupyter_mgpu.engine.execution import completion_server, direct_channel, rank_debugger
-    from jupyter_mgpu.engine.watch import collective_guard
+    from jupyter_mgpu.engine.watch import collective_guard, issued_collectives
 
     direct_channel.start(user_ns)
     completion_server.start(user_ns)  # Tab and Shift-Tab in %%mgpu cells, from a thread
     collective_guard.commands.update(rank_debugger.install())  # breakpoint() prompts in the notebook
+    collective_guard.commands["fr-dump"] = issued_collectives.dump_request  # mg.where(dump=...), for torchfrtrace
     from jupyter_mgpu.engine.program import fresh_program
 
     fresh_program.remember_start()  # what each %mgpu_run starts from, as a new process would

@@ -59,6 +59,42 @@ def recorder(only_active: bool, entries: bool) -> dict[str, Any]:
         return {}
 
 
+def dump_request(body: str) -> dict[str, Any]:
+    """The guard's ``fr-dump`` request (``mg.where(dump=...)``): this rank's flight-recorder dump as torch
+    writes it for ``torchfrtrace`` (a pickle, base64 in the reply: the notebook writes the file, whatever
+    host this rank is on), stack traces included. Answered from the guard thread, so a stuck rank answers."""
+    import base64
+
+    import torch
+
+    from jupyter_mgpu.engine import state as rank_state
+
+    st = rank_state.STATE
+    rank = st.rank if st is not None else None
+    if not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        return {"rank": rank, "error": "the flight recorder is off (TORCH_FR_BUFFER_SIZE was unset at the start)"}
+    dump = torch._C._distributed_c10d._dump_fr_trace  # type: ignore[attr-defined]  # not in torch's stubs
+    return {"rank": rank, "dump": base64.b64encode(_with_group_names(dump(True, True, False))).decode()}
+
+
+def _with_group_names(raw: bytes) -> bytes:
+    """The dump with each live group's config under the name its entries carry: for gloo, torch 2.13 records
+    the config before the group is named (``pg_config`` ``{"": ...}`` against entries of group ``"0"``), and
+    ``torchfrtrace`` then fails to pair the entries with their group."""
+    import pickle
+
+    from torch.distributed import distributed_c10d as c10d
+
+    data = pickle.loads(raw)
+    config = {k: v for k, v in (data.get("pg_config") or {}).items() if k}
+    for pg, name in c10d._world.pg_names.items():
+        if name not in config:
+            desc = getattr(pg, "group_desc", "") or ("default_pg" if pg is c10d._world.default_pg else "")
+            config[name] = {"name": name, "desc": desc, "ranks": str(c10d.get_process_group_ranks(pg))}
+    data["pg_config"] = config
+    return pickle.dumps(data)
+
+
 def dtype_of(name: str) -> Any:
     """The torch dtype of a c10 scalar type's name as the recorder writes it (``Float``, ``BFloat16``), or None."""
     import torch
