@@ -22,7 +22,10 @@ from jupyter_mgpu.errors import (
 )
 from jupyter_mgpu.units import format_bytes
 
-REBUILT_NOTE = "the process group was rebuilt; tensors kept, in-flight collectives dropped"
+REBUILT_NOTE = (
+    "the process group was rebuilt; tensors kept, in-flight collectives dropped; "
+    "a DDP or FSDP model or a DeviceMesh made before holds the old group: make it again"
+)
 HELD_SAID = 1024**2  # a failure's kept frames holding less than this are not worth a sentence (mg.memory() has it)
 
 

@@ -51,5 +51,18 @@ def test_each_run_keeps_its_whole_curve_and_the_headers_say_what_is_drawn(run):
     assert ddp["points"][:4] == [96] * 4
 
 
+def test_uneven_batches_are_named_in_seconds_then_fixed_with_join(run):
+    """Rank 0 has a batch more: it waits in DDP's bucket all-reduce, issued from C++, which the session names
+    with every rank's part; the same loop under Join finishes on every rank."""
+    (error,) = [o for o in run.outputs("%%mgpu\nuneven = DDP") if o["output_type"] == "error"]
+    said = error["evalue"]
+    assert error["ename"] == "CollectiveHangError", said
+    assert "rank 0 waits in all_reduce float32[650] issued by torch (a gradient bucket of DDP's" in said, said
+    assert "torch.distributed.algorithms.Join" in said and "at line 5 of the cell" in said, said
+    assert "ranks 1, 2, 3 finished the cell without calling it" in said, said
+    joined = run.text["%%mgpu\nfrom torch.distributed.algorithms.join"]
+    assert "[rank 0] finished its 3 steps" in joined and "[rank 3] finished its 2 steps" in joined, joined
+
+
 def test_page_is_clean(run):
     assert_page_is_clean(run)
