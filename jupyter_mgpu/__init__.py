@@ -102,13 +102,14 @@ __all__ = [
 ]
 
 
-def where(session: Any = None, dump: str | None = None) -> list[dict[str, Any]]:
+def where(session: Any = None, dump: str | None = None, merge: bool = False) -> Any:
     """What every rank of the session does now, in rank order: ``state`` (``running``, ``collective`` or
     ``idle``), ``seconds`` in that state, ``collective`` (``"barrier #7"`` or None), ``line`` (the
     innermost line of your code) and ``stack`` (your frames). Answers while a cell runs, from any thread.
     ``dump``: also write every rank's c10d flight-recorder dump into that folder (``rank_<r>``), which
-    torch's ``torchfrtrace <folder>`` reads."""
-    return (session or current()).where(dump=dump)
+    torch's ``torchfrtrace <folder>`` reads. ``merge=True``: every rank's stack as one tree, each frame with
+    the ranks in it (``ranks 0–59 (60)``) and what they do there — which ranks are somewhere else."""
+    return (session or current()).where(dump=dump, merge=merge)
 
 
 def dashboard(session: Any = None, refresh_rate: float | None = None) -> Any:

@@ -33,18 +33,21 @@ class WhereMagics(Magics):
     """``%mgpu_where``."""
 
     @line_magic
-    def mgpu_where(self, line: str = "") -> WhereTable:
+    def mgpu_where(self, line: str = "") -> Any:
         """Show what every rank does now: running (which line), waiting in a collective, or idle.
-        ``--dump DIR`` also writes every rank's flight-recorder dump there, for ``torchfrtrace DIR``."""
+        ``--tree``: every rank's stack as one tree, ranks counted per frame. ``--dump DIR`` also writes
+        every rank's flight-recorder dump there, for ``torchfrtrace DIR``."""
         import shlex
 
         words = shlex.split(line)
+        tree = "--tree" in words
+        rest = [w for w in words if w != "--tree"]
         dump = None
-        if words[:1] == ["--dump"] and len(words) == 2:
-            dump = words[1]
-        elif words:
-            raise UsageError(f"%mgpu_where takes only --dump DIR, got {line.strip()!r}")
-        table = WhereTable(lifecycle.current().where(dump=dump))
+        if rest[:1] == ["--dump"] and len(rest) == 2:
+            dump = rest[1]
+        elif rest:
+            raise UsageError(f"%mgpu_where takes --tree and --dump DIR, got {line.strip()!r}")
+        found = lifecycle.current().where(dump=dump, merge=tree)
         if dump is not None:
             print(f"mgpu: every rank's flight recorder written to {dump}/rank_<r>: torchfrtrace {dump}")
-        return table
+        return found if tree else WhereTable(found)

@@ -249,13 +249,18 @@ class Session:
         """The latest telemetry sample of every rank, in rank order (``state`` is ``dead`` for lost ranks)."""
         return rank_status.memory(self.cluster, self.world_size)
 
-    def where(self, dump: str | None = None) -> list[dict[str, Any]]:
+    def where(self, dump: str | None = None, merge: bool = False) -> Any:
         """What every rank does now (``mg.where``): state, seconds, collective, line, stack; answers mid-cell.
-        ``dump``: a folder where every rank's flight-recorder dump is written too, for ``torchfrtrace``."""
+        ``dump``: a folder where every rank's flight-recorder dump is written too, for ``torchfrtrace``;
+        ``merge``: the ranks' stacks as one tree instead (``session/stack_tree.py``)."""
         self.check_alive()
         rows = rank_status.where(self.cluster, self.world_size)
         if dump is not None:
             rank_status.dump_recorders(self.cluster, self.world_size, str(dump))
+        if merge:
+            from jupyter_mgpu.session.stack_tree import StackTree
+
+            return StackTree(rows)
         return rows
 
     def status(self) -> list[dict[str, Any]]:

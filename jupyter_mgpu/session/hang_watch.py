@@ -23,11 +23,13 @@ from typing import Any
 
 from jupyter_mgpu.engine.watch import collective_watch
 from jupyter_mgpu.errors import rank_list
+from jupyter_mgpu.session.stack_tree import StackTree, rank_span
 from jupyter_mgpu.wait_line import SAID_AFTER, WaitLine
 
 STILL_S = 2.0  # no change for this long, with every rank of the group blocked or done: stuck
 POLL_S = 0.25
 STATUS_AFTER_S = 10.0  # a collective waiting this long gets a live status line in the cell
+TREE_PAST = 4  # a hang with more ranks involved than this also draws their stacks as one tree
 STALE_S = 2.0  # a rank whose last sample is older than this is not judged (it may be busy in C++)
 
 
@@ -38,6 +40,7 @@ class Diagnosis:
     kind: str
     release: list[int]
     text: str
+    tree: str = ""  # past TREE_PAST ranks involved: their stacks as one tree, drawn under the error's sentence
 
 
 def _waits(w: dict[str, Any] | None) -> bool:
@@ -105,7 +108,38 @@ def diagnose(
     gone = sorted(involved & finished)
     if gone:
         parts.append(f"{rank_list(gone)} finished {what} without calling it")
-    return Diagnosis("hang", sorted(hopeless), "the ranks are stuck: " + "; ".join(parts))
+    text = "the ranks are stuck: " + "; ".join(parts)
+    if len(involved) <= TREE_PAST:
+        return Diagnosis("hang", sorted(hopeless), text)
+    # which ranks are somewhere else, readable at 64
+    tree = _tree(where, sorted(involved), finished, what)
+    return Diagnosis("hang", sorted(hopeless), _ranged(text, [*by_call.values(), gone]), tree)
+
+
+def _ranged(text: str, groups: list[list[int]]) -> str:
+    """``text`` with each long list of ranks said as ranges (``ranks 0–59 (60)``)."""
+    for ranks in sorted(groups, key=len, reverse=True):
+        if len(ranks) > TREE_PAST:
+            text = text.replace(rank_list(ranks), rank_span(ranks), 1)
+    return text
+
+
+def _tree(where: dict[int, dict[str, Any]], ranks: list[int], finished: set[int], what: str) -> str:
+    """The involved ranks' stacks as one tree (``session/stack_tree.py``)."""
+    rows = []
+    for r in ranks:
+        w = where.get(r) or {}
+        state = f"finished {what}" if r in finished else w.get("state") or "unknown"
+        rows.append(
+            {
+                "rank": r,
+                "state": state,
+                "collective": w.get("collective"),
+                "line": w.get("line"),
+                "stack": w.get("stack") or [],
+            }
+        )
+    return StackTree(rows).text()
 
 
 def status_line(where: dict[int, dict[str, Any]], now: float) -> str:

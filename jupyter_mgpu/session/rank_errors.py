@@ -20,6 +20,7 @@ from jupyter_mgpu.errors import (
     RankError,
     rank_list,
 )
+from jupyter_mgpu.session.stack_tree import rank_span
 from jupyter_mgpu.units import format_bytes
 
 REBUILT_NOTE = (
@@ -73,6 +74,9 @@ def build_error(failures: dict[int, dict[str, Any]], *, rebuilt: bool = False, *
     held = held_note(failures)
     if held:
         err = type(err)(f"{err}; {held}", err.ranks, err.errors)
+    tree = getattr(details.get("stuck"), "tree", "")
+    if tree:  # under the sentence, as the ranks' tracebacks are under a failure's
+        err = type(err)(f"{err}\n{tree}", err.ranks, err.errors)
     return err
 
 
@@ -110,7 +114,8 @@ def _build_error(
     failed = sorted(failures)
     if stuck is not None:
         cls = CollectiveMismatchError if stuck.kind == "mismatch" else CollectiveHangError
-        return cls(f"{stuck.text}; {rank_list(stuck.release)} released at once", failed, failures)
+        released_now = rank_list(stuck.release) if len(stuck.release) <= 4 else rank_span(stuck.release)
+        return cls(f"{stuck.text}; {released_now} released at once", failed, failures)
     mismatched = [r for r in failed if failures[r].get("ename") == "CollectiveMismatchError"]
     if mismatched:
         msg = max((failures[r]["evalue"] for r in mismatched), key=len)  # the rank that saw the most calls

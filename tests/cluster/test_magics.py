@@ -81,8 +81,10 @@ def test_magics_tour(ip, no_session, capsys, tmp_path):
     assert r.success and [row["state"] for row in ip.user_ns["where"].rows] == ["idle", "idle"]
     assert f"written to {tmp_path}/fr/rank_<r>: torchfrtrace {tmp_path}/fr" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "fr").iterdir()) == ["rank_0", "rank_1"]
+    r = run(ip, "tree = %mgpu_where --tree")
+    assert r.success and repr(ip.user_ns["tree"]).splitlines()[1].split() == ["idle", "ranks", "0,", "1"]
     r = run(ip, "%mgpu_where --dunp x")
-    assert not r.success and "takes only --dump DIR, got '--dunp x'" in str(r.error_in_exec)
+    assert not r.success and "takes --tree and --dump DIR, got '--dunp x'" in str(r.error_in_exec)
 
     r = run(ip, "%mgpu_init 2 --cpu")
     assert not r.success

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import jupyter_mgpu as mg
-from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.errors import CollectiveHangError, MgpuError
 from jupyter_mgpu.monitoring.memory_monitor import live_threads as reader_threads
 from jupyter_mgpu.monitoring.memory_monitor import monitor
 from jupyter_mgpu.widgets import memory_dashboard as wm
@@ -192,6 +192,17 @@ def test_eight_ranks_a_dead_engine_and_clean_shutdown(own_session):
         assert wait_for(
             lambda: [d["rank"] for d in board.devices] == list(range(8)) and all(d["time"] for d in board.devices)
         )
+        # the same 8 ranks (sessions this size are few): a hang past 4 ranks says them as ranges and draws the tree
+        with pytest.raises(CollectiveHangError) as info:
+            s.run_cell("def sync():\n    dist.barrier()\nif rank < 6:\n    sync()", stream=False)
+        sentence, *tree = str(info.value).splitlines()
+        assert "ranks 0–5 (6) wait in barrier" in sentence and "ranks 6, 7 finished the cell without" in sentence
+        assert [" ".join(line.split()) for line in tree] == [
+            "the user's frames of ranks 0–7 (8)",
+            "finished the cell ranks 6, 7",
+            "line 4 of the cell ranks 0–5 (6)",
+            "line 2 of the cell, in sync() · waiting in barrier #1 ranks 0–5 (6)",
+        ], tree
         rundir = Path(s.runtime_dir)
         killed = time.monotonic()
         os.kill(s.cluster.engine_pids[5], signal.SIGKILL)

@@ -123,10 +123,12 @@ def test_long_work_on_one_rank_before_a_barrier_is_busy_not_hung(default_session
     assert s.run(_group_timeout) == [c10d.default_pg_timeout.total_seconds()] * 4
     work = 8  # four times --hang-after, and past the 5 s a live status line and where() need
     seen: list[list[dict]] = []
+    trees: list[str] = []
 
     def look() -> None:
         time.sleep(5)  # rank 0 computes, the others have reached the barrier
         seen.append(s.where())
+        trees.append(repr(s.where(merge=True)))
 
     watcher = threading.Thread(target=look)
     watcher.start()
@@ -145,6 +147,12 @@ def test_long_work_on_one_rank_before_a_barrier_is_busy_not_hung(default_session
     for row in rows[1:]:
         assert row["state"] == "collective" and row["collective"].startswith("barrier #"), row
         assert row["line"] == "line 6 of the cell" and row["seconds"] >= 4, row
+    tree = [line.split("  ") for line in trees[0].splitlines()]
+    assert [[w.strip() for w in words if w.strip()] for words in tree] == [
+        ["the user's frames of ranks 0–3 (4)"],
+        [rows[0]["line"], "·", "running", "rank 0"],
+        ["line 6 of the cell", "·", f"waiting in {rows[1]['collective']}", "ranks 1–3 (3)"],
+    ], trees[0]
     assert [r["state"] for r in s.where()] == ["idle"] * 4
 
 

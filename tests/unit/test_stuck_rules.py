@@ -168,3 +168,76 @@ def test_a_collectives_bytes_are_counted_as_nccl_tests_counts_them():
     assert collective_calls.message_bytes("reduce_scatter_tensor", {"input": torch.ones(16), "output": x}, 4) == 64
     assert collective_calls.message_bytes("all_to_all", {"input_tensor_list": [x, x]}, 2) == 32
     assert collective_calls.message_bytes("barrier", {}, 4) == 0
+
+
+def test_ranks_are_said_as_ranges_with_their_count():
+    from jupyter_mgpu.session.stack_tree import rank_span
+
+    assert rank_span([4]) == "rank 4" and rank_span([1, 0]) == "ranks 0, 1"
+    assert rank_span([*range(60), 62]) == "ranks 0–59, 62 (61)"
+    assert rank_span([0, 2, 3, 5, 6, 7]) == "ranks 0, 2, 3, 5–7 (6)"
+
+
+def _row(r, state, stack, collective=None):
+    return {"rank": r, "state": state, "collective": collective, "line": stack[-1] if stack else None, "stack": stack}
+
+
+def test_sixteen_ranks_in_three_places_are_one_tree_counted_per_frame():
+    from jupyter_mgpu.session.stack_tree import StackTree
+
+    top = "line 9 of the cell: train(model)"
+    rows = [_row(r, "collective", [top, "line 4 of train() in model.py"], "all_reduce #8") for r in range(12)]
+    rows += [_row(r, "running", [top, "line 3 of train() in model.py"]) for r in (12, 13, 14)]
+    rows += [_row(15, "debugging", ["line 2 of the cell: check()"])]
+    tree = StackTree(rows)
+    assert repr(tree).splitlines() == [
+        "the user's frames of ranks 0–15 (16)",
+        "  line 9 of the cell: train(model)                              ranks 0–14 (15)",
+        "    line 4 of train() in model.py  ·  waiting in all_reduce #8  ranks 0–11 (12)",
+        "    line 3 of train() in model.py  ·  running                   ranks 12–14 (3)",
+        "  line 2 of the cell: check()  ·  at a pdb prompt               rank 15",
+    ]
+    html = tree._repr_html_()
+    assert html.count("<tr>") == 5 and "ranks 0–11 (12)" in html
+
+
+def test_a_hang_of_more_than_four_ranks_says_them_as_ranges_and_draws_the_tree():
+    from jupyter_mgpu.session.rank_errors import build_error
+
+    now = 1000.0
+    where = {
+        r: {
+            "state": "collective",
+            "since": now - 5,
+            "collective": "all_reduce #3",
+            "call": "all_reduce float32[4]",
+            "line": "line 4 of the cell, in step()",
+            "group": list(range(8)),
+            "key": ["g", 3, 0],
+            "fp": "x",
+            "stack": ["line 9 of the cell: step()", "line 4 of the cell, in step()"],
+        }
+        for r in range(6)
+    }
+    where.update({6: {"state": "idle", "since": now - 5}, 7: {"state": "idle", "since": now - 5}})
+    found = diagnose(where, set(), now, "the cell")
+    assert found.text == (
+        "the ranks are stuck: ranks 0–5 (6) wait in all_reduce float32[4] at line 4 of the cell, in step(); "
+        "ranks 6, 7 finished the cell without calling it"
+    )
+    err = str(build_error({r: {"collective_failure": True} for r in range(6)}, stuck=found))
+    sentence, *tree = err.splitlines()
+    assert sentence.endswith("; ranks 0–5 (6) released at once"), sentence
+    assert tree[0] == "the user's frames of ranks 0–7 (8)" and tree[1].split() == [
+        "finished",
+        "the",
+        "cell",
+        "ranks",
+        "6,",
+        "7",
+    ]
+    assert tree[-1].endswith("waiting in all_reduce #3  ranks 0–5 (6)"), tree
+    four = {r: w for r, w in where.items() if r < 3} | {3: where[6]}
+    for w in four.values():
+        w["group"] = [0, 1, 2, 3]
+    assert diagnose(four, set(), now, "the cell").tree == ""  # four ranks: the sentence says it all

@@ -66,7 +66,10 @@ def _where(state: EngineState) -> dict[str, Any] | None:
     try:
         from jupyter_mgpu.engine.watch import collective_watch
 
-        return collective_watch.where(state)
+        now = collective_watch.where(state)
+        if now.get("state") in ("collective", "running"):  # the user's frames: a hang at many ranks is a tree
+            now["stack"] = collective_watch.stack()
+        return now
     except Exception:  # a half-made engine (no state yet): no answer rather than no sample
         return None
 
