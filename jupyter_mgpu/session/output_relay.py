@@ -186,6 +186,18 @@ class OutputRelay:
         except Exception:
             pass
 
+    def settle(self) -> None:
+        """Show every whole line that has arrived now, however recent (a pdb prompt is about to wait for
+        the user: what the ranks printed before it comes first, not after the prompt is answered)."""
+        client = getattr(self.ar, "_client", None)
+        if client is not None:
+            try:
+                client.spin()  # ipyparallel's output that reached its sockets
+            except Exception:
+                pass
+        self.poll()
+        self._release(final=True)
+
     def flush(self) -> None:
         """Show what is left, then what ``show`` left out, folded."""
         self.poll(final=True)

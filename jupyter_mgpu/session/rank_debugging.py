@@ -115,7 +115,7 @@ class DebugDesk:
     def _answer(self, rank: int, p: dict[str, Any], others: list[int], relay: OutputRelay | None) -> None:
         start = time.monotonic()
         if relay is not None:
-            relay.poll()  # what the rank printed before it stopped comes first
+            relay.settle()  # what the ranks printed before it stopped comes first
         if p.get("output"):
             sys.stdout.write(p["output"])
         if tuple(others) != self._told:

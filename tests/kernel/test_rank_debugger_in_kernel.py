@@ -30,15 +30,20 @@ def kernel(request, tmp_path_factory):
     assert wait_gone(pids, 10) == []
 
 
-def debug(k: Kernel, code: str, answers: list[str], timeout: float = 60) -> tuple[dict, list[str], str]:
+def debug(
+    k: Kernel, code: str, answers: list[str], timeout: float = 60, shown: list[str] | None = None
+) -> tuple[dict, list[str], str]:
     """Run ``code`` answering each input request with the next of ``answers``; the reply, the prompts
-    asked, and everything the cell printed (streams and errors) in order."""
+    asked, and everything the cell printed (streams and errors) in order; ``shown`` gets what was printed
+    when each prompt came."""
     prompts: list[str] = []
     out: list[str] = []
     todo = list(answers)
 
     def on_stdin(msg: dict) -> None:
         prompts.append(msg["content"]["prompt"])
+        if shown is not None:
+            shown.append("".join(out))
         assert todo, f"asked {msg['content']['prompt']!r} with no answer left; printed: {''.join(out)[-1500:]}"
         k.kc.input(todo.pop(0))
 
@@ -135,12 +140,20 @@ def test_post_mortem_on_the_one_rank_that_failed_prints_its_locals(kernel):
 def test_a_breakpoint_in_a_script_run_with_mgpu_run(kernel):
     script = kernel.folder / "train.py"
     script.write_text(
-        "import os\nrank = int(os.environ['RANK'])\nloss = 2.5 + rank\nbreakpoint()\nprint('done', loss)\n"
+        "import os\nrank = int(os.environ['RANK'])\nprint('before', rank, flush=True); loss = 2.5 + rank\n"
+        "breakpoint()\nprint('done', loss)\n"
     )
-    reply, prompts, out = debug(kernel, f"%mgpu_run {script}", ["p loss", "c"] * kernel.n)
+    shown: list[str] = []
+    reply, prompts, out = debug(kernel, f"%mgpu_run {script}", ["p loss", "where", "c"] * kernel.n, shown=shown)
     assert reply["status"] == "ok", out
+    # what a rank printed before it stopped is shown before its prompt, not once the prompt is answered
+    first = int(prompts[0].split()[-1].rstrip(")"))
+    assert f"[rank {first}] before {first}" in shown[0], shown[0]
+    # where: the script's frame only, none of the engine's around it
+    stack = shown[2][len(shown[1]) :]
+    assert "train.py(5)<module>()" in stack and "jupyter_mgpu" not in stack and "runpy" not in stack, stack
     # the ranks reach the line in any order; each is served once it waits, the lowest first among those
-    assert sorted(set(prompts)) == [f"(Pdb rank {r}) " for r in range(kernel.n)] and len(prompts) == 2 * kernel.n
+    assert sorted(set(prompts)) == [f"(Pdb rank {r}) " for r in range(kernel.n)] and len(prompts) == 3 * kernel.n
     for r in range(kernel.n):
         assert f"\n{2.5 + r}\n" in out and f"done {2.5 + r}" in out
     assert "train.py(5)<module>()" in out

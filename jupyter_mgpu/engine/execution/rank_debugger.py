@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
+from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine.shards import held_failure
 
@@ -132,6 +133,18 @@ class RankPdb(pdb.Pdb):
 
     def _cmdloop(self) -> None:
         self.cmdloop()  # a KeyboardInterrupt ends the debugging and reaches the call
+
+    def print_stack_trace(self, *args: Any, **kwargs: Any) -> None:
+        """``where``/``bt``: the user's frames, from the first one in, without the engine's around them (as
+        IPython hides its own); a library the user stepped into stays."""
+        stack = self.stack
+        first = next((i for i, (f, _) in enumerate(stack) if rank_traceback.is_users(f.f_code.co_filename)), 0)
+        try:
+            for entry in stack[first:]:
+                if not _is_ours(entry[0].f_code.co_filename):
+                    self.print_stack_entry(entry)
+        except KeyboardInterrupt:
+            pass
 
     def do_interact(self, arg: str) -> None:
         """``interact``: a Python console in the frame's names, its lines from the input box too
