@@ -14,6 +14,7 @@ many ranks); 0: white. A rank colour never stands for a value.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -61,7 +62,7 @@ def attach(values: Any, tracked: Any) -> Any:
 
 def ranks_of(mask: int) -> list[int]:
     """The ranks of origin mask ``mask`` (bit r: rank r), lowest first."""
-    return [r for r in range(int(mask).bit_length()) if mask >> r & 1]
+    return [r for r, bit in enumerate(reversed(bin(int(mask))[2:])) if bit == "1"]
 
 
 def ranks_text(who: list[int]) -> str:
@@ -99,9 +100,13 @@ class OriginFill:
         self.many = False  # a value mixing more than MAX_STRIPES ranks was drawn
         self.others = False  # a strip joined its smallest parts
         self.marked: set[int] = set()  # ranks past 20 whose marked colour a swatch drew
+        self.zero = False  # a value 0 was drawn (white)
 
     def __call__(self, value: float, mask: int) -> str:
-        return EMPTY if value == 0 else self.of_mask(int(mask))
+        if value == 0:
+            self.zero = True
+            return EMPTY
+        return self.of_mask(int(mask))
 
     def of_mask(self, mask: int) -> str:
         """The fill of a non-zero value of origin ``mask``: a rank's colour (marked past 20 ranks), stripes
@@ -136,6 +141,7 @@ class OriginFill:
         return f"url(#mgpu-rank-{rank})"
 
     @staticmethod
+    @functools.lru_cache(maxsize=1024)
     def ink(fill: str) -> str:
         """Colour of a number drawn on ``fill``."""
         if fill.startswith("url(#mgpu-rank-"):
@@ -167,7 +173,7 @@ class OriginFill:
 
     def legend(self, per_rank: bool = True) -> list[tuple[str, str]]:
         """``(fill, label)`` items: each rank drawn (``per_rank``), stripes or the hatch if any value mixes
-        ranks, grey if any origin is unknown, white for 0."""
+        ranks, grey if any origin is unknown, white if a value 0 was drawn."""
         items = [(self.of_rank(r), f"from rank {r}") for r in sorted(self.ranks)] if per_rank else []
         how = OPS.get(self.op or "", "combined")
         if self.mixed:
@@ -178,7 +184,8 @@ class OriginFill:
             items.append((OTHERS, "… values of several other ranks (hover for them)"))
         if self.unknown:
             items.append((UNKNOWN, "origin not tracked"))
-        items.append((EMPTY, "0"))
+        if self.zero:
+            items.append((EMPTY, "value 0"))
         return items
 
 

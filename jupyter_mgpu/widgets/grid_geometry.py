@@ -7,7 +7,8 @@ jumps while it plays), planned by :func:`plan` from every frame's holdings. Two 
   ``widgets/tensor_cells.py`` draws it, a label above each entry of a list;
 - **strips** (more than :data:`DETAIL_RANKS` ranks, more than :data:`DETAIL_CELLS` cells, or cells that
   would not fit): each holding one strip (``widgets/holding_strips.py``), the entries of a list side by
-  side and folded onto more lines rather than shrunk past :data:`MIN_ENTRY` px.
+  side and folded onto more lines rather than shrunk past :data:`MIN_ENTRY` px (32 on one line), a
+  tensor held alone across its whole column (an all_gather's input fills its row, not one entry's place).
 
 Nothing is drawn wider than :data:`WIDTH` px: cells that would not fit are drawn as strips, and long
 titles wrap.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from jupyter_mgpu.widgets.slot_codes import tenths
 from jupyter_mgpu.widgets.svg_canvas import MIN_FONT, text_width, wrap
 from jupyter_mgpu.widgets.tensor_cells import dims, slots
 
@@ -30,7 +32,7 @@ RIGHT = 16
 GAP, COL_GAP = 10.0, 26.0  # between entries of a list, between columns
 DETAIL_RANKS = 8  # more ranks: strips
 DETAIL_CELLS = 20_000  # cells in one frame; more: strips
-STRIP_H, LINE, ENTRY_GAP = 14.0, 18.0, 3.0  # a strip's height, the pitch of folded lines, between entries
+STRIP_H, LINE, ENTRY_GAP = 14.0, 18.0, 2.0  # a strip's height, the pitch of folded lines, between entries
 MIN_ENTRY, MAX_ENTRY = 18.0, 44.0  # an entry of a list drawn as strips: "63" printed fits 18 px
 TENSOR_MIN, TENSOR_MAX = 72.0, 260.0  # a tensor drawn as one strip
 
@@ -95,6 +97,7 @@ class Geometry:
     sub_lines: int = 1
     notes: list[str] = field(default_factory=list)  # under each column's name (strips: what its entries are)
     heights: list[float] = field(default_factory=list)  # strips: each rank's box (its own lines), else box_h
+    n: int = 0  # ranks
 
     @property
     def head_y(self) -> float:
@@ -148,6 +151,39 @@ class Geometry:
         line, pos = divmod(j, self.per_line[k])
         return self.col_x(k) + pos * (self.widths[k] + ENTRY_GAP), self.row_y(r) + line * LINE
 
+    def entry_w(self, k: int, listed: bool) -> float:
+        """The width of an entry of a list (``listed``) in column ``k``, or of a tensor held alone: strips
+        draw it across the whole column (the input of an all_gather fills its row, not one entry's place)."""
+        return self.widths[k] if listed or not self.compact else self.col_w[k]
+
+    def slot_index(self, r: int, k: int, j: int) -> int:
+        """Entry ``j`` of rank ``r``'s holding in column ``k`` in the order of every rank's entries: rank,
+        column, entry."""
+        return r * sum(self.entries) + sum(self.entries[:k]) + j
+
+    @cached_property
+    def grid(self) -> dict[str, Any]:
+        """Where each entry is drawn, in tenths of a px, as the browser draws codes
+        (``widgets/slot_codes.py``): each column's x of each place on a line (``xs``), each rank's y
+        (``ys``), the pitch of lines, a strip's height, each column's entry and tensor widths."""
+        ncol = len(self.entries)
+        return {
+            "entries": list(self.entries),
+            "per": list(self.per_line),
+            "xs": [[tenths(self.slot_xy(0, k, pos)[0]) for pos in range(self.per_line[k])] for k in range(ncol)],
+            "ys": [tenths(self.row_y(r)) for r in range(self.n)],
+            "line": tenths(LINE),
+            "h": tenths(STRIP_H),
+            "w": [tenths(w) for w in self.widths],
+            "tw": [tenths(self.entry_w(k, False)) for k in range(ncol)],
+        }
+
+    def slot10(self, r: int, k: int, j: int) -> tuple[int, int]:
+        """The top left of entry ``j`` of rank ``r``'s holding in column ``k`` in tenths of a px, as
+        :attr:`grid` places it."""
+        line, pos = divmod(j, self.per_line[k])
+        return self.grid["xs"][k][pos], self.grid["ys"][r] + line * self.grid["line"]
+
     @property
     def body_w(self) -> float:
         return self.left + sum(self.col_w) + COL_GAP * (len(self.col_w) - 1) + RIGHT
@@ -188,7 +224,7 @@ def plan(
         c, widths, bh, box_h = layout(every, every_labels, longest, cell, gutter)
         entries = [_entries(frames, k) for k in range(ncol)]
         col_w = [widths[k] * entries[k] + GAP * (entries[k] - 1) for k in range(ncol)]
-        g = Geometry(False, c, widths, entries, entries, col_w, bh, box_h, LEFT + gutter, tl, sl)
+        g = Geometry(False, c, widths, entries, entries, col_w, bh, box_h, LEFT + gutter, tl, sl, n=n)
         if g.body_w <= WIDTH:
             return g
     return _strips(frames, labels, nothing, gutter, tl, sl, host_lines)
@@ -240,7 +276,9 @@ def _strips(
         for r in range(max(len(cells) for cells in frames))
     ]
     notes = [_note(labels, k, entries[k], col_w[k]) for k in range(ncol)]
-    return Geometry(True, 0.0, widths, entries, per_line, col_w, block, box_h, left, tl, sl, notes, heights)
+    return Geometry(
+        True, 0.0, widths, entries, per_line, col_w, block, box_h, left, tl, sl, notes, heights, len(heights)
+    )
 
 
 def _row_box(h: Any, per_line: int, said: int) -> float:

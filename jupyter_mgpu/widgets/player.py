@@ -8,7 +8,9 @@ without a browser: set ``index``, call :meth:`step`, :meth:`play`, :meth:`pause`
 Two kinds: :class:`FramePlayer` sends every frame whole (a few small frames); :class:`DiffFramePlayer`
 sends the first frame in parts and, for each later frame, only the parts it changes, plus its arrows
 and outlines as numbers the browser draws — frames of a schedule on 64 ranks would otherwise be
-hundreds of MB of SVG that differ in a few entries each.
+hundreds of MB of SVG that differ in a few entries each. A part may be a number: a short code of an
+entry, drawn by the browser where the entry goes (``widgets/slot_codes.py``), each distinct drawing
+sent once.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Protocol
 
 import traitlets
 
+from jupyter_mgpu.widgets.slot_codes import patch_runs
 from jupyter_mgpu.widgets.transport import TransportWidget, module_source
 
 
@@ -104,8 +107,8 @@ class FramePlayer(_StepPlayer):
 class FrameSeries(Protocol):
     """Frames as parts and changes (``widgets/rank_grid.py``'s ``Series``)."""
 
-    parts: list[str]
-    patches: list[dict[int, str]]
+    parts: list[Any]
+    patches: list[dict[int, Any]]
     marks: list[dict[str, list[Any]]]
     overlay: dict[str, Any]
 
@@ -134,11 +137,13 @@ class _Frames(Sequence[str]):
 
 class DiffFramePlayer(_StepPlayer):
     """A player of a series whose frames carry only differences: ``parts`` (the first frame's SVG in
-    pieces), ``patches[i]`` (the pieces frame i changes from frame i-1), ``marks[i]`` (its arrows and
-    outlines) drawn over ``parts[overlay["at"]]``. ``frames`` puts any frame together in Python."""
+    pieces), ``patches[i]`` (the pieces frame i changes from frame i-1, as runs of consecutive pieces:
+    ``widgets/slot_codes.py``'s ``patch_runs``), ``marks[i]`` (its arrows and
+    outlines) drawn over ``parts[overlay["at"]]``; a piece that is a list is a code, a number the code
+    ``overlay["codes"][number]``. ``frames`` puts any frame together in Python."""
 
-    parts = traitlets.List(traitlets.Unicode(), default_value=[]).tag(sync=True)
-    patches = traitlets.List(traitlets.Dict(), default_value=[]).tag(sync=True)
+    parts = traitlets.List(traitlets.Any(), default_value=[]).tag(sync=True)  # markup, or a code or its number
+    patches = traitlets.List(traitlets.List(), default_value=[]).tag(sync=True)
     marks = traitlets.List(traitlets.Dict(), default_value=[]).tag(sync=True)
     overlay = traitlets.Dict().tag(sync=True)
 
@@ -156,7 +161,7 @@ class DiffFramePlayer(_StepPlayer):
         self._series = series
         super().__init__(
             parts=list(series.parts),
-            patches=[{str(k): s for k, s in p.items()} for p in series.patches],
+            patches=[patch_runs(p) for p in series.patches],
             marks=list(series.marks),
             overlay=dict(series.overlay),
             captions=captions,

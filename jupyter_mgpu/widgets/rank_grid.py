@@ -7,38 +7,43 @@ ranks, and a key under the grid says which colour is whose data. Where things go
 ``widgets/grid_geometry.py`` (cells for a few ranks, strips for many; never wider than :data:`WIDTH`).
 
 A series of frames (the schedule player's) is drawn as one :class:`Series`: the first frame's SVG in
-parts, then for each frame only the parts that changed — a title, a caption, the entries a step
-moved — and its arrows and outlines as numbers (``overlay_svg`` draws them here and
+parts, then for each frame only the parts that changed (``widgets/frame_changes.py``) — a title, a
+caption, the entries a step moved — and its arrows and outlines as numbers. An entry drawn as a strip
+is a short code, each distinct one sent once (``widgets/slot_codes.py`` draws codes and marks here,
 ``static/player.js`` in the browser). An all_gather on N ranks moves N(N-1) entries in all: that is
 what its frames carry, not N frames of N² entries.
 """
 
 from __future__ import annotations
 
-import html
+import contextlib
+import gc
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_mgpu.widgets.collective_colors import OriginFill
 from jupyter_mgpu.widgets.colors import PALETTE, rank_color
+from jupyter_mgpu.widgets.frame_changes import Part, changed, codes_once, tensors_of
 from jupyter_mgpu.widgets.grid_geometry import LEFT, WIDTH, Geometry, layout, plan
 from jupyter_mgpu.widgets.rank_names import rank_names
-from jupyter_mgpu.widgets.slot_drawing import SlotDrawer
-from jupyter_mgpu.widgets.svg_canvas import MIN_FONT, Canvas, text_width, wrap
+from jupyter_mgpu.widgets.slot_codes import Code, code_svg, marks_svg, progressions, slot_place, tenths
+from jupyter_mgpu.widgets.slot_drawing import STRIPS_FONT, SlotDrawer
+from jupyter_mgpu.widgets.svg_canvas import FONT, MIN_FONT, Canvas, text_width, wrap
 
-__all__ = ["LEFT", "WIDTH", "Series", "draw_series", "layout", "overlay_svg", "render_grid"]
-
-Box = tuple[float, float, float, float, float]  # x, y, w, h, stroke width
+__all__ = ["LEFT", "WIDTH", "Series", "draw_series", "layout", "marks_svg", "render_grid"]
 
 
 @dataclass
 class Series:
     """Frames drawn as parts: ``parts`` (frame 0's SVG is their concatenation, ``parts[overlay["at"]]``
     drawn from ``marks[0]``), ``patches[i]`` the parts frame i changes from frame i-1, ``marks[i]`` its
-    arrows ``[sender, receiver, what]`` and outlines ``[x, y, w, h, stroke width]``."""
+    arrows and outlines (``widgets/slot_codes.py``'s ``marks_svg``). A part that is a code (a tuple), or
+    the number of one of ``overlay["codes"]`` (the codes used more than once), is drawn where its entry
+    goes (``overlay["grid"]``)."""
 
-    parts: list[str]
-    patches: list[dict[int, str]]
+    parts: list[Part]
+    patches: list[dict[int, Part]]
     marks: list[dict[str, list[Any]]]
     overlay: dict[str, Any]
     geometry: Geometry = field(repr=False)
@@ -52,8 +57,17 @@ class Series:
         for patch in self.patches[1 : i + 1]:
             for k, s in patch.items():
                 parts[k] = s
-        parts[self.overlay["at"]] = overlay_svg(self.overlay, self.marks[i])
-        return "".join(parts)
+        ov = self.overlay
+        out = [s if isinstance(s, str) else _code_markup(ov, p, s) for p, s in enumerate(parts)]
+        out[ov["at"]] = marks_svg(ov, self.marks[i])
+        return "".join(out)
+
+
+def _code_markup(overlay: dict[str, Any], p: int, code: Code | int) -> str:
+    """Part ``p``, a code or the number of one, as markup (``static/player.js`` draws the same)."""
+    x, y, _ = slot_place(overlay["grid"], p)
+    drawn = overlay["codes"][code] if isinstance(code, int) else code
+    return code_svg(drawn, x, y, overlay["grid"]["h"], overlay["fills"], overlay["labels"])
 
 
 def render_grid(
@@ -109,46 +123,84 @@ def draw_series(
     ``subtitles[f]``, holdings ``frames[f][r][k]``, entry labels ``labels[f][k]``, nothing-texts
     ``nothing[f][k]``, arrows ``transfers[f]`` and outlines ``highlights[f]`` (last column). ``high`` is
     the same holdings tracked for the ranks past 52 (a reduction over more ranks)."""
-    nf, n = len(frames), len(frames[0])
+    with _collector_paused():
+        return _draw_series(
+            titles, subtitles, columns, frames, labels, nothing, op, transfers, highlights, cell, hover, high
+        )
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: drawing a series at 64 ranks makes a hundred thousand
+    small objects, none in a cycle, and each collection it would set off walks the notebook's whole heap
+    (a third of the time)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _draw_series(
+    titles: list[str],
+    subtitles: list[str],
+    columns: list[str],
+    frames: list[list[list[Any]]],
+    labels: list[list[list[str] | None]],
+    nothing: list[list[str]],
+    op: str | None,
+    transfers: list[list[tuple[int, int, str]]] | None,
+    highlights: list[dict[int, Any]] | None,
+    cell: float | None,
+    hover: bool,
+    high: list[list[list[Any]]] | None,
+) -> Series:
+    nf, n, ncol = len(frames), len(frames[0]), len(columns)
     transfers = transfers or [[] for _ in range(nf)]
     highlights = highlights or [{} for _ in range(nf)]
     where = rank_names(n)  # a cluster across hosts: each rank's host:kind:index under its name
     g = plan(frames, labels, nothing, max(len(t) for t in transfers), cell, (titles, subtitles), 2 if where else 0)
     fill = OriginFill(op)
     draw = SlotDrawer(g, fill, op, hover)
-    keys = [(r, k, j) for r in range(n) for k in range(len(columns)) for j in range(g.entries[k])]
     first = 5
-    patches: list[dict[int, str]] = []
+    todo = changed(frames, high, labels, nothing)
+    if g.compact:
+        draw.prepare(tensors_of(frames, high, todo))
+    codes: dict[Code, int] = {}
+    whats: dict[str, int] = {}
+    patches: list[dict[int, Part]] = []
     marks: list[dict[str, list[Any]]] = []
-    shown: dict[int, str] = {}
+    shown: dict[int, Part] = {}
     for f in range(nf):
-        patch: dict[int, str] = {1: _title(titles[f], g), 2: _subtitle(subtitles[f], g)} if f == 0 else {}
+        patch: dict[int, Part] = {1: _title(titles[f], g), 2: _subtitle(subtitles[f], g)} if f == 0 else {}
         if f and titles[f] != titles[f - 1]:
             patch[1] = _title(titles[f], g)
         if f and subtitles[f] != subtitles[f - 1]:
             patch[2] = _subtitle(subtitles[f], g)
-        for i, (r, k, j) in enumerate(keys):
-            h = frames[f][r][k]
-            twin = high[f][r][k] if high else None
-            markup = draw.slot(r, k, j, h, twin, labels[f][k], nothing[f][k])
-            if shown.get(first + i) != markup:
-                shown[first + i] = patch[first + i] = markup
+        for r, k, js in todo[f]:
+            h, twin, at = frames[f][r][k], high[f][r][k] if high else None, first + g.slot_index(r, k, 0)
+            for j in range(g.entries[k]) if js is None else js:
+                drawn = draw.slot(r, k, j, h, twin, labels[f][k], nothing[f][k])
+                v = drawn if isinstance(drawn, str) else codes.setdefault(drawn, len(codes))
+                if shown.get(at + j) != v:
+                    shown[at + j] = patch[at + j] = v
         patches.append(patch)
-        outlines = _outlines(draw, frames[f], highlights[f], len(columns) - 1)
-        boxes = [[round(v, 1) for v in b] for b in outlines]  # as drawn: one decimal (and JSON stays short)
-        marks.append({"arrows": [[a, b, what] for a, b, what in transfers[f]], "boxes": boxes})
-    at = first + len(keys) + 1
-    parts = [""] * (at + 2)
+        marks.append(_marks(draw, frames[f], highlights[f], ncol - 1, transfers[f], whats, first))
+    at = first + g.slot_index(n, 0, 0) + 1
+    parts: list[Part] = [""] * (at + 2)
     for k, s in patches[0].items():
         parts[k] = s
     patches[0] = {}
+    table = codes_once(list(codes), parts, patches)
     senders = sorted({a for t in transfers for a, _, _ in t})
     c = Canvas()
     _draw_headings(c, columns, g)
     for r in range(n):
         _draw_rank_label(c, r, g.row_y(r), where, g.left, fill)
     parts[3] = "".join(c.parts)
-    parts[4] = "<g font-family='sans-serif' font-size='9' text-anchor='middle'>" if g.compact else "<g>"
+    parts[4] = f"<g {STRIPS_FONT}>" if g.compact else "<g>"
     parts[at - 1] = "</g>"
     width = _width(g, titles, subtitles)
     legend = Canvas()
@@ -157,14 +209,47 @@ def draw_series(
     height = ly + legend_h + 8
     parts[at + 1] = "".join(legend.parts) + "</svg>"
     parts[0] = (
-        f"<svg xmlns='http://www.w3.org/2000/svg' class='mgpu-collective-svg' width='{width:.0f}' "
+        f"<svg xmlns='http://www.w3.org/2000/svg' class='mgpu-collective-svg' {FONT} width='{width:.0f}' "
         f"height='{height:.0f}' viewBox='0 0 {width:.0f} {height:.0f}' "
         f"style='background:#fff;max-width:100%;height:auto'><defs>{_markers(senders)}{fill.defs()}"
         f"{''.join(draw.shared.values())}</defs>"
     )
-    overlay = {"at": at, "left": g.left, "mid": [round(g.mid(r), 1) for r in range(n)]}
+    overlay: dict[str, Any] = {"at": at, "left": g.left, "mid": [round(g.mid(r), 1) for r in range(n)]}
     overlay["colors"] = [rank_color(r) for r in range(n)]
+    overlay["whats"] = list(whats)
+    overlay["codes"] = table
+    overlay["fills"] = list(draw.names.fills.table)
+    overlay["labels"] = list(draw.names.labels.table)
+    overlay["grid"] = {**g.grid, "first": first}
     return Series(parts, patches, marks, overlay, g)
+
+
+def _marks(
+    draw: SlotDrawer,
+    cells: list[list[Any]],
+    highlight: dict[int, Any],
+    k: int,
+    transfers: list[tuple[int, int, str]],
+    whats: dict[str, int],
+    first: int,
+) -> dict[str, list[Any]]:
+    """A frame's marks: its arrows (sender, receiver, what as a number of ``whats``) and the outlines of
+    ``highlight`` (per rank: a slot index, or a flat element range) in column ``k``, as ``marks_svg``
+    of ``widgets/slot_codes.py`` reads them."""
+    marks: dict[str, list[Any]] = {}
+    rows: dict[str, list[tuple[int, ...]]] = {
+        "arrows": [(a, b, whats.setdefault(w, len(whats))) for a, b, w in transfers]
+    }
+    for r, hl in sorted(highlight.items()):
+        if r >= len(cells):
+            continue
+        for kind, v in draw.outline(r, k, cells[r][k], hl):
+            if kind == "box":
+                marks.setdefault("boxes", []).append([tenths(x) for x in v[:4]] + [v[4]])
+            else:
+                rows.setdefault(kind, []).append((first + draw.g.slot_index(r, k, v),))
+    marks.update({kind: progressions(rs) for kind, rs in rows.items() if rs})
+    return marks
 
 
 def _width(g: Geometry, titles: list[str], subtitles: list[str]) -> float:
@@ -207,15 +292,6 @@ def _draw_rank_label(c: Canvas, r: int, y: float, where: list[str] | None, left:
             c.text(30, y + 24 + 11 * i, part.replace(": ", ":"), size=10, fill="#555")
 
 
-def _outlines(draw: SlotDrawer, cells: list[list[Any]], highlight: dict[int, Any], k: int) -> list[Box]:
-    """The outlines of ``highlight`` (per rank: a slot index, or a flat element range) in column ``k``."""
-    out: list[Box] = []
-    for r, hl in sorted(highlight.items()):
-        if r < len(cells):
-            out += draw.outline(r, k, cells[r][k], hl)
-    return out
-
-
 def _markers(senders: list[int]) -> str:
     """The arrowheads of the transfer arrows, one per sender's colour."""
     return "".join(
@@ -224,26 +300,6 @@ def _markers(senders: list[int]) -> str:
         "</marker>"
         for a in sorted({a % 20 for a in senders})
     )
-
-
-def overlay_svg(overlay: dict[str, Any], marks: dict[str, list[Any]]) -> str:
-    """A frame's arrows in the left gutter and its outlines (``static/player.js`` draws the same)."""
-    left, mid, colors = overlay["left"], overlay["mid"], overlay["colors"]
-    out = []
-    for i, (a, b, what) in enumerate(marks["arrows"]):
-        ya, yb, gx = mid[a], mid[b], left - 10 - (i % 8) * 10
-        tip = html.escape(f"rank {a} → rank {b}: {what}")
-        out.append(
-            f"<path d='M {left - 6:.1f} {ya:.1f} C {gx - 24:.1f} {ya:.1f}, {gx - 24:.1f} {yb:.1f}, "
-            f"{left - 8:.1f} {yb:.1f}' fill='none' stroke='{colors[a]}' stroke-width='2' "
-            f"marker-end='url(#mgpu-arrow-{a % 20})'><title>{tip}</title></path>"
-        )
-    for x, y, w, h, sw in marks["boxes"]:
-        out.append(
-            f"<rect x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' height='{h:.1f}' fill='none' "
-            f"stroke='#000000' stroke-width='{sw:g}'/>"
-        )
-    return "".join(out)
 
 
 def _legend(c: Canvas, fill: OriginFill, x0: float, y0: float, width: float, numbered: bool) -> float:

@@ -3,14 +3,15 @@
 A :class:`Canvas` collects ``<text>`` and ``<rect>`` markup, every string it is given escaped (text and
 hover titles alike: a rank's data or a user's label may hold ``<``, ``&`` or quotes); :func:`text_width`
 and :func:`wrap` lay text out without a font engine, from the width of an average sans-serif character.
-:data:`MIN_FONT` is the smallest text any picture draws.
+:data:`MIN_FONT` is the smallest text any picture draws. A figure's root sets the font family
+(:data:`FONT`) once: its texts inherit it.
 """
 
 from __future__ import annotations
 
 import html
 
-FONT = "font-family='sans-serif'"
+FONT = "font-family='sans-serif'"  # set once on a figure's root, which its texts inherit
 CHAR = 0.62  # width of an average sans-serif character, in font sizes (for laying out text)
 MIN_FONT = 9  # px: no text smaller, so a figure at its full width stays legible
 
@@ -49,9 +50,10 @@ class Canvas:
         weight: str = "normal",
         fill: str = "#222",
     ) -> None:
+        bold = "" if weight == "normal" else f" font-weight='{weight}'"
         self.parts.append(
-            f"<text x='{x:.1f}' y='{y:.1f}' font-size='{size:g}' text-anchor='{anchor}' "
-            f"font-weight='{weight}' fill='{fill}' {FONT}>{html.escape(s)}</text>"
+            f"<text x='{x:.1f}' y='{y:.1f}' font-size='{size:g}' text-anchor='{anchor}'{bold} "
+            f"fill='{fill}'>{html.escape(s)}</text>"
         )
 
     def rect(

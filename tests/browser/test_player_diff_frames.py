@@ -3,7 +3,8 @@
 A DiffFramePlayer sends the first frame in parts and then only each frame's changes and marks; the
 browser applies them (stepping forward, jumping back, jumping ahead) and draws the arrows and outlines.
 Node.js runs ``diffFrames`` from the very module the widget ships and every frame must equal
-``rank_grid.Series.frame`` in Python, character for character — cells (3 ranks) and strips (12 ranks).
+``rank_grid.Series.frame`` in Python, character for character — cells (3 ranks) and strips (12 to 64
+ranks), whose entries travel as short codes (``widgets/slot_codes.py``).
 No browser or kernel: Node.js only.
 """
 
@@ -35,13 +36,20 @@ console.log(JSON.stringify(order.map(i => frames.frame(i))));
 
 
 @pytest.mark.parametrize(
-    ("name", "n", "op"), [("all_reduce", 3, "max"), ("all_gather", 12, None), ("reduce", 5, "sum")]
+    ("name", "n", "op", "shape"),
+    [
+        ("all_reduce", 3, "max", (6, 6)),
+        ("all_gather", 12, None, (6, 6)),
+        ("reduce", 5, "sum", (6, 6)),
+        ("all_to_all", 16, None, (16, 6)),  # codes used once sent in place, others by number
+        ("all_reduce", 64, "sum", (11, 11)),  # printed rank ranges, two passes of ranks, runs of arrows
+    ],
 )
-def test_the_browser_puts_every_frame_together_as_python_does(tmp_path: Path, monkeypatch, name, n, op):
+def test_the_browser_puts_every_frame_together_as_python_does(tmp_path: Path, monkeypatch, name, n, op, shape):
     node = shutil.which("node")
     assert node, "this test needs Node.js"
     monkeypatch.setattr(rank_grid, "rank_names", lambda n: None)
-    xs = [demo.demo_tensor(r, (6, 6)) for r in range(n)]
+    xs = [demo.demo_tensor(r, shape) for r in range(n)]
     res = CollectiveResult(
         name, op, 0 if name == "reduce" else None, xs, xs, reference(name, xs, op or "sum"), 1e-3, "gloo", ""
     )

@@ -23,6 +23,7 @@ from jupyter_mgpu.widgets import rank_grid
 from jupyter_mgpu.widgets.colors import rank_color
 from jupyter_mgpu.widgets.grid_geometry import WIDTH
 from jupyter_mgpu.widgets.row_folding import SameAs, fold_equal
+from jupyter_mgpu.widgets.slot_codes import patch_parts, unfold
 from jupyter_mgpu.widgets.svg_canvas import MIN_FONT, text_width
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -100,6 +101,85 @@ def test_sixty_four_ranks_cost_n_squared(name):
     assert large["player"] / small["player"] <= N_SQUARED, name
 
 
+HALF_MB = 500e3  # bytes, as benchmarks/collective_pictures.py counts them
+
+
+def _state_bytes(player: object) -> int:
+    """The player's widget state as JSON (what the notebook sends the browser, less its binary buffers)."""
+    state = {k: v for k, v in player.get_state().items() if not isinstance(v, (bytes, memoryview))}
+    return len(json.dumps(state))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_at_sixty_four_ranks_a_player_is_under_half_a_megabyte(name):
+    """Each step's changes as short codes the browser draws (``widgets/slot_codes.py``): an all_reduce's
+    player was 2.7 MB of SVG pieces at 64 ranks."""
+    assert _state_bytes(run(name, 64)[2]) < HALF_MB, name
+
+
+def test_at_sixty_four_ranks_the_all_to_all_figure_is_under_half_a_megabyte():
+    """64 × 64 entries each way: each rank's row drawn once and used by the rows that look the same, one
+    hover per row (it was 1.1 MB, a hover per entry)."""
+    svg = run("all_to_all", 64)[0].svg()
+    assert len(svg) < HALF_MB
+    assert svg.count("<title>") <= 2 * 64  # one per rank and column: not one per entry
+
+
+def _covered(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of ``spans``."""
+    total, end = 0.0, float("-inf")
+    for top, bottom in sorted(spans):
+        if bottom > end:
+            total += bottom - max(top, end)
+            end = bottom
+    return total
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_first_frame_of_thirty_two_ranks_is_drawn_down_its_whole_height(name):
+    """The player's frames share one size, that of its fullest frame; an all_gather's input was then a
+    small strip in rows two lines high, the first frame (1 400 px) two-thirds empty. Its input now
+    spans its row and a row of 32 entries is one line: most of the frame's height is drawn."""
+    root = ET.fromstring(run(name, 32)[2].frames[0])
+    height = float(root.get("height"))
+    shapes = _shapes(root)
+    assert max(bottom for _, _, _, bottom in shapes) <= height  # the legend's last line is within the figure
+    drawn = _covered([(top, bottom) for _, _, top, bottom in shapes])
+    assert drawn > 0.5 * height, (name, drawn, height)
+
+
+def _legend(root: ET.Element) -> tuple[list[tuple[float, float, float, float]], list[tuple[float, float, str]]]:
+    """The key under a figure: its swatches (x, y, w, h) and its texts (x, y, text), after its head."""
+    children = list(root)
+    head = next(i for i, el in enumerate(children) if el.text == "colour = whose data a value holds:")
+    rects, texts = [], []
+    for el in children[head + 1 :]:
+        if el.tag == SVG + "rect":
+            rects.append(tuple(float(el.get(a)) for a in ("x", "y", "width", "height")))
+        elif el.tag == SVG + "text":
+            texts.append((float(el.get("x")), float(el.get("y")), el.text or ""))
+    return rects, texts
+
+
+@pytest.mark.parametrize(("name", "n"), [("all_gather", 32), ("all_to_all", 32), ("all_reduce", 16), ("all_to_all", 4)])
+def test_every_key_of_the_legend_says_what_it_stands_for(name, n):
+    """A swatch holds its rank's number, or a label that says what it stands for follows it: no bare
+    "0" after a white box (it meant "a value 0 is drawn white"), and white only where a 0 is drawn."""
+    res, _, player = run(name, n)
+    for what, svg in (("figure", res.svg()), ("frame 0", player.frames[0])):
+        rects, texts = _legend(ET.fromstring(svg))
+        assert rects, (what, "no key")
+        for x, y, w, h in rects:
+            inside = [t for tx, ty, t in texts if x <= tx <= x + w and y <= ty <= y + h + 1]
+            after = [t for tx, ty, t in texts if x + w < tx <= x + w + 8 and y <= ty <= y + h + 1]
+            assert inside or after, (what, "a swatch says nothing", x, y)
+            assert all(re.fullmatch(r"\d+", t) for t in inside), (what, inside)
+            assert all(re.search("[a-z]", t) for t in after), (what, after)  # words, not a bare number
+        drawn = svg.split("colour = whose data")[0]  # a white strip or cell: a value 0 ("same as" boxes are too)
+        zero = re.search(r"fill='#ffffff' stroke='#(888888|dddddd)'", drawn) is not None
+        assert ("value 0" in [t for _, _, t in texts]) == zero, what
+
+
 def test_all_gather_on_32_ranks_is_light_and_quick():
     c, _ = sent(result("all_gather", 32))
     assert c["figure"] + c["player"] < 2e6  # was 265 MB: a full SVG of every rank's holdings per frame
@@ -165,22 +245,34 @@ def _svgs(name: str, n: int) -> list[tuple[str, ET.Element]]:
     return [("figure", ET.fromstring(res.svg()))] + [(f"frame {i}", ET.fromstring(f)) for i, f in enumerate(frames)]
 
 
-def _right_edges(root: ET.Element) -> list[float]:
-    """The right edge of every rect, text and ``<use>`` (the rects of what it uses, moved to its x)."""
+def _shapes(root: ET.Element) -> list[tuple[float, float, float, float]]:
+    """``(left, right, top, bottom)`` of every rect and text drawn (a ``<use>`` as what it uses, moved by
+    its x and y; a text's font size and anchor from its groups, its width estimated)."""
     ids = {el.get("id"): el for el in root.iter() if el.get("id")}
-    out, size = [], 12.0
-    for use in root.iter(SVG + "use"):
-        used = [r for r in ids[use.get("href")[1:]].iter(SVG + "rect")]
-        out.append(float(use.get("x")) + max(float(r.get("x")) + float(r.get("width")) for r in used))
-    for el in root.iter():
-        if el.get("font-size"):
-            size = float(el.get("font-size"))
-        if el.tag in (SVG + "rect",) and el.get("x") is not None and el.get("width") is not None:
-            out.append(float(el.get("x")) + float(el.get("width")))
-        if el.tag == SVG + "text":
-            tw = text_width(el.text or "", float(el.get("font-size") or size))
-            out.append(float(el.get("x")) + {"start": tw, "middle": tw / 2, "end": 0}[el.get("text-anchor", "middle")])
+    out: list[tuple[float, float, float, float]] = []
+
+    def walk(el: ET.Element, dx: float, dy: float, size: float, anchor: str) -> None:
+        size, anchor = float(el.get("font-size") or size), el.get("text-anchor") or anchor
+        x, y = dx + float(el.get("x") or 0), dy + float(el.get("y") or 0)
+        if el.tag == SVG + "rect" and el.get("width") is not None:
+            out.append((x, x + float(el.get("width")), y, y + float(el.get("height"))))
+        elif el.tag == SVG + "text":
+            tw = text_width(el.text or "", size)
+            left = x - {"start": 0, "middle": tw / 2, "end": tw}[anchor]
+            out.append((left, left + tw, y - 0.75 * size, y + 0.25 * size))
+        elif el.tag == SVG + "use":
+            walk(ids[el.get("href")[1:]], x, y, size, anchor)
+        for child in el:
+            if child.tag not in (SVG + "defs", SVG + "title") and el.tag != SVG + "use":
+                walk(child, dx, dy, size, anchor)
+
+    walk(root, 0.0, 0.0, 12.0, "start")
     return out
+
+
+def _right_edges(root: ET.Element) -> list[float]:
+    """The right edge of every rect and text drawn."""
+    return [right for _, right, _, _ in _shapes(root)]
 
 
 @pytest.mark.parametrize("n", [4, 8, 32, 64])
@@ -220,7 +312,7 @@ def test_every_rank_is_told_apart_by_its_fill_and_its_printed_number(n):
         assert patterns[f"mgpu-rank-{r}"].find(SVG + "rect").get("fill") == rank_color(r)
     said = [el.text for el in root.iter(SVG + "text")]
     key = said[said.index("colour = whose data a value holds:") + 1 :]
-    assert key == [str(r) for r in range(n)] + ["0"]  # every rank in the key, numbered; then 0 (white)
+    assert key == [str(r) for r in range(n)]  # every rank in the key, numbered (no value is 0: no white)
 
 
 def test_reductions_over_more_than_fifty_two_ranks_still_know_every_rank():
@@ -237,19 +329,19 @@ def test_the_player_s_frames_all_have_one_size(name):
     player = run(name, 32)[2]
     sizes = {re.match(r"<svg [^>]*width='(\d+)' height='(\d+)'", f).groups() for f in player.frames}
     assert len(sizes) == 1
-    assert all("0" not in p for p in player.patches)  # the head (the size, the patterns) is sent once
+    assert all(0 not in patch_parts(p) for p in player.patches)  # the head (the size, the patterns) is sent once
 
 
 def test_an_all_gather_s_frames_carry_only_the_entry_each_rank_receives():
     n = 32
     player = run("all_gather", n)[2]
     first_slot = 5  # parts 1 and 2 are the title and the caption
-    per_frame = [[k for k in p if int(k) >= first_slot] for p in player.patches]
+    per_frame = [[k for k in patch_parts(p) if k >= first_slot] for p in player.patches]
     # frame 1 turns each rank's input into slot r of its output list; then each ring step brings each
     # rank one entry: N(N-1) entries in all, not frames × ranks × entries
     assert per_frame[0] == [] and len(per_frame) == n + 1
     assert [len(p) for p in per_frame[2:]] == [n] * (n - 1)
-    assert [len(m["arrows"]) for m in player.marks] == [0, 0] + [n] * (n - 1)
+    assert [len(unfold(m.get("arrows", []), 3)) for m in player.marks] == [0, 0] + [n] * (n - 1)
 
 
 @pytest.mark.parametrize("name", ["all_gather", "all_to_all", "all_reduce"])

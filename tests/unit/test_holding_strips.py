@@ -1,5 +1,6 @@
 """Many ranks' holdings as strips (``widgets/holding_strips.py``), where the strips go
-(``widgets/grid_geometry.py``) and the drawer that redraws only what changed (``widgets/slot_drawing.py``)."""
+(``widgets/grid_geometry.py``), the drawer that redraws only what changed (``widgets/slot_drawing.py``) and
+the entries each frame changes (``widgets/frame_changes.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from jupyter_mgpu.widgets import collective_colors as cc
+from jupyter_mgpu.widgets import frame_changes as fc
 from jupyter_mgpu.widgets import grid_geometry as gg
 from jupyter_mgpu.widgets import holding_strips as hs
 from jupyter_mgpu.widgets.colors import EMPTY, rank_color
@@ -28,7 +30,8 @@ def test_a_strip_counts_each_origin_s_values_its_zeros_and_their_range():
     a = cc.track(torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0]), 2)
     b = cc.track(torch.tensor([0.0, 2.0, 2.0, 0.0, 0.0]), 5)
     s = hs.strip_of(a + b)
-    assert s.parts == ((1 << 2, 1), (1 << 2 | 1 << 5, 1), (1 << 5, 1)) and s.zeros == 2
+    assert s.alone == ((2, 1), (5, 1)) and s.zeros == 2 and s.unknown == 0
+    assert (s.mixed, s.mixed_ranks, s.mixed_alike) == (1, 1 << 2 | 1 << 5, True)
     assert (s.lo, s.hi, s.shape, s.values) == (0.0, 3.0, (5,), 5)
     assert hs.describe(s, "sum") == "5: 1 from rank 2, 1 from rank 5, 1 summed from ranks 2,5, 2 zeros; values 0 … 3"
 
@@ -36,8 +39,8 @@ def test_a_strip_counts_each_origin_s_values_its_zeros_and_their_range():
 def test_a_second_pass_adds_the_ranks_past_fifty_two():
     low = cc.track(torch.ones(3), 1, range(52)) + cc.track(torch.ones(3), 60, range(52))
     high = cc.track(torch.ones(3), 1, range(52, 64)) + cc.track(torch.ones(3), 60, range(52, 64))
-    (part,) = hs.strip_of(low, high).parts
-    assert part == (1 << 1 | 1 << 60, 3) and cc.ranks_of(part[0]) == [1, 60]
+    s = hs.strip_of(low, high)
+    assert s.alone == () and (s.mixed, s.mixed_ranks) == (3, 1 << 1 | 1 << 60) and cc.ranks_of(s.mixed_ranks) == [1, 60]
 
 
 def test_a_strip_is_split_in_proportion_to_its_origins_each_with_its_rank_printed():
@@ -128,22 +131,60 @@ def test_a_few_ranks_of_small_tensors_are_cells_and_many_ranks_strips():
 def test_the_drawer_redraws_an_entry_only_when_it_changed():
     frames = _entries(16, 4)
     g = gg.plan(frames, [[None, None]], [["", ""]])
-    draw = SlotDrawer(g, cc.OriginFill(), None, hover=True)
+    draw = SlotDrawer(g, cc.OriginFill(), None, hover=False)
     cells = frames[0]
     first = draw.slot(3, 1, 2, cells[3][1], None, None, "")
     assert draw.slot(3, 1, 2, [x.clone() for x in cells[3][1]], None, None, "") is first  # same values: reused
     changed = [x.clone() for x in cells[3][1]]
     changed[2] = cc.track(torch.ones(11, 11), 5)
     again = draw.slot(3, 1, 2, changed, None, None, "")
-    assert again != first and "rank 3, [2]: 11×11: 121 from rank 5" in again
-    (use,) = re.findall(r"<use href='#([^']+)'", again)  # one rank's data alone: drawn once, used here
-    assert use in draw.shared and ">5</text>" in draw.shared[use] and rank_color(5) in draw.shared[use]
+    assert again != first and again[0] == "u"  # one rank's data alone: drawn once, used here
+    assert ">5</text>" in draw.shared[again[1]] and rank_color(5) in draw.shared[again[1]]
     assert draw.slot(3, 1, 9, cells[3][1], None, None, "") == ""  # no entry 9
 
 
-def test_origin_masks_sort_lowest_rank_first_up_to_rank_63_and_past_it():
-    import numpy as np
+def test_the_figure_draws_a_rank_s_list_once_and_its_hover_says_every_entry():
+    frames = _entries(16, 4)
+    g = gg.plan(frames, [[None, None]], [["", ""]])
+    draw = SlotDrawer(g, cc.OriginFill(), None, hover=True)
+    changed = list(frames[0][3][1])
+    changed[2] = cc.track(torch.ones(11, 11), 5)
+    row = draw.slot(3, 1, 0, changed, None, None, "")
+    assert all(draw.slot(3, 1, j, changed, None, None, "") == "" for j in (1, 2, 3))  # the row is entry 0's
+    (title,) = re.findall(r"<title>([^<]*)</title>", row)
+    assert title.split("\n") == [
+        "rank 3, each entry 11×11:",
+        "[0]–[1] 121 from rank 0; values 1 … 1",
+        "[2] 121 from rank 5; values 1 … 1",
+        "[3] 121 from rank 0; values 1 … 1",
+    ]
+    (used,) = re.findall(r"<use href='#([^']+)'", row)
+    assert draw.slot(4, 1, 0, changed, None, None, "").count(f"#{used}'") == 1  # a row alike: the same drawing
+    assert draw.shared[used].count("<use ") == 4  # its four entries
 
-    keys = np.array([2.0**63, 6.0, 0.0, 4.0, 3.0 + 1j * 2.0])
-    assert hs._parts(keys, np.arange(5)) == ((0, 2), (3 | 2 << cc.MAX_TRACKED_RANKS, 4), (6, 1), (4, 3), (2**63, 0))
-    assert hs._parts(np.array([2.0**64, 1.0]), np.array([5, 6])) == ((1, 6), (2**64, 5))  # past 64 bits: Python ints
+
+def test_many_strips_summarised_at_once_are_those_summarised_one_by_one():
+    x = torch.arange(12.0).reshape(3, 4)
+    tensors = [cc.track(x, r) for r in (0, 7, 63)] + [cc.track(x, 70), cc.track(torch.zeros(0), 1)]
+    tensors += [cc.track(x, 1) + cc.track(x, 2), cc.track(x, 3) + cc.track(x * 0 + 1, 40)]
+    batch = hs.strips_of([(t, None) for t in tensors])
+    assert batch == [hs.strip_of(t) for t in tensors]
+    assert [s.alone for s in batch[:4]] == [((0, 11),), ((7, 11),), ((63, 11),), ((70, 11),)]  # 0 is a zero
+    assert batch[4].values == 0 and batch[5].mixed == 11 and batch[6].mixed_ranks == 1 << 3 | 1 << 40
+
+
+def test_a_frame_changes_only_the_entries_that_are_not_the_very_same_tensors():
+    a, b, c = (cc.track(torch.ones(2), r) for r in range(3))
+    frames = [[[[a, None]]], [[[a, b]]], [[[a, b]]], [[[c, b]]]]  # frames[f][rank][column]: one rank, one list
+    moved = fc.changed(frames, None, [[None]] * 4, [[""]] * 4)
+    assert moved == [[(0, 0, None)], [(0, 0, [1])], [], [(0, 0, [0])]]  # a new list of the same tensors: nothing
+    assert fc.changed(frames, None, [[None], [["x", "y"]], [["x", "y"]], [["x", "y"]]], [[""]] * 4)[1] == [(0, 0, None)]
+    assert [id(t) for t, _ in fc.tensors_of(frames, None, moved)] == [id(a), id(b), id(c)]
+
+
+def test_a_code_drawn_once_goes_in_its_place_and_the_others_by_number():
+    once, twice = (0, 40, 0), (1, 40, 0)
+    parts: list = ["<svg>", 0]
+    patches: list = [{}, {6: 1}, {7: 1}]
+    assert fc.codes_once([once, twice], parts, patches) == [twice]
+    assert parts == ["<svg>", once] and patches == [{}, {6: 0}, {7: 0}]

@@ -180,7 +180,7 @@ def test_the_key_names_every_rank_whose_data_is_drawn_and_mixed_values():
     cells = [[x[r], [x[r] + x[(r + 1) % 3]]] for r in range(3)]
     root, _ = _figure(3, cells=cells, op="sum", labels=[None, ["sum"]])
     said = {el.text for el in _texts(root)}
-    assert {"from rank 0", "from rank 1", "from rank 2", "0"} <= said
+    assert {"from rank 0", "from rank 1", "from rank 2", "0", "value 0"} <= said  # a 0 is drawn: white, said
     assert any(s.startswith("summed") for s in said)
     assert len({p.get("id") for p in root.iter(SVG + "pattern")}) == 3  # ranks {0,1}, {1,2}, {0,2} mixed
 

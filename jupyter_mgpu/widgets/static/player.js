@@ -2,8 +2,10 @@
 // (transport.js, prepended by widgets/transport.py). A FramePlayer's model holds every frame whole
 // (`frames`); a DiffFramePlayer's holds the first frame in `parts` and, per later frame, only the
 // parts it changes (`patches`) and its arrows and outlines as numbers (`marks`), drawn here into
-// parts[overlay.at] as widgets/rank_grid.py's overlay_svg draws them. Generic: the collectives'
-// logical schedule uses it; the placement replay (placement.js) shares the same controls.
+// parts[overlay.at] as widgets/slot_codes.py's marks_svg draws them. A part that is a code (a list,
+// or the number of one of overlay.codes) is drawn here where its entry goes, as slot_codes.code_svg
+// draws it. Generic: the collectives' logical schedule uses it; the placement replay (placement.js)
+// shares the same controls.
 
 const escText = s =>
   String(s)
@@ -13,52 +15,158 @@ const escText = s =>
     .replace(/"/g, '&quot;')
     .replace(/'/g, '&#x27;');
 
-// a frame's arrows in the left gutter and its outlines (the markup of rank_grid.overlay_svg)
-export function overlaySvg(overlay, marks) {
-  const { left, mid, colors } = overlay;
+// The twins of widgets/slot_codes.py: what the kernel sends as numbers is drawn here as the very
+// markup Python draws (rank_grid.Series.frame), character for character.
+
+// tenths of a px as printed: 1625 -> "162.5", 1800 -> "180"
+const f10 = v => {
+  const a = Math.abs(v);
+  const s = `${v < 0 ? '-' : ''}${Math.floor(a / 10)}`;
+  return a % 10 ? `${s}.${a % 10}` : s;
+};
+
+const EDGE = "stroke='#888888' stroke-width='.6'";
+
+// an entry's code as markup, its top left at (x, y), h high (slot_codes.code_svg)
+export function codeSvg(code, x, y, h, fills, labels) {
+  if (code[0] === 'u') {
+    return `<use href='#${code[1]}' x='${f10(x)}'${y ? ` y='${f10(y)}'` : ''}/>`;
+  }
+  if (code[0] === 'n') {
+    return (
+      `<rect x='${f10(x)}' y='${f10(y)}' width='${f10(code[1])}' height='${f10(h)}' fill='#fafafa' ` +
+      "stroke='#999999' stroke-width='.8' stroke-dasharray='3 2'/>"
+    );
+  }
+  const one = code.length === 3;
+  const out = [];
+  let at = x;
+  for (let i = 0; i < code.length; i += 3) {
+    const [fill, ink] = fills[code[i]];
+    const w = code[i + 1];
+    const label = code[i + 2];
+    out.push(
+      `<rect x='${f10(at)}' y='${f10(y)}' width='${f10(w)}' height='${f10(h)}' fill='${fill}'` +
+        `${one ? ' ' + EDGE : ''}/>`
+    );
+    if (label) {
+      out.push(
+        `<text x='${f10(at + Math.floor(w / 2))}' y='${f10(y + Math.floor(h / 2) + 32)}' ` +
+          `fill='${ink}'>${escText(labels[label - 1])}</text>`
+      );
+    }
+    at += w;
+  }
+  if (!one) {
+    out.push(
+      `<rect x='${f10(x)}' y='${f10(y)}' width='${f10(at - x)}' height='${f10(h)}' fill='none' ${EDGE}/>`
+    );
+  }
+  return out.join('');
+}
+
+// part p (an entry) as [x, y, column] (slot_codes.slot_place)
+export function slotPlace(grid, p) {
+  const entries = grid.entries;
+  const per = entries.reduce((a, b) => a + b, 0);
+  const q = p - grid.first;
+  const r = Math.floor(q / per);
+  let rest = q % per;
+  let k = 0;
+  while (rest >= entries[k]) {
+    rest -= entries[k];
+    k += 1;
+  }
+  const line = Math.floor(rest / grid.per[k]);
+  const pos = rest % grid.per[k];
+  return [grid.xs[k][pos], grid.ys[r] + line * grid.line, k];
+}
+
+// rows of k numbers from runs of arithmetic progressions (slot_codes.unfold)
+function unfold(runs, k) {
+  const out = [];
+  for (const run of runs || []) {
+    const count = run.length > k ? run[k] : 1;
+    for (let m = 0; m < count; m++) {
+      out.push(
+        run
+          .slice(0, k)
+          .map((a, x) => a + (run.length > k ? m * run[k + 1 + x] : 0))
+      );
+    }
+  }
+  return out;
+}
+
+const boxSvg = (x, y, w, h, sw) =>
+  `<rect x='${f10(x)}' y='${f10(y)}' width='${f10(w)}' height='${f10(h)}' fill='none' ` +
+  `stroke='#000000' stroke-width='${sw}'/>`;
+
+// a frame's arrows in the left gutter and its outlines (slot_codes.marks_svg)
+export function marksSvg(overlay, marks) {
+  const { left, mid, colors, whats, grid } = overlay;
   const f = v => v.toFixed(1);
   const out = [];
-  (marks.arrows || []).forEach(([a, b, what], i) => {
+  unfold(marks.arrows, 3).forEach(([a, b, w], i) => {
     const ya = mid[a],
       yb = mid[b],
       gx = left - 10 - (i % 8) * 10;
     out.push(
       `<path d='M ${f(left - 6)} ${f(ya)} C ${f(gx - 24)} ${f(ya)}, ${f(gx - 24)} ${f(yb)}, ` +
         `${f(left - 8)} ${f(yb)}' fill='none' stroke='${colors[a]}' stroke-width='2' ` +
-        `marker-end='url(#mgpu-arrow-${a % 20})'><title>${escText(`rank ${a} → rank ${b}: ${what}`)}</title></path>`
+        `marker-end='url(#mgpu-arrow-${a % 20})'><title>${escText(`rank ${a} → rank ${b}: ${whats[w]}`)}</title></path>`
     );
   });
+  for (const [kind, widths, sw] of [
+    ['entry', grid.w, 2.2],
+    ['tensor', grid.tw, 2]
+  ]) {
+    for (const [p] of unfold(marks[kind], 1)) {
+      const [x, y, k] = slotPlace(grid, p);
+      out.push(boxSvg(x - 20, y - 20, widths[k] + 40, grid.h + 40, sw));
+    }
+  }
   for (const [x, y, w, h, sw] of marks.boxes || []) {
-    out.push(
-      `<rect x='${f(x)}' y='${f(y)}' width='${f(w)}' height='${f(h)}' fill='none' ` +
-        `stroke='#000000' stroke-width='${sw}'/>`
-    );
+    out.push(boxSvg(x, y, w, h, sw));
   }
   return out.join('');
 }
 
-// frame i of a DiffFramePlayer's model: the parts with every patch up to i, and frame i's marks
+// frame i of a DiffFramePlayer's model: the parts with every patch up to i (each run of parts
+// [first, values]), codes drawn where their entries go, and frame i's marks
 export function diffFrames(model) {
   let at = -1;
   let state = null;
   const reset = () => {
     state = null;
   };
+  const drawn = (overlay, p, v) => {
+    if (typeof v === 'string') {
+      return v;
+    }
+    const [x, y] = slotPlace(overlay.grid, p);
+    const code = typeof v === 'number' ? overlay.codes[v] : v;
+    return codeSvg(code, x, y, overlay.grid.h, overlay.fills, overlay.labels);
+  };
   const frame = i => {
     const patches = model.get('patches');
+    const overlay = model.get('overlay');
     if (state === null || i < at) {
-      state = model.get('parts').slice();
+      state = model.get('parts').map((v, p) => drawn(overlay, p, v));
       at = 0;
     }
     for (let k = at + 1; k <= i && k < patches.length; k++) {
-      for (const [p, s] of Object.entries(patches[k])) {
-        state[Number(p)] = s;
+      const patch = patches[k];
+      for (let q = 0; q < patch.length; q += 2) {
+        const p = patch[q];
+        patch[q + 1].forEach((v, j) => {
+          state[p + j] = drawn(overlay, p + j, v);
+        });
       }
     }
     at = i;
-    const overlay = model.get('overlay');
     const out = state.slice();
-    out[overlay.at] = overlaySvg(overlay, model.get('marks')[i] || {});
+    out[overlay.at] = marksSvg(overlay, model.get('marks')[i] || {});
     return out.join('');
   };
   return { frame, reset };
