@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_mgpu.engine.watch import collective_guard
 from jupyter_mgpu.errors import MgpuError, RankError, rank_list
+from jupyter_mgpu.session import debug_cast
 from jupyter_mgpu.units import format_bytes
 
 if TYPE_CHECKING:
@@ -61,11 +62,14 @@ class DebugDesk:
         self.served: dict[int, int] = {}  # rank -> the number of the last prompt answered
         self.paused_s = 0.0  # seconds the current call spent at prompts
         self._told: tuple[int, ...] = ()
+        self.group: list[int] | None = None  # the ranks a cast sends each line to (``:all``, ``:ranks 0-3``)
+        self._printed: dict[int, int] = {}  # rank -> the prompt whose output was printed
 
     def start_call(self) -> None:
         """A call starts: its first look comes ``POLL_S`` in, so a short call pays nothing for the desk."""
         now = time.monotonic()
         self._next, self._asked, self.paused_s, self._told = now + POLL_S, now, 0.0, ()
+        self.group, self._printed = None, {}
 
     def serve(self, pending: list[int], relay: OutputRelay | None = None) -> None:
         """One look (at most every ``POLL_S``): answer the lowest rank waiting at a prompt, and follow it
@@ -81,6 +85,10 @@ class DebugDesk:
         if now - self._asked >= ASK_GUARD_S:  # ranks whose telemetry says nothing: ask them
             self._asked = now
             waiting += [r for r in pending if r not in where]
+        if self.group is not None and set(waiting) & set(self.group):
+            self._cast(relay)
+            self._next = time.monotonic()
+            return
         rank, prompt = None, None
         for r in sorted(set(waiting)):
             p = self._take(r)
@@ -93,7 +101,9 @@ class DebugDesk:
         if panel is not None:
             panel.tick()
         while rank is not None and prompt is not None:
-            self._answer(rank, prompt, sorted(set(waiting) - {rank}), relay)
+            if self._answer(rank, prompt, sorted(set(waiting) - {rank}), relay):
+                self._cast(relay)  # a cast was chosen at this prompt: the group is served from now on
+                break
             prompt = self._follow(rank)
         self._next = time.monotonic()  # another rank may be at a prompt already
 
@@ -112,25 +122,88 @@ class DebugDesk:
             time.sleep(0.01)
         return None
 
-    def _answer(self, rank: int, p: dict[str, Any], others: list[int], relay: OutputRelay | None) -> None:
+    def _answer(self, rank: int, p: dict[str, Any], others: list[int], relay: OutputRelay | None) -> bool:
+        """Serve ``rank``'s prompt ``p``; True when the line chose a cast instead (``:all``), which leaves the
+        prompt waiting for :meth:`_cast`."""
         start = time.monotonic()
         if relay is not None:
             relay.settle()  # what the ranks printed before it stopped comes first
-        if p.get("output"):
+        if p.get("output") and self._printed.get(rank) != p["n"]:
             sys.stdout.write(p["output"])
+        self._printed[rank] = int(p["n"])
         if tuple(others) != self._told:
             self._told = tuple(others)
             if others:
                 verb = "waits" if len(others) == 1 else "wait"
-                print(f"mgpu: {rank_list(others)} also {verb} at a pdb prompt, served after rank {rank}")
+                print(
+                    f"mgpu: {rank_list(others)} also {verb} at a pdb prompt, served after rank {rank} (:all casts to every rank)"
+                )
         sys.stdout.flush()
         try:
             line, eof = read_line(str(p["prompt"]))
         finally:
             self.paused_s += time.monotonic() - start
+        if not eof and self._chose_group(line):
+            return True
+        self._send(rank, p, line, eof)
+        return False
+
+    def _send(self, rank: int, p: dict[str, Any], line: str, eof: bool) -> None:
         self.served[rank] = int(p["n"])
         body = json.dumps({"n": p["n"], "line": line, "eof": eof})
         collective_guard.ask(self.s.cluster.path, rank, "debug-line", body=body)
+
+    def _chose_group(self, line: str) -> bool:
+        """Whether ``line`` is a cast (``:all``, ``:ranks 0-3``); a bad one is said, and chooses nothing."""
+        try:
+            group = debug_cast.parse_group(line, self.s.world_size)
+        except MgpuError as exc:
+            print(f"mgpu: {exc}")
+            return False
+        if group is None:
+            return False
+        self.group = group
+        return True
+
+    def _gather(self, group: list[int]) -> dict[int, dict[str, Any]]:
+        """The group's ranks at a prompt, waiting up to ``FOLLOW_S`` for those still on their way."""
+        end = time.monotonic() + FOLLOW_S
+        at: dict[int, dict[str, Any]] = {}
+        while True:
+            for r in group:
+                if r not in at and (p := self._take(r)) is not None and not p.get("panel"):
+                    at[r] = p
+            if len(at) == len(group) or time.monotonic() >= end:
+                return at
+            time.sleep(0.01)
+
+    def _cast(self, relay: OutputRelay | None) -> None:
+        """Serve the group's prompts together, one line for all of them, their answers grouped, until none
+        of its ranks comes back to a prompt (they ran on; the group stays for their next stop)."""
+        while self.group:
+            at = self._gather(self.group)
+            if not at:
+                return
+            start = time.monotonic()
+            if relay is not None:
+                relay.settle()
+            fresh = {r: str(p.get("output") or "") for r, p in at.items() if self._printed.get(r) != p["n"]}
+            self._printed.update({r: int(p["n"]) for r, p in at.items()})
+            said = debug_cast.grouped_answers({r: t for r, t in fresh.items() if t.strip()})
+            if said:
+                print(said)
+            missing = [r for r in self.group if r not in at]
+            if missing:
+                print(f"mgpu: {rank_list(missing)} of the group {'is' if len(missing) == 1 else 'are'} not at a prompt")
+            sys.stdout.flush()
+            try:
+                line, eof = read_line(debug_cast.prompt_of(sorted(at)))
+            finally:
+                self.paused_s += time.monotonic() - start
+            if not eof and (self._chose_group(line) or line.strip().startswith(":")):
+                continue
+            for r, p in at.items():
+                self._send(r, p, line, eof)
 
 
 def default_rank(err: BaseException | None) -> int | None:

@@ -268,3 +268,33 @@ def test_the_prompt_the_error_and_where_use_the_gutters_line_numbers(kernel):
     _, where = kernel.execute("import jupyter_mgpu as _mg\nprint(_mg.where()[0]['line'])")
     assert where.startswith("line 3 of the cell"), where  # time.sleep(2.5) sits on gutter line 3
     kernel.execute("_.get()")
+
+
+def test_a_cast_sends_each_line_to_every_rank_at_once_and_groups_equal_answers(kernel):
+    """``:all`` at the first prompt: then ``p`` is answered by every rank in one reply, the rank whose value
+    differs apart, and one ``c`` finishes the cell on all of them: three lines, not two per rank."""
+    n = kernel.n
+    last = n - 1
+    shown: list[str] = []
+    reply, prompts, out = debug(
+        kernel,
+        f"%%mgpu\nx = torch.ones(3 if rank == {last} else 2, 8)\nbreakpoint()\ny = x.sum().item()\ny",
+        [":all", "p x.shape", "c"],
+        shown=shown,
+    )
+    assert reply["status"] == "ok", out
+    group = f"ranks 0–{last} ({n})" if n > 2 else "ranks 0, 1"
+    assert prompts[0].startswith("(Pdb rank ") and prompts[1:] == [f"(Pdb {group}) "] * 2, prompts
+    others = f"ranks 0–{last - 1} ({last})" if n > 3 else ("rank 0" if n == 2 else "ranks 0, 1")
+    answer = out[len(shown[1]) :]  # what came after the second prompt: the cast p's reply
+    assert f"{others}: torch.Size([2, 8]) · rank {last}: torch.Size([3, 8])" in answer, answer
+    assert "not at a prompt" not in out, out
+    assert f"Out[rank {last}]: 24.0" in out and "Out[rank 0]: 16.0" in out, out
+
+
+def test_a_cast_that_names_no_rank_of_the_session_is_said_and_the_prompt_asks_again(kernel):
+    reply, prompts, out = debug(kernel, "%%mgpu\nbreakpoint()\nz = 1", [":ranks 7-9", ":rank x", ":all", "c"])
+    assert reply["status"] == "ok", out
+    assert f"mgpu: ranks 7–9 (3) are not in this session (0 to {kernel.n - 1})" in out or kernel.n > 7, out
+    assert "mgpu: 'x' in ':rank x' is not a rank or a range of ranks such as 0-3" in out, out
+    assert prompts[-1].startswith("(Pdb ranks 0") and len(prompts) == 4, prompts

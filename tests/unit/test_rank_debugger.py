@@ -279,3 +279,20 @@ def test_a_short_call_pays_nothing_for_the_desk(tmp_path, monkeypatch):
     monkeypatch.setattr(rank_debugging.time, "monotonic", lambda: time.time() + 1e6)
     desk.serve([0, 1])
     assert looks == [1]
+
+
+def test_a_cast_line_names_its_ranks_and_a_bad_one_says_what_is_wrong():
+    import pytest
+
+    from jupyter_mgpu.errors import MgpuError
+    from jupyter_mgpu.session.debug_cast import grouped_answers, parse_group, prompt_of
+
+    assert parse_group("p x", 4) is None and parse_group(" :all ", 4) == [0, 1, 2, 3]
+    assert parse_group(":ranks 0-2, 5", 8) == [0, 1, 2, 5] and parse_group(":rank 3", 4) == [3]
+    with pytest.raises(MgpuError, match=r"^ranks 4, 5 are not in this session \(0 to 3\)$"):
+        parse_group(":ranks 2-5", 4)
+    with pytest.raises(MgpuError, match=r"^':some' is not a cast: write :all, :ranks 0-3 or :rank 2$"):
+        parse_group(":some", 4)
+    assert prompt_of([0, 1, 2, 3]) == "(Pdb ranks 0–3 (4)) "
+    assert grouped_answers({2: "5\n", 0: "4\n", 1: "4\n"}) == "ranks 0, 1: 4 · rank 2: 5"
+    assert grouped_answers({0: "> a\n-> b\n", 1: "> a\n-> b\n"}) == "ranks 0, 1:\n> a\n-> b"
