@@ -66,8 +66,8 @@ def _height(svg: str) -> float:
 
 def measure(ranks: list[int]) -> list[dict[str, Any]]:
     """Every collective at every size: the figure's and the unfolded figure's size and height, the time
-    to draw the figure, the player's widget state (JSON, as the notebook sends it less binary buffers)
-    and the time to build the player."""
+    to draw the figure, the player's widget state (JSON, as the notebook sends it less binary buffers),
+    the time to build the player and the height of its frames."""
     _result("all_gather", 4).animation()  # the widget machinery imported and set up: not timed below
     rows = []
     for name in NAMES:
@@ -90,6 +90,7 @@ def measure(ranks: list[int]) -> list[dict[str, Any]]:
                     "figure_s": took,
                     "player": len(json.dumps(state)),
                     "player_s": built,
+                    "player_height": _height(player.frames[0]),
                 }
             )
     return rows
@@ -123,8 +124,9 @@ def table(rows: list[dict[str, Any]], base: list[dict[str, Any]] | None) -> str:
     """The rows as a Markdown table, each number after the baseline's (``before → now``)."""
     old = {(r["name"], r["n"]): r for r in base or []}
     out = [
-        "| collective | ranks | figure kB (unfolded) | figure height px (unfolded) | figure s | player kB | player s |",
-        "|---|---|---|---|---|---|---|",
+        "| collective | ranks | figure kB (unfolded) | figure height px (unfolded) | figure s | player kB | player s "
+        "| player frame height px |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         b = old.get((r["name"], r["n"]))
@@ -139,7 +141,7 @@ def table(rows: list[dict[str, Any]], base: list[dict[str, Any]] | None) -> str:
             f"({_pair(old_kb['unfolded'], kb['unfolded'], '.0f')}) "
             f"| {_pair(was('height'), r['height'], '.0f')} ({_pair(was('unfolded_height'), r['unfolded_height'], '.0f')}) "
             f"| {_pair(was('figure_s'), r['figure_s'], '.2f')} | {_pair(old_kb['player'], kb['player'], '.0f')} "
-            f"| {_pair(was('player_s'), r['player_s'], '.2f')} |"
+            f"| {_pair(was('player_s'), r['player_s'], '.2f')} | {_pair(was('player_height'), r['player_height'], '.0f')} |"
         )
     return "\n".join(out)
 

@@ -76,6 +76,19 @@ def ranks_text(who: list[int]) -> str:
     return ",".join(f"{a}" if a == b else f"{a}–{b}" if b > a + 1 else f"{a},{b}" for a, b in runs)
 
 
+def mask_text(mask: int) -> str:
+    """The ranks of origin mask ``mask`` as :func:`ranks_text` says them, run by run of set bits (a strip
+    of a ring's reduction at 64 ranks prints thousands: bit by bit was most of the time)."""
+    runs, m = [], int(mask)
+    while m:
+        lo = (m & -m).bit_length() - 1
+        x = m >> lo
+        n = (~x & (x + 1)).bit_length() - 1  # the run of ones from bit lo
+        runs.append((lo, lo + n - 1))
+        m = x >> n << (lo + n)
+    return ",".join(f"{a}" if a == b else f"{a}–{b}" if b > a + 1 else f"{a},{b}" for a, b in runs)
+
+
 def rank_pattern(rank: int) -> str:
     """The ``<pattern>`` of a marked rank colour (ranks 20 and up: hatched, dotted, cross-hatched)."""
     color, mark = rank_color(rank), rank_mark(rank)

@@ -23,8 +23,7 @@ from jupyter_mgpu.widgets.collective_colors import (
     OPS,
     OTHERS,
     OriginFill,
-    ranks_of,
-    ranks_text,
+    mask_text,
 )
 from jupyter_mgpu.widgets.colors import EMPTY
 from jupyter_mgpu.widgets.grid_geometry import STRIP_H
@@ -179,9 +178,9 @@ def describe(s: Strip, op: str | None = None, shape: bool = True) -> str:
     how = OPS.get(op or "", "combined")
     said = [f"{count} from rank {r}" for r, count in s.alone]
     if s.mixed and s.mixed_alike:
-        said.append(f"{s.mixed} {how} from ranks {ranks_text(ranks_of(s.mixed_ranks))}")
+        said.append(f"{s.mixed} {how} from ranks {mask_text(s.mixed_ranks)}")
     elif s.mixed:
-        said.append(f"{s.mixed} {how} from several ranks each (ranks {ranks_text(ranks_of(s.mixed_ranks))} in all)")
+        said.append(f"{s.mixed} {how} from several ranks each (ranks {mask_text(s.mixed_ranks)} in all)")
     if s.unknown:
         said.append(f"{s.unknown} of unknown origin")
     if s.zeros:
@@ -217,8 +216,8 @@ def _label(mask: int, fill: str, width: float) -> str:
     if fill == OTHERS:
         tries = ["…"]
     elif mask & (mask - 1):  # several ranks
-        who = ranks_of(mask)
-        tries = [ranks_text(who), f"{len(who)} ranks", f"{len(who)}"]
+        count = bin(mask).count("1")
+        tries = [mask_text(mask), f"{count} ranks", f"{count}"]
     else:
         tries = [str(mask.bit_length() - 1)] if mask else ["?"]
     return next((t for t in tries if text_width(t, MIN_FONT) + 3 <= width), "")

@@ -164,3 +164,9 @@ def test_hover_text_of_a_value():
     assert cc.cell_title(1e20, 0) == "1e+20"
     assert cc.cell_title(float("nan"), 1) == "nan (from rank 0)"
     assert cc.cell_title(float("-inf"), 0) == "-inf"
+
+
+def test_a_mask_s_ranks_are_said_run_by_run_as_the_ranks_are():
+    masks = [1, 0b110, 0b111011010, (1 << 64) - 1, 1 << 63 | 1, 1 << 70 | 1 << 69 | 1 << 3]
+    assert [cc.mask_text(m) for m in masks] == [cc.ranks_text(cc.ranks_of(m)) for m in masks]
+    assert cc.mask_text(0b111011010) == "1,3,4,6–8" and cc.mask_text(0) == ""
