@@ -30,20 +30,15 @@ def kernel(request, tmp_path_factory):
     assert wait_gone(pids, 10) == []
 
 
-def debug(
-    k: Kernel, code: str, answers: list[str], timeout: float = 60, shown: list[str] | None = None
-) -> tuple[dict, list[str], str]:
+def debug(k: Kernel, code: str, answers: list[str], timeout: float = 60) -> tuple[dict, list[str], str]:
     """Run ``code`` answering each input request with the next of ``answers``; the reply, the prompts
-    asked, and everything the cell printed (streams and errors) in order; ``shown`` gets what was printed
-    when each prompt came."""
+    asked, and everything the cell printed (streams and errors) in order."""
     prompts: list[str] = []
     out: list[str] = []
     todo = list(answers)
 
     def on_stdin(msg: dict) -> None:
         prompts.append(msg["content"]["prompt"])
-        if shown is not None:
-            shown.append("".join(out))
         assert todo, f"asked {msg['content']['prompt']!r} with no answer left; printed: {''.join(out)[-1500:]}"
         k.kc.input(todo.pop(0))
 
@@ -143,15 +138,14 @@ def test_a_breakpoint_in_a_script_run_with_mgpu_run(kernel):
         "import os\nrank = int(os.environ['RANK'])\nprint('before', rank, flush=True); loss = 2.5 + rank\n"
         "breakpoint()\nprint('done', loss)\n"
     )
-    shown: list[str] = []
-    reply, prompts, out = debug(kernel, f"%mgpu_run {script}", ["p loss", "where", "c"] * kernel.n, shown=shown)
+    reply, prompts, out = debug(kernel, f"%mgpu_run {script}", ["p loss", "where", "c"] * kernel.n)
     assert reply["status"] == "ok", out
-    # what a rank printed before it stopped is shown before its prompt, not once the prompt is answered
+    # what a rank printed before it stopped is shown before its prompt, not once the prompt is answered (the
+    # notebook's output stream is ordered; its input box is another channel, so the order is read there)
     first = int(prompts[0].split()[-1].rstrip(")"))
-    assert f"[rank {first}] before {first}" in shown[0], shown[0]
-    # where: the script's frame only, none of the engine's around it
-    stack = shown[2][len(shown[1]) :]
-    assert "train.py(5)<module>()" in stack and "jupyter_mgpu" not in stack and "runpy" not in stack, stack
+    assert out.index(f"[rank {first}] before {first}") < out.index(f"\n{2.5 + first}\n"), out
+    # where: the script's frame only, none of the engine's around it (each rank: its stop, then where)
+    assert out.count("train.py(5)<module>()") >= 2 * kernel.n and "jupyter_mgpu" not in out and "runpy" not in out
     # the ranks reach the line in any order; each is served once it waits, the lowest first among those
     assert sorted(set(prompts)) == [f"(Pdb rank {r}) " for r in range(kernel.n)] and len(prompts) == 3 * kernel.n
     for r in range(kernel.n):
@@ -169,7 +163,10 @@ def test_the_stop_button_at_a_prompt_returns_quickly_and_the_session_goes_on(ker
     took = time.monotonic() - pressed
     assert took < 5, took
     assert reply["content"]["status"] == "error"
-    reply, prompts, out = debug(kernel, "%%mgpu\nrank + 1", [])
+    for _ in range(2):  # ipykernel aborts a request that comes in the moment after an error: sent again
+        reply, prompts, out = debug(kernel, "%%mgpu\nrank + 1", [])
+        if reply["status"] != "aborted":
+            break
     assert reply["status"] == "ok" and prompts == []
     for r in range(kernel.n):
         assert str(r + 1) in out
@@ -275,19 +272,16 @@ def test_a_cast_sends_each_line_to_every_rank_at_once_and_groups_equal_answers(k
     differs apart, and one ``c`` finishes the cell on all of them: three lines, not two per rank."""
     n = kernel.n
     last = n - 1
-    shown: list[str] = []
     reply, prompts, out = debug(
         kernel,
         f"%%mgpu\nx = torch.ones(3 if rank == {last} else 2, 8)\nbreakpoint()\ny = x.sum().item()\ny",
         [":all", "p x.shape", "c"],
-        shown=shown,
     )
     assert reply["status"] == "ok", out
     group = f"ranks 0–{last} ({n})" if n > 2 else "ranks 0, 1"
     assert prompts[0].startswith("(Pdb rank ") and prompts[1:] == [f"(Pdb {group}) "] * 2, prompts
     others = f"ranks 0–{last - 1} ({last})" if n > 3 else ("rank 0" if n == 2 else "ranks 0, 1")
-    answer = out[len(shown[1]) :]  # what came after the second prompt: the cast p's reply
-    assert f"{others}: torch.Size([2, 8]) · rank {last}: torch.Size([3, 8])" in answer, answer
+    assert f"{others}: torch.Size([2, 8]) · rank {last}: torch.Size([3, 8])" in out, out
     assert "not at a prompt" not in out, out
     assert f"Out[rank {last}]: 24.0" in out and "Out[rank 0]: 16.0" in out, out
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine.execution import streamed_output
 from jupyter_mgpu.engine.shards import held_failure
 
 # frames pdb never stops in when stepping: ours and the engine's machinery around the user's code
@@ -169,6 +170,7 @@ class RankPdb(pdb.Pdb):
                 stream.flush()
             except Exception:
                 pass
+        streamed_output.flush_now()  # a direct-channel call's, caught and sent in batches
         st = rank_state.STATE
         frame = getattr(self, "curframe", None)
         line = _frame_line(frame) if frame is not None else None
@@ -223,8 +225,6 @@ class _Console(code.InteractiveConsole):
 
 def _frame_line(frame: FrameType) -> str | None:
     """``line 3 of the cell`` for the frame pdb shows."""
-    from jupyter_mgpu.engine import rank_traceback
-
     f = {
         "file": rank_traceback.display_path(frame.f_code.co_filename),
         "line": frame.f_lineno,

@@ -208,3 +208,12 @@ class _Flusher:
 
 
 _FLUSHER = _Flusher()
+
+
+def flush_now() -> None:
+    """Send the running call's caught output at once (a pdb prompt is about to wait: what the rank printed
+    before it must reach the notebook first, not :data:`FLUSH_S` later)."""
+    with _FLUSHER._lock:
+        current = _FLUSHER._current
+    if current is not None:
+        current.flush()
