@@ -251,3 +251,31 @@ def test_push_and_pull_by_name(s2, ip, capfd):
         ip.run_line_magic("mgpu_pull", "nope --rank 0")
     with pytest.raises(UsageError, match=r"^--rank takes one rank, got '0,1'"):
         ip.run_line_magic("mgpu_pull", "lr --rank 0,1")
+
+
+def test_compare_values_groups_equal_values_and_finds_where_a_tensor_differs(s4):
+    """mg.compare_values: a tensor that differs on one rank at one element (found from chunk hashes, only
+    that chunk sent), a plain value in two groups, a name one rank lacks, and bad input."""
+    import jupyter_mgpu as mg
+
+    s4.run_cell(
+        "x = torch.arange(2048.).reshape(64, 32)\nif rank == 3:\n    x[40, 5] = -1.0\n"
+        "parity = rank % 2\nif rank != 1:\n    only_some = 1",
+        stream=False,
+    )
+    found = mg.compare_values("x", s4)
+    assert not found.same and [r["ranks"] for r in found.rows] == [[0, 1, 2], [3]]
+    assert found.rows[0]["value"].startswith("float32[64, 32] on cpu, norm ")
+    assert found.rows[1]["note"] == "first differs at [40, 5]: -1.0 here, 1285.0 on rank 0", found.rows
+    assert repr(found).splitlines()[0] == "x: 2 different values" and "<table" in found._repr_html_()
+    assert mg.compare_values("x * 0", s4).same
+    parity = mg.compare_values("parity", s4)
+    assert [(r["ranks"], r["value"]) for r in parity.rows] == [([0, 2], "int: 0"), ([1, 3], "int: 1")]
+    lacking = mg.compare_values("only_some", s4)
+    assert [(r["ranks"], r["value"]) for r in lacking.rows] == [
+        ([0, 2, 3], "int: 1"),
+        ([1], "NameError: name 'only_some' is not defined"),
+    ]
+    with pytest.raises(MgpuError, match=r"^compare_values takes a name or an expression as a string, got ''$"):
+        mg.compare_values("", s4)
+    s4.run_cell("del x, parity\nif rank != 1:\n    del only_some", stream=False)
