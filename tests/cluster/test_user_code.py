@@ -257,6 +257,8 @@ def test_compare_values_groups_equal_values_and_finds_where_a_tensor_differs(s4)
     """mg.compare_values: a tensor that differs on one rank at one element (found from chunk hashes, only
     that chunk sent), a plain value in two groups, a name one rank lacks, and bad input."""
     import jupyter_mgpu as mg
+    from jupyter_mgpu.engine.execution import value_digest
+    from jupyter_mgpu.session.value_compare import ValueComparison
 
     s4.run_cell(
         "x = torch.arange(2048.).reshape(64, 32)\nif rank == 3:\n    x[40, 5] = -1.0\n"
@@ -264,7 +266,10 @@ def test_compare_values_groups_equal_values_and_finds_where_a_tensor_differs(s4)
         stream=False,
     )
     found = mg.compare_values("x", s4)
-    assert not found.same and [r["ranks"] for r in found.rows] == [[0, 1, 2], [3]]
+    assert isinstance(found, ValueComparison) and not found.same
+    assert len(s4.run(value_digest.digest, "x", targets=[0])[0]["chunks"]) == value_digest.CHUNKS and [
+        r["ranks"] for r in found.rows
+    ] == [[0, 1, 2], [3]]
     assert found.rows[0]["value"].startswith("float32[64, 32] on cpu, norm ")
     assert found.rows[1]["note"] == "first differs at [40, 5]: -1.0 here, 1285.0 on rank 0", found.rows
     assert repr(found).splitlines()[0] == "x: 2 different values" and "<table" in found._repr_html_()

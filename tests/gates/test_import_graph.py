@@ -111,6 +111,7 @@ ALLOWED: dict[str, set[str]] = {
         "engine.execution.rank_debugger",  # the rank half of pdb on the ranks: post_mortem, sent by reference
         "engine.execution.rank_namespace",
         "engine.execution.shipped_function",
+        "engine.execution.value_digest",  # the rank half of mg.compare_values, sent by reference
         "engine.group.process_group",
         "engine.program.script_run",
         "engine.rank_traceback",
