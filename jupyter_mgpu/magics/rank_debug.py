@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from jupyter_mgpu.errors import MgpuError, RankError
@@ -21,6 +22,7 @@ class DebugMagics(Magics):
 
     @magic_arguments()
     @argument("--rank", "-r", default=None, help="the rank to debug (default: the lowest that failed)")
+    @argument("--all", action="store_true", help="every rank that keeps a failure at once (:all casts to them)")
     @argument(
         "--release",
         action="store_true",
@@ -36,6 +38,11 @@ class DebugMagics(Magics):
         s = lifecycle.current()
         if args.release:
             print(f"mgpu: {rank_debugging.release(s, rank)}")
+            return
+        if args.all:
+            if rank is not None:
+                raise UsageError("%mgpu_debug takes --all or --rank, not both")
+            rank_debugging.post_mortem_all(s)
             return
         if rank is None and s.last_error is None:
             print(f"mgpu: {rank_debugging.NO_FAILURE}")

@@ -237,6 +237,19 @@ def post_mortem(s: Session, rank: int | None = None) -> None:
     s.run(rank_debugger.post_mortem, targets=[rank], label="%mgpu_debug")
 
 
+def post_mortem_all(s: Session) -> None:
+    """pdb on every rank that keeps a failure, at once (``%mgpu_debug --all``): their prompts are served as a
+    cell's are, so ``:all`` casts each line to all of them."""
+    from jupyter_mgpu.engine.execution import rank_debugger
+
+    states = s.run(rank_debugger.failure_state, label="%mgpu_debug")
+    kept = [r for r, state in enumerate(states) if state == "kept"]
+    if not kept:
+        raise MgpuError("no rank keeps a failure to debug: nothing failed, or its frames were let go")
+    print(f"mgpu: post-mortem on {rank_list(kept)}; :all casts each line to them; q or c ends each")
+    s.run(rank_debugger.post_mortem, targets=kept, label="%mgpu_debug")
+
+
 def release(s: Session, rank: int | None = None) -> str:
     """Let the kept failure's frames go on ``rank`` (default: every rank) (``%mgpu_debug --release``);
     what that gave back, in one line."""

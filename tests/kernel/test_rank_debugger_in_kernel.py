@@ -292,3 +292,15 @@ def test_a_cast_that_names_no_rank_of_the_session_is_said_and_the_prompt_asks_ag
     assert f"mgpu: ranks 7–9 (3) are not in this session (0 to {kernel.n - 1})" in out or kernel.n > 7, out
     assert "mgpu: 'x' in ':rank x' is not a rank or a range of ranks such as 0-3" in out, out
     assert prompts[-1].startswith("(Pdb ranks 0") and len(prompts) == 4, prompts
+
+
+def test_mgpu_debug_all_opens_every_failed_rank_at_once_and_a_cast_answers_for_all(kernel):
+    reply, _, _ = debug(kernel, "%%mgpu\ndef g(v):\n    local_value = v * 11\n    1 / 0\ng(rank)", [])
+    assert reply["status"] == "error"
+    reply, prompts, out = debug(kernel, "%mgpu_debug --all", [":all", "p local_value", "c"])
+    assert reply["status"] == "ok", out
+    group = "ranks 0, 1" if kernel.n == 2 else f"ranks 0–{kernel.n - 1} ({kernel.n})"
+    assert f"mgpu: post-mortem on ranks {', '.join(map(str, range(kernel.n)))}; :all casts" in out, out
+    assert prompts[1:] == [f"(Pdb {group}) "] * 2, prompts
+    answers = " · ".join(f"rank {r}: {r * 11}" for r in range(kernel.n))
+    assert answers in out, out
