@@ -179,6 +179,11 @@ CASES = [
     ),
     ("bench sizes", lambda s: mg.bench(["all_reduce"], sizes="abc"), r"^cannot read the size 'abc'"),
     (
+        "compare_values of a number",
+        lambda s: mg.compare_values(3),
+        r"^compare_values takes a name or an expression as a string, got 3$",
+    ),
+    (
         "plan with wrong shapes",
         lambda s: mg.plan_matmul(((4, 5), (6, 7)), 2, "float32", 10**9),
         r"^inner dimensions do not match: A is 4x5, B is 6x7$",
@@ -257,8 +262,9 @@ MAGIC_CASES = [
         r"^hang_after must be a number of seconds, 0 or more, got -1.0$",
     ),
     ("%mgpu_init 2 --restart --hang-after soon", UsageError, r"^--hang-after takes seconds, got 'soon'$"),
-    ("%mgpu_where now", UsageError, r"^%mgpu_where takes no arguments, got 'now'$"),
+    ("%mgpu_where now", UsageError, r"^%mgpu_where takes --tree and --dump DIR, got 'now'$"),
     ("%mgpu_tb --rank x", UsageError, r"^--rank takes a rank number, got 'x'$"),
+    ("%mgpu_debug --all --rank 1", UsageError, r"^%mgpu_debug takes --all or --rank, not both$"),
     ("%mgpu_run --fresh", UsageError, r"the following arguments are required: target"),
 ]
 
