@@ -9,6 +9,7 @@ SHOTS = {
     "01_post_mortem": "%mgpu_debug --rank 2",
     "02_where": "pending = _",
     "03_breakpoint": "pending.get()",
+    "04_cast": "%%mgpu\nscale = ",
 }
 
 pytestmark, run = notebook_module("11_debugging_on_the_ranks.ipynb", SHOTS, timeout_s=300)
@@ -16,8 +17,20 @@ pytestmark, run = notebook_module("11_debugging_on_the_ranks.ipynb", SHOTS, time
 
 def test_the_person_was_asked_by_rank_2_only_and_typed_every_answer(run):
     typed = run.steps["stdin"]["typed"]
-    assert [t["answer"] for t in typed] == ["p xs", "u", "p readings[rank]", "q", "n", "p mean", "c"]
-    assert {t["prompt"] for t in typed} == {"(Pdb rank 2) "}
+    answers = ["p xs", "u", "p readings[rank]", "q", "n", "p mean", "c", ":all", "p scale", "c"]
+    assert [t["answer"] for t in typed] == answers
+    assert {t["prompt"] for t in typed[:7]} == {"(Pdb rank 2) "}
+    assert (
+        typed[7]["prompt"].startswith("(Pdb rank ") and [t["prompt"] for t in typed[8:]] == ["(Pdb ranks 0–3 (4)) "] * 2
+    )
+
+
+def test_a_cast_asks_every_rank_once_and_the_odd_rank_stands_out(run):
+    cast = run.text["%%mgpu\nscale = "]
+    assert "ranks 0–2 (3): tensor([1., 1., 1.]) · rank 3: tensor([1.0000, 1.0000, 0.5000])" in cast, cast
+    compared = run.text["import jupyter_mgpu as mg\n\nmg.compare_values"]
+    assert "scale: 2 different values" in compared, compared
+    assert "first differs at [2]: 0.5 here, 1.0 on rank 0" in compared, compared
 
 
 def test_the_failure_names_rank_2_and_the_post_mortem_shows_its_values(run):

@@ -9,6 +9,10 @@ const ANSWERS = [
   // pending.get(): rank 2 at its breakpoint steps over one line, prints its value, goes on
   'n',
   'p mean',
+  'c',
+  // every rank stopped: cast to all of them, ask once, let them all go on
+  ':all',
+  'p scale',
   'c'
 ];
 
