@@ -335,8 +335,13 @@ def test_a_dump_of_the_uneven_batches_hang_is_read_by_torchfrtrace_which_names_t
     still = s.hang_watch.still
 
     def dump_then_let_go() -> None:
-        time.sleep(2.5)
-        try:
+        try:  # once rank 0 is seen waiting in the bucket and rank 1 done (a loaded machine takes longer)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                now = mg.where(s)
+                if [r["state"] for r in now] == ["collective", "idle"]:
+                    break
+                time.sleep(0.2)
             rows.append(mg.where(s, dump=str(folder)))
         finally:
             s.hang_watch.still = still

@@ -78,14 +78,26 @@ def dump_request(body: str) -> dict[str, Any]:
 
 
 def _with_group_names(raw: bytes) -> bytes:
-    """The dump with each live group's config under the name its entries carry: for gloo, torch 2.13 records
-    the config before the group is named (``pg_config`` ``{"": ...}`` against entries of group ``"0"``), and
-    ``torchfrtrace`` then fails to pair the entries with their group."""
+    """The dump as ``torchfrtrace`` can read it: the live groups' collectives only (a group rebuilt after a
+    release keeps its name), and each live group's config under the name its entries carry (for gloo, torch
+    2.13 records the config before the group is named: ``pg_config`` ``{"": ...}`` against entries of group
+    ``"0"``, and ``torchfrtrace`` then fails to pair the entries with their group)."""
     import pickle
 
     from torch.distributed import distributed_c10d as c10d
 
     data = pickle.loads(raw)
+    # a rebuilt group keeps its name under a new id: only the newest group of each name is alive, and the
+    # collectives of the ones before it (abandoned by a release) would be paired with its own
+    newest: dict[str, int] = {}
+    for e in data.get("entries") or ():
+        name = str((e.get("process_group") or ("",))[0])
+        newest[name] = max(newest.get(name, -1), int(e.get("pg_id", -1)))
+    data["entries"] = [
+        e
+        for e in data.get("entries") or ()
+        if int(e.get("pg_id", -1)) == newest[str((e.get("process_group") or ("",))[0])]
+    ]
     config = {k: v for k, v in (data.get("pg_config") or {}).items() if k}
     for pg, name in c10d._world.pg_names.items():
         if name not in config:
