@@ -23,7 +23,7 @@ from typing import Any
 
 from jupyter_mgpu.engine.watch import collective_watch
 from jupyter_mgpu.errors import rank_list
-from jupyter_mgpu.session.stack_tree import StackTree, rank_span
+from jupyter_mgpu.session.stack_tree import StackTree, rank_words
 from jupyter_mgpu.wait_line import SAID_AFTER, WaitLine
 
 STILL_S = 2.0  # no change for this long, with every rank of the group blocked or done: stuck
@@ -104,24 +104,14 @@ def diagnose(
     for r in sorted(hopeless):
         by_call.setdefault(_said(where[r]), []).append(r)
     for said, ranks in by_call.items():
-        parts.append(f"{rank_list(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {said}")
+        parts.append(f"{rank_words(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {said}")
     gone = sorted(involved & finished)
     if gone:
-        parts.append(f"{rank_list(gone)} finished {what} without calling it")
+        parts.append(f"{rank_words(gone)} finished {what} without calling it")
     text = "the ranks are stuck: " + "; ".join(parts)
-    if len(involved) <= TREE_PAST:
-        return Diagnosis("hang", sorted(hopeless), text)
-    # which ranks are somewhere else, readable at 64
-    tree = _tree(where, sorted(involved), finished, what)
-    return Diagnosis("hang", sorted(hopeless), _ranged(text, [*by_call.values(), gone]), tree)
-
-
-def _ranged(text: str, groups: list[list[int]]) -> str:
-    """``text`` with each long list of ranks said as ranges (``ranks 0–59 (60)``)."""
-    for ranks in sorted(groups, key=len, reverse=True):
-        if len(ranks) > TREE_PAST:
-            text = text.replace(rank_list(ranks), rank_span(ranks), 1)
-    return text
+    # past a few ranks, which are somewhere else, readable at 64
+    tree = _tree(where, sorted(involved), finished, what) if len(involved) > TREE_PAST else ""
+    return Diagnosis("hang", sorted(hopeless), text, tree)
 
 
 def _tree(where: dict[int, dict[str, Any]], ranks: list[int], finished: set[int], what: str) -> str:

@@ -20,7 +20,7 @@ from jupyter_mgpu.errors import (
     RankError,
     rank_list,
 )
-from jupyter_mgpu.session.stack_tree import rank_span
+from jupyter_mgpu.session.stack_tree import rank_words
 from jupyter_mgpu.units import format_bytes
 
 REBUILT_NOTE = (
@@ -114,8 +114,7 @@ def _build_error(
     failed = sorted(failures)
     if stuck is not None:
         cls = CollectiveMismatchError if stuck.kind == "mismatch" else CollectiveHangError
-        released_now = rank_list(stuck.release) if len(stuck.release) <= 4 else rank_span(stuck.release)
-        return cls(f"{stuck.text}; {released_now} released at once", failed, failures)
+        return cls(f"{stuck.text}; {rank_words(stuck.release)} released at once", failed, failures)
     mismatched = [r for r in failed if failures[r].get("ename") == "CollectiveMismatchError"]
     if mismatched:
         msg = max((failures[r]["evalue"] for r in mismatched), key=len)  # the rank that saw the most calls

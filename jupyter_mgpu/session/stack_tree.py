@@ -14,6 +14,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from jupyter_mgpu.errors import rank_list
+
 INDENT = "  "
 
 
@@ -28,6 +30,11 @@ def rank_span(ranks: list[int]) -> str:
             parts.append(str(start) if start == a else f"{start}{'–' if a > start + 1 else ', '}{a}")
             start = b if b is not None else start
     return "ranks " + ", ".join(parts) + (f" ({len(ranks)})" if len(ranks) > 2 else "")
+
+
+def rank_words(ranks: list[int], past: int = 4) -> str:
+    """How a message names ranks: ``ranks 0, 2, 3`` (``rank_list``) up to ``past`` of them, ranges beyond."""
+    return rank_list(ranks) if len(ranks) <= past else rank_span(ranks)
 
 
 def doing(row: dict[str, Any]) -> str:

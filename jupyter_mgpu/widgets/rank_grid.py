@@ -105,6 +105,21 @@ def render_grid(
     return s.frame(0)
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: drawing a series at 64 ranks makes a hundred thousand
+    small objects, none in a cycle, and each collection it would set off walks the notebook's whole heap
+    (a third of the time)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
+@_collector_paused()
 def draw_series(
     titles: list[str],
     subtitles: list[str],
@@ -123,40 +138,6 @@ def draw_series(
     ``subtitles[f]``, holdings ``frames[f][r][k]``, entry labels ``labels[f][k]``, nothing-texts
     ``nothing[f][k]``, arrows ``transfers[f]`` and outlines ``highlights[f]`` (last column). ``high`` is
     the same holdings tracked for the ranks past 52 (a reduction over more ranks)."""
-    with _collector_paused():
-        return _draw_series(
-            titles, subtitles, columns, frames, labels, nothing, op, transfers, highlights, cell, hover, high
-        )
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused: drawing a series at 64 ranks makes a hundred thousand
-    small objects, none in a cycle, and each collection it would set off walks the notebook's whole heap
-    (a third of the time)."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
-
-
-def _draw_series(
-    titles: list[str],
-    subtitles: list[str],
-    columns: list[str],
-    frames: list[list[list[Any]]],
-    labels: list[list[list[str] | None]],
-    nothing: list[list[str]],
-    op: str | None,
-    transfers: list[list[tuple[int, int, str]]] | None,
-    highlights: list[dict[int, Any]] | None,
-    cell: float | None,
-    hover: bool,
-    high: list[list[list[Any]]] | None,
-) -> Series:
     nf, n, ncol = len(frames), len(frames[0]), len(columns)
     transfers = transfers or [[] for _ in range(nf)]
     highlights = highlights or [{} for _ in range(nf)]
