@@ -140,7 +140,8 @@ class OutputRelay:
         rest = text[stream.offset :] if not final else ""
         tail = visible(rest)
         if tail and not self._hides(rank):
-            before = self._drawing.get((rank, name))
+            # a newline since the last look ended the line drawn then: this tail is a new line, not its redraw
+            before = self._drawing.get((rank, name)) if end <= start else None
             # redrawn in place (a \r, or a tail that is not the one before it with more text after: ipyparallel
             # keeps only a line's last redraw): a progress bar, which stays where it was drawn
             if "\r" in rest or (before is not None and not tail.startswith(before)):

@@ -102,6 +102,22 @@ def test_a_line_flushed_in_parts_on_a_busy_machine_shows_whole_and_never_joins_a
     assert capsys.readouterr().out == ""
 
 
+def test_a_new_line_begun_in_the_poll_that_ended_the_last_one_is_a_line_not_a_bar_s_redraw(capsys, monkeypatch):
+    """Under load a poll sees a line without its newline, the next its newline and the start of another line:
+    the new tail is a new line (seen in a fresh clone's loaded test: it was taken for a bar and left the cell)."""
+    recorded(monkeypatch)
+    relay, md, clock = _relay()
+    md[1]["stdout"] = "1 29 cpu tensor([4., 4.])"
+    relay.poll()
+    md[1]["stdout"] += "\n1 written"
+    clock.now += SETTLE_S
+    relay.poll()
+    md[1]["stdout"] += " in parts\n"
+    clock.now += SETTLE_S
+    relay.flush()
+    assert capsys.readouterr().out.splitlines() == ["[rank 1] 1 29 cpu tensor([4., 4.])", "[rank 1] 1 written in parts"]
+
+
 def test_a_bar_whose_redraws_arrive_without_their_carriage_return_still_stays_where_it_was_drawn(capsys, monkeypatch):
     """ipyparallel keeps only a line's last redraw, \r dropped: a tail replaced (not grown) is a bar too."""
     shown = recorded(monkeypatch)
