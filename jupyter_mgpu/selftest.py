@@ -149,6 +149,33 @@ def _dtensor_check(n: int) -> None:
     namespace_transfer.put({"_selftest_dt": distribute_tensor(g.to(st.device), mesh, [Shard(0)])})
 
 
+def _nccl_recorder_check() -> dict[str, Any]:
+    """One all_reduce on nccl, then NCCL's flight recorder read as the watch reads it: the completed collective
+    parsed, no wait named with nothing in flight, and whether torch times the GPU work (what "started" needs)."""
+    import torch
+    import torch.distributed as dist
+
+    from jupyter_mgpu.engine import state as rank_state
+    from jupyter_mgpu.engine.watch import issued_collectives, nccl_records
+
+    st = rank_state.get()
+    x = torch.ones(1024, device=st.device)
+    dist.all_reduce(x)
+    torch.cuda.synchronize(st.device)
+    dump = nccl_records.recorder(entries=True, only_active=False)
+    done = [
+        e
+        for e in dump.get("entries") or ()
+        if e.get("state") == "completed" and int(e.get("collective_seq_id") or 0) >= 1 and e.get("input_sizes")
+    ]
+    status = (dump.get("pg_status") or {}).values()
+    return {
+        "completed": [f"{e['profiling_name']} #{e['collective_seq_id']}" for e in done[-1:]],
+        "waiting": issued_collectives.waiting(),
+        "timed": any(int(s.get("last_started_collective", -1)) >= 0 for s in status),
+    }
+
+
 Result = tuple[str, bool, str]  # check, passed, detail
 
 
@@ -288,6 +315,17 @@ def _dtensor(s: Any) -> str:
     return f"{h.layout.label}, local shapes {h.local_shapes[0]}…, gathered equal"
 
 
+def _nccl_recorder(s: Any) -> str:
+    if s.backend != "nccl":
+        return f"skipped: backend {s.backend}, NCCL's recorder needs a GPU with nccl"
+    got = s.run(_nccl_recorder_check)
+    for r, g in enumerate(got):
+        assert g["completed"], f"rank {r}: no completed nccl collective parsed from NCCL's recorder"
+        assert g["waiting"] is None, f"rank {r} named a wait with nothing in flight: {g['waiting']}"
+    timed = "timed" if all(g["timed"] for g in got) else "untimed (TORCH_NCCL_ENABLE_TIMING unset: no 'started')"
+    return f"{got[0]['completed'][0]} completed parsed on every rank, no wait named; GPU work {timed}"
+
+
 def _stuck_named(s: Any) -> str:
     import jupyter_mgpu as mg
 
@@ -325,6 +363,7 @@ SESSION_CHECKS: list[tuple[str, Callable[[Any], str]]] = [
     ("a failure gives its memory back", _failure_memory),
     ("sharded matmul vs torch.mm", _matmul),
     ("DTensor seen and gathered", _dtensor),
+    ("NCCL's flight recorder read", _nccl_recorder),
     ("a skipped collective named", _stuck_named),
     ("shutdown, no orphans", _shutdown),
 ]

@@ -1,9 +1,15 @@
 """Which collective torch issued from C++ a rank waits in (``engine/watch/issued_collectives.py``), from the
 flight recorder's answers and the main thread's CPU time, without engines: in flight *and* the main thread
-still is a wait; computing with one in flight is busy; nccl is not judged; a rebuilt group's new id."""
+still is a wait; computing with one in flight is busy; nccl is not judged by that rule; a rebuilt group's new
+id. On nccl, NCCL's own recorder (``nccl_records.py``) on recorded dumps: a collective started on the GPU and
+unfinished across readings is a wait, scheduled work is not."""
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,6 +17,7 @@ import pytest
 
 from jupyter_mgpu.engine import state as rank_state
 from jupyter_mgpu.engine.watch import issued_collectives as ic
+from jupyter_mgpu.engine.watch import nccl_records as nr
 
 
 def _entry(seq: int, pg_id: int, retired: bool) -> dict[str, Any]:
@@ -86,3 +93,153 @@ def test_the_recorders_dtype_names_are_torchs():
 
     assert ic.dtype_of("Float") is torch.float32 and ic.dtype_of("BFloat16") is torch.bfloat16
     assert ic.dtype_of("Long") is torch.int64 and ic.dtype_of("NoSuchType") is None
+
+
+# -- nccl: NCCL's own recorder, on recorded dumps (tests/unit/data/nccl_fr_hang.json: torch 2.13's JSON format,
+# written from FlightRecorderDetail.hpp's dump_json; no GPU recorded it) ----------------------------------------
+
+
+T = 1767225600.0  # the fixture's last reading (epoch s)
+
+
+@functools.cache
+def _fixture() -> dict[str, Any]:
+    return json.loads((Path(__file__).parent / "data" / "nccl_fr_hang.json").read_text())
+
+
+def _readings(case: str, rank: str) -> list[tuple[float, dict[str, Any]]]:
+    """A rank's readings in order: (when read, the dump), each dump a copy a test may change."""
+    return [(r["read_at_ns"] / 1e9, copy.deepcopy(r["dump"])) for r in _fixture()[case][rank]]
+
+
+def _read_all(readings: list[tuple[float, dict[str, Any]]], seen: dict[Any, float] | None = None) -> list[Any]:
+    seen = {} if seen is None else seen
+    return [nr.waiting(dump, now, seen, ic._describe, lambda name: None) for now, dump in readings]
+
+
+def _nccl_entry(dump: dict[str, Any], seq: int) -> dict[str, Any]:
+    return next(e for e in dump["entries"] if e["collective_seq_id"] == seq)
+
+
+def test_nccl_a_collective_started_on_the_gpu_and_unfinished_is_named_from_its_first_reading():
+    first, last = _read_all(_readings("hang", "0"))
+    assert first is None  # seen started once: it may have just begun
+    assert last == {
+        "state": "collective",
+        "since": pytest.approx(T - 30.0, abs=1e-3),  # the reading that first saw it started, 30 s before
+        "collective": "all_reduce #8",  # not #9, queued behind it, nor #7, done
+        "call": "all_reduce float32[6553600] issued by torch",
+        "group": [0, 1],  # the dump's pg_config: no live group here
+        "arrival": ["0", 8],
+        "issued_by": "torch",
+    }
+    assert _read_all(_readings("hang", "1")) == [None]  # rank 1's last is #7, completed: not waiting
+
+
+def test_nccl_the_wait_begins_at_the_threshold_and_each_reading_stamps_its_own_start():
+    (t0, first), (_, later) = _readings("hang", "0")
+    # torch stamps time_discovered_started_ns on a dump's copy at the dump: a single reading is 0 s old
+    assert _nccl_entry(later, 8)["time_discovered_started_ns"] / 1e9 == pytest.approx(T, abs=1e-3)
+    seen: dict[Any, float] = {}
+    assert _read_all([(t0, first), (t0 + nr.NCCL_STUCK_S - 0.1, later)], seen) == [None, None]
+    got = nr.waiting(later, t0 + nr.NCCL_STUCK_S + 0.1, seen, ic._describe, lambda name: [0, 1, 2, 3])
+    assert got is not None and got["collective"] == "all_reduce #8" and got["group"] == [0, 1, 2, 3]
+    assert _read_all([(T, later)]) == [None]  # without the earlier reading: seen started just now
+
+
+def test_nccl_healthy_readings_and_scheduled_work_are_no_wait():
+    assert _read_all(_readings("healthy", "0")) == [None, None]  # each time another collective just started
+    readings = _readings("hang", "0")
+    for _, dump in readings:  # timing off: #8 stays scheduled until it completes, however long it is queued
+        _nccl_entry(dump, 8).update(state="scheduled", time_discovered_started_ns=0)
+    assert _read_all(readings) == [None, None]
+
+
+def test_nccl_retired_and_p2p_entries_are_left_out():
+    for change in ({"retired": True}, {"is_p2p": True}):  # retired: torch's watchdog gave it up (timed out)
+        readings = _readings("hang", "0")
+        for _, dump in readings:
+            _nccl_entry(dump, 8).update(change)
+        assert _read_all(readings) == [None, None], change
+    seen: dict[Any, float] = {}
+    (t0, first), (_, later) = _readings("hang", "0")
+    _read_all([(t0, first)], seen)
+    assert list(seen) == [(0, 8)]
+    _nccl_entry(later, 8).update(state="completed", retired=True)
+    assert _read_all([(T, later)], seen) == [None] and seen == {}  # gone: forgotten
+
+
+def test_nccl_of_two_groups_stuck_the_older_collective_is_named():
+    readings = _readings("hang", "0")
+    for _, dump in readings:  # a second group (a DTensor mesh's) stuck in its #3 too, created before or after #8
+        eight = _nccl_entry(dump, 8)
+        later = eight["time_created_ns"] + 10**8
+        dump["entries"].append(
+            dict(eight, pg_id=1, process_group=["1", "mesh_dp"], collective_seq_id=3, time_created_ns=later)
+        )
+    assert _read_all(copy.deepcopy(readings))[1]["collective"] == "all_reduce #8"  # #3 created later
+    for _, dump in readings:
+        dump["entries"][-1]["time_created_ns"] -= 2 * 10**8
+    assert _read_all(readings)[1]["arrival"] == ["1", 3]
+
+
+@pytest.fixture
+def nccl_rank(monkeypatch):
+    """Rank 0 on nccl; NCCL's recorder binding played from the fixture's readings, as torch answers its
+    arguments (``includeCollectives``, ``onlyActive``); the calls it got."""
+    import torch
+
+    monkeypatch.setattr(rank_state, "STATE", SimpleNamespace(backend="nccl"))
+    monkeypatch.setattr(nr, "_seen", {})
+    monkeypatch.setattr(ic, "_group_ranks", lambda name: [0, 1])
+    played: dict[str, Any] = {"dump": {}, "calls": []}
+
+    def dump(includeCollectives: bool = True, onlyActive: bool = False) -> bytes:
+        played["calls"].append((includeCollectives, onlyActive))
+        d = copy.deepcopy(played["dump"])
+        if not includeCollectives:
+            d.pop("entries", None)
+        elif onlyActive:
+            d["entries"] = [e for e in d.get("entries", []) if e["state"] != "completed"]
+        return json.dumps(d).encode()
+
+    monkeypatch.setattr(torch._C._distributed_c10d, "_dump_nccl_trace_json", dump, raising=False)
+    return played
+
+
+def test_nccl_waiting_reads_the_recorder_and_names_the_hang(nccl_rank):
+    (t0, first), (_, later) = _readings("hang", "0")
+    nccl_rank["dump"] = first
+    assert ic.waiting(now=t0) is None
+    assert nccl_rank["calls"] == [(False, True), (True, True)]  # pg_status, then the unfinished collectives
+    nccl_rank["dump"] = later
+    got = ic.waiting(now=T)
+    assert got is not None and got["collective"] == "all_reduce #8" and got["since"] == pytest.approx(T - 30, abs=1e-3)
+    assert got["group"] == [0, 1] and got["call"] == "all_reduce float32[6553600] issued by torch"
+
+
+def test_nccl_without_timing_the_entries_are_not_read(nccl_rank):
+    (t0, first), (_, later) = _readings("hang", "0")
+    for dump in (first, later):
+        dump["pg_status"]["0"]["last_started_collective"] = "-1"  # TORCH_NCCL_ENABLE_TIMING unset
+        _nccl_entry(dump, 8).update(state="scheduled", time_discovered_started_ns=0)
+    nccl_rank["dump"] = first
+    assert ic.waiting(now=t0) is None
+    nccl_rank["dump"] = later
+    assert ic.waiting(now=T) is None
+    assert nccl_rank["calls"] == [(False, True), (False, True)]
+
+
+def test_nccl_an_absent_or_unreadable_recorder_gives_none(nccl_rank, monkeypatch):
+    import torch
+
+    def boom(**kwargs: bool) -> bytes:
+        raise RuntimeError("the recorder failed")
+
+    for answer in (lambda **kw: b"{not json", lambda **kw: b"[1, 2]", boom):
+        monkeypatch.setattr(torch._C._distributed_c10d, "_dump_nccl_trace_json", answer)
+        assert nr.recorder(entries=True) == {}
+        assert ic.waiting(now=T) is None
+    monkeypatch.delattr(torch._C._distributed_c10d, "_dump_nccl_trace_json")  # a CPU build has none
+    assert nr.recorder(entries=True) == {} and ic.waiting(now=T) is None
+    assert nr.waiting({"entries": [{"state": "started", "pg_id": "x"}, "junk"]}, T, {}, str, lambda n: None) is None

@@ -8,7 +8,8 @@ a group is enqueued and not completed *and* its main thread has used no CPU for 
 that computes with a collective in flight (DDP overlapping its buckets with the backward pass) is busy,
 not waiting. Read on demand (the telemetry sampler's ``where``, the guard's): a few microseconds, and
 nothing at all while the main thread computes. gloo only: with nccl a GPU's queued kernels keep
-collectives in flight while the main thread rightly sleeps, which this rule would take for a wait.
+collectives in flight while the main thread rightly sleeps, which this rule would take for a wait; there
+``nccl_records.py`` reads NCCL's own recorder instead (a collective started on the GPU and unfinished).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from typing import Any
 
 from jupyter_mgpu.engine import state as rank_state
+from jupyter_mgpu.engine.watch import nccl_records
 
 STILL_S = 1.0  # the main thread used no CPU for this long: it waits
 _cpu: list[float] = [-1.0, 0.0]  # the main thread's CPU ticks last read, and when they last moved
@@ -145,8 +147,10 @@ def waiting(now: float | None = None) -> dict[str, Any] | None:
     ``torch`` — or None (its main thread computes, or no collective is in flight)."""
     now = time.time() if now is None else now
     st = rank_state.STATE
-    if st is None or st.backend == "nccl":  # a GPU's queued kernels keep nccl's collectives in flight
-        return None  # while the main thread rightly sleeps: that is not a wait, and is not judged here
+    if st is None:
+        return None
+    if st.backend == "nccl":  # a GPU's queued kernels keep nccl's collectives in flight while the main thread
+        return nccl_records.waiting_now(now, _describe, _group_ranks)  # rightly sleeps: NCCL's own record judges
     if still_for(now) < STILL_S or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
         return None
     status = recorder(only_active=True, entries=False).get("pg_status") or {}
