@@ -293,6 +293,38 @@ def test_a_collective_torch_runs_on_one_rank_only_is_named(default_sessions, n, 
     assert f"{others} finished the cell without calling it" in msg, msg
 
 
+BUCKET_AGAINST_PYTHON = {
+    # rank 0's backward issues DDP's bucket all_reduce (20 floats) from C++ where the others call their own
+    "other size": ("0", "y = torch.ones(4)", "rank{s} {others}: all_reduce float32[4] at line 8 of the cell"),
+    # the same size would be summed with it, silently: a bucket against a call outside backward() is refused
+    "same size": ("0", "y = torch.ones(20)", "rank{s} {others}: all_reduce float32[20] at line 8 of the cell"),
+    # the others arrive first and wait for rank 0's number, so gloo never joins the two (it aborts a process)
+    "bucket later": ("1.5", "y = torch.ones(4)", "rank{s} {others}: all_reduce float32[4] at line 8 of the cell"),
+}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("case", list(BUCKET_AGAINST_PYTHON))
+def test_a_ddp_bucket_against_a_python_all_reduce_is_a_mismatch_named_before_it_runs(default_sessions, n, case):
+    """Torch's number for a collective is the watch's: rank 0's bucket all_reduce issued from C++ and the other
+    ranks' own all_reduce at the same number are compared before they join (no process lost, nothing summed)."""
+    s = default_sessions(n)
+    s.run_cell(DDP, stream=False)
+    done = s.run_cell("dist.group.WORLD._get_sequence_number_for_group()", stream=False)  # torch's count
+    delay, other, said = BUCKET_AGAINST_PYTHON[case]
+    others = "1" if n == 2 else "1, 2, 3"
+    msg = _fails_within(
+        s,
+        f"import time\nif rank == 0:\n    time.sleep({delay})\n    loss = ddp_model(torch.ones(2, 4)).sum()\n"
+        f"    loss.backward()\nelse:\n    {other}\n    dist.all_reduce(y)\n",
+        CollectiveMismatchError,
+    )
+    assert msg.startswith(f"the ranks called different collectives at #{int(done[0]) + 1}:"), msg
+    assert "rank 0: all_reduce float32[20] issued by torch (a gradient bucket of DDP's, in backward()) at line 5" in msg
+    assert said.format(s="" if n == 2 else "s", others=others) in msg, msg
+    assert s.run_cell("len(dist.group.WORLD and [1])", stream=False) == ["1"] * n  # every rank's process lived
+
+
 def test_a_rank_busy_before_its_backward_is_not_hung_and_where_shows_the_other_in_ddps_all_reduce(default_sessions):
     s = default_sessions(2)
     s.run_cell(DDP, stream=False)

@@ -77,6 +77,8 @@ def setup(config: dict[str, Any], rank: int) -> EngineState:
     # c10d's flight recorder, read when it is asked (a profile's collectives from C++: their sizes); it
     # must be on before the group exists. A size the user set is kept.
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES))
+    # nccl marks a collective "started" on the GPU only with timing on: how a stuck one is told from queued work
+    os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     meeting = process_group.init_process_group(
         config["rundir"],
         rank,
@@ -120,12 +122,20 @@ def populate(user_ns: dict[str, Any]) -> None:
     user_ns.update(namespace())
     torchrun_env.drop_interactive_prompts()  # a worker, as under torchrun: Lightning's ddp runs unchanged
     from jupyter_mgpu.engine.execution import completion_server, direct_channel, rank_debugger
-    from jupyter_mgpu.engine.watch import collective_guard, issued_collectives
+    from jupyter_mgpu.engine.watch import collective_guard, issued_collectives, peer_collectives
+    from jupyter_mgpu.engine.watch.collective_watch import main_place
 
     direct_channel.start(user_ns)
     completion_server.start(user_ns)  # Tab and Shift-Tab in %%mgpu cells, from a thread
     collective_guard.commands.update(rank_debugger.install())  # breakpoint() prompts in the notebook
     collective_guard.commands["fr-dump"] = issued_collectives.dump_request  # mg.where(dump=...), for torchfrtrace
+    # a peer's collective at a number, before this rank joins one where torch issues collectives too
+    collective_guard.commands[peer_collectives.COMMAND] = lambda body: peer_collectives.answer(body, main_place)
+    rundir = rank_state.get().rundir
+    peer_collectives.ask_peer = lambda rank, body: collective_guard.ask(
+        rundir, rank, peer_collectives.COMMAND, body=body
+    )
+    peer_collectives.releases = lambda: collective_guard.release_count
     from jupyter_mgpu.engine.program import fresh_program
 
     fresh_program.remember_start()  # what each %mgpu_run starts from, as a new process would

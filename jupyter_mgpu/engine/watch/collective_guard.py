@@ -96,8 +96,13 @@ def note_group_sockets() -> Iterator[None]:
             _group_sockets.update(added)
 
 
+release_count = 0  # how many releases this process has had (a wait of the watch's own ends on one)
+
+
 def release(backend: str | None = None) -> int:
     """Make every pending collective of this process fail now; returns how many sockets were closed."""
+    global release_count
+    release_count += 1
     released = 0
     if backend == "nccl":
         with contextlib.suppress(Exception):

@@ -6,8 +6,8 @@ torch.distributed's collectives (``all_reduce``, ``broadcast``, ``reduce``, ``al
 ``*_object`` ones) and ``send``/``recv`` are wrapped once at engine start (:func:`install`), in
 ``torch.distributed`` and ``distributed_c10d``. On the main thread a call
 
-1. takes its number in its group (``all_reduce #7``: the 7th collective called on that group in this
-   process group generation) and its fingerprint: op, dtype, shape, reduce op, root — what must agree;
+1. takes its number in its group as torch's flight recorder numbers it (``all_reduce #7``: the group's 7th
+   collective, whoever issued it: ``collective_numbers.py``) and its fingerprint: what must agree;
 2. writes both, with the user's line, to this rank's slot of the host's table (``engine/watch/collective_table.py``)
    and compares the fingerprints the group's other ranks on this host wrote for the same number: a rank
    that called something else makes this call raise :class:`CollectiveMismatchError` at once, naming each
@@ -31,7 +31,7 @@ from typing import Any
 
 from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine.watch import issued_collectives
+from jupyter_mgpu.engine.watch import collective_numbers, issued_collectives, peer_collectives
 from jupyter_mgpu.engine.watch.collective_calls import (
     POINT_TO_POINT,
     SHAPED,
@@ -62,7 +62,6 @@ WATCHED = (
 MISMATCH_WAIT_S = 0.2  # how long a rank that found a mismatch waits for the others' records, to name them all
 _current: dict[str, Any] | None = None  # the collective the main thread waits in now
 _last_end = 0.0
-_counts: dict[tuple[int, str], int] = {}
 _ranks: dict[tuple[int, str], list[int]] = {}
 _table: CollectiveTable | None = None
 _checks = True
@@ -111,8 +110,9 @@ def _user_line(frame: Any) -> str:
     return "an unknown line" if frame is None else _place_of(frame.f_code, frame.f_lineno)
 
 
-def _group_facts(dist: Any, group: Any, generation: int) -> tuple[str, list[int]] | None:
-    """The group's name (the same on every rank) and global ranks; None when this rank is not in it."""
+def _group_facts(dist: Any, group: Any, generation: int) -> tuple[str, list[int], Any] | None:
+    """The group's name (the same on every rank), global ranks and process group; None when this rank is
+    not in it."""
     pg = group if group is not None else dist.GroupMember.WORLD
     if pg is None or pg is dist.GroupMember.NON_GROUP_MEMBER:
         return None
@@ -120,7 +120,7 @@ def _group_facts(dist: Any, group: Any, generation: int) -> tuple[str, list[int]
     key = (generation, name)
     if key not in _ranks:
         _ranks[key] = list(dist.get_process_group_ranks(pg))
-    return name, _ranks[key]
+    return name, _ranks[key], pg
 
 
 def _calls_of(
@@ -153,7 +153,7 @@ def _begin(op: str, args: dict[str, Any], caller: Any) -> dict[str, Any] | None:
     facts = _group_facts(dist, args.get("group"), gen)
     if facts is None:
         return None
-    group, ranks = facts
+    group, ranks, pg = facts
     line = _user_line(caller)
     info: dict[str, Any] = {"op": op, "group": ranks, "line": line, "since": time.time(), "n": None}
     if op in POINT_TO_POINT:
@@ -162,9 +162,9 @@ def _begin(op: str, args: dict[str, Any], caller: Any) -> dict[str, Any] | None:
         if peer is not None:
             info["group"] = sorted({st.rank, int(peer)})
         return info
-    n = _counts[(gen, group)] = _counts.get((gen, group), 0) + 1
+    n = collective_numbers.begin(pg, (gen, group))  # torch's number for it: C++-issued ones count too
     fp, words = fingerprint(op, args, dist)
-    info.update(n=n, g=group, gen=gen, fp=fp, call=words)
+    info.update(n=n, g=group, gen=gen, fp=fp, call=words, pg=pg)
     if _checks and _table is not None:
         record = {"call": words, "line": line}
         _table.write(st.rank, group, n, gen, fp, words, line)
@@ -173,7 +173,22 @@ def _begin(op: str, args: dict[str, Any], caller: Any) -> dict[str, Any] | None:
             raise CollectiveMismatchError(
                 mismatch_text(n, ranks, _calls_of(st.rank, record, ranks, group, n, gen), st.world_size)
             )
+        if (gen, group) in collective_numbers.unseen:  # torch issues collectives here too: ask the peers
+            tensor = args.get(SHAPED.get(op) or TYPED.get(op, ""))
+            backward = _in_backward(caller)
+            info["peers"] = {"op": op, "tensor": tensor, "backward": backward, "fp": fp, **record}
     return info
+
+
+def _check_peers(info: dict[str, Any], waits: bool) -> None:
+    """A peer with no record of this call may be in one of torch's at its number: compare before joining."""
+    st = rank_state.STATE
+    assert _table is not None and st is not None
+    key = (info["g"], info["n"], info["gen"])
+    calls = peer_collectives.differing(_table, st.rank, key, info["group"], info.pop("peers"), waits)
+    if calls is not None:  # with the records of the group's other ranks, as a mismatch among Python calls has
+        calls = {**_calls_of(st.rank, calls[st.rank], info["group"], *key[:2], key[2]), **calls}
+        raise CollectiveMismatchError(mismatch_text(info["n"], info["group"], calls, st.world_size))
 
 
 def _wrap(op: str, original: Any) -> Any:
@@ -198,16 +213,21 @@ def _wrap(op: str, original: Any) -> Any:
         waits = info is not None and not bound.get("async_op")
         if info is not None and not waits:
             _async_lines[op] = (info["line"], info["since"])
+        pg = info.pop("pg", None) if info is not None else None
         _nested.depth = 1
         if waits:
             _current = info
         entered = time.time_ns()
         try:
+            if info is not None and "peers" in info:
+                _check_peers(info, waits)
             if waits and info is not None and _on_gpu and "async_op" in bound:
                 return _issue_and_keep(original, bound, info)
             return original(*args, **kwargs)
         finally:
             _nested.depth = 0
+            if pg is not None and info is not None:
+                collective_numbers.end(pg, (info["gen"], info["g"]))
             if waits:
                 _current, _last_end = None, time.time()
             log = getattr(rank_state.STATE, "collective_log", None)
@@ -248,15 +268,26 @@ def install(rundir: str, world_size: int) -> None:
     _on_gpu = getattr(rank_state.STATE, "backend", None) == "nccl"
     if _table is None:
         _table = CollectiveTable(rundir, world_size)
-    for op in WATCHED:
+    for op in (*WATCHED, *collective_numbers.COUNTED):
         original = getattr(c10d, op, None)
         if original is None or op in _originals:
             continue
         _originals[op] = original
-        ours = _wrap(op, original)
+        ours = (
+            collective_numbers.counting(original)
+            if op in collective_numbers.COUNTED or op in POINT_TO_POINT
+            else original
+        )
+        ours = _wrap(op, ours) if op in WATCHED else ours
         setattr(c10d, op, ours)
         if getattr(dist, op, None) is original:
             setattr(dist, op, ours)
+
+
+def main_place() -> tuple[str, bool]:
+    """The user's line the main thread is at, and whether it is inside ``backward()`` (for a peer's check)."""
+    frame = _main_frame()
+    return (_user_line(frame) if frame is not None else "an unknown line"), _in_backward(frame)
 
 
 JOIN_HINT = (
