@@ -293,6 +293,21 @@ def test_a_collective_torch_runs_on_one_rank_only_is_named(default_sessions, n, 
     assert f"{others} finished the cell without calling it" in msg, msg
 
 
+def test_send_and_recv_on_some_ranks_leave_the_numbers_of_all_agreeing(default_sessions):
+    """gloo counts send/recv in its group's sequence, on the two ranks involved only; torch's recorder does not,
+    nor does the watch: after them the next mismatch is still found at one number, with every rank's line."""
+    s = default_sessions(4)
+    out = s.run_cell(
+        "x = torch.ones(2)\nif rank == 0:\n    dist.send(x, 1)\nelif rank == 1:\n    dist.recv(x, 0)\n"
+        "w = dist.isend(x, 3) if rank == 2 else dist.irecv(x, 2) if rank == 3 else None\nw and w.wait()\n"
+        "y = torch.ones(3)\ndist.all_reduce(y)\ny.tolist()",
+        stream=False,
+    )
+    assert out == ["[4.0, 4.0, 4.0]"] * 4
+    msg = _fails_within(s, "y = torch.ones(3 if rank else 4)\ndist.all_reduce(y)", CollectiveMismatchError)
+    assert "rank 0: all_reduce float32[4] at line 2 of the cell; ranks 1, 2, 3: all_reduce float32[3] at line 2" in msg
+
+
 BUCKET_AGAINST_PYTHON = {
     # rank 0's backward issues DDP's bucket all_reduce (20 floats) from C++ where the others call their own
     "other size": ("0", "y = torch.ones(4)", "rank{s} {others}: all_reduce float32[4] at line 8 of the cell"),

@@ -59,9 +59,10 @@ def test_collectives_the_watch_did_not_see_mark_the_group():
 def test_the_counting_wrapper_notes_send_and_recv_on_their_group(monkeypatch):
     monkeypatch.setattr(rank_state, "STATE", SimpleNamespace(pg_generation=3))
     calls = []
-    counted = collective_numbers.counting(lambda tensor, dst=None, group=None: calls.append(dst))
-    counted(torch.ones(1), 1, FakeGroup(0, name="7"))
-    counted(torch.ones(1), dst=1, group=FakeGroup(0, name="7"))
+    isend = collective_numbers.counting(lambda tensor, dst=None, group=None: calls.append(dst))
+    send = collective_numbers.counting(lambda tensor, dst=None, group=None: isend(tensor, dst, group))
+    isend(torch.ones(1), 1, FakeGroup(0, name="7"))
+    send(torch.ones(1), dst=1, group=FakeGroup(0, name="7"))  # torch's send runs isend: one operation
     assert calls == [1, 1] and collective_numbers._point_to_point == {(3, "7"): 2}
 
 

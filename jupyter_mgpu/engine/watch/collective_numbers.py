@@ -17,6 +17,7 @@ and ``engine/watch/peer_collectives.py`` asks it before this rank joins.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 from jupyter_mgpu.engine import state as rank_state
@@ -27,6 +28,7 @@ _point_to_point: dict[Key, int] = {}  # send/recv this process ran on the group 
 _counted: dict[Key, int] = {}  # where the backend has no number: the Python-level watch's own count
 _next_after: dict[Key, int] = {}  # the number the group's next collective had when a watched call ended
 unseen: set[Key] = set()  # groups that ran collectives the Python-level watch did not see
+_inside = threading.local()  # p2p: inside a counted send or recv (on this thread)
 
 
 def _backend_number(pg: Any) -> int | None:
@@ -83,10 +85,13 @@ COUNTED = ("isend", "irecv")  # not watched, but numbered by gloo like send and 
 
 
 def counting(original: Any) -> Any:
-    """``original`` (a send or recv), noting on which group this process ran it, from any thread."""
+    """``original`` (a send or recv), noting on which group this process ran it, from any thread; once, where
+    one runs another (torch's ``send`` runs ``isend``)."""
 
     @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_inside, "p2p", False):
+            return original(*args, **kwargs)
         try:
             import torch.distributed as dist
 
@@ -97,6 +102,10 @@ def counting(original: Any) -> Any:
                 note_point_to_point((st.pg_generation, str(pg.group_name)))
         except Exception:  # not in a group yet: torch raises its own error
             pass
-        return original(*args, **kwargs)
+        _inside.p2p = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _inside.p2p = False
 
     return counted
