@@ -146,23 +146,25 @@ MATCH_NS = 50_000_000  # a backend event starts within this of its flight-record
 
 
 def _sized(events: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
-    """Give each backend event its ``bytes``: the recorded shapes when ``record_shapes`` was on, else those
-    of the flight-recorder entry of the same op created nearest before it (each entry used once)."""
+    """Give each backend event the flight-recorder entry of the same op created nearest before it (each entry
+    used once): its group and torch's number for it (``g``, ``n``: the collective watch's numbering), and its
+    ``bytes`` unless the recorded shapes (``record_shapes``) give them."""
     left = sorted(entries, key=lambda c: c["created_ns"])
     for e in events:
         e["bytes"] = _backend_bytes(e)
-        if e["bytes"] or not left:
+        if not left:
             continue
         near = min(left, key=lambda c: abs(e["start_ns"] - c["created_ns"]))
         if abs(e["start_ns"] - near["created_ns"]) <= MATCH_NS:
-            e["bytes"] = int(near["bytes"])
+            e["bytes"] = e["bytes"] or int(near["bytes"])
+            e["g"], e["n"] = near.get("g"), near.get("n")
             left.remove(near)
 
 
 def _backend_instances(ranks: list[RankRecord]) -> list[tuple[str, int, dict[int, dict[str, Any]]]]:
     """The collectives torch ran from C++ (DDP's buckets, FSDP2's all-gathers): the backend's events outside
-    every collective the ranks' code called, matched across ranks by their order per op: (op, number,
-    rank -> its event, with its ``bytes``)."""
+    every collective the ranks' code called, matched across ranks by torch's number for them where the flight
+    recorder gave one, else by their order per op: (op, number, rank -> its event, with its ``bytes``)."""
     per_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for rec in ranks:
         watched = [(c["enter_ns"], c["exit_ns"]) for c in rec.collectives]
@@ -174,8 +176,16 @@ def _backend_instances(ranks: list[RankRecord]) -> list[tuple[str, int, dict[int
         for op, events in found.items():
             _sized(events, [c for c in rec.issued if c["op"] == op])
         per_rank[rec.rank] = found
-    out = []
+    numbered = all(e.get("n") for found in per_rank.values() for events in found.values() for e in events)
+    out: list[tuple[str, int, dict[int, dict[str, Any]]]] = []
     for op in sorted({op for found in per_rank.values() for op in found}):
+        if numbered:
+            by_number: dict[tuple[Any, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+            for r, found in per_rank.items():
+                for e in found.get(op, ()):
+                    by_number[(e["g"], int(e["n"]))][r] = e
+            out.extend((op, n, by_rank) for (_, n), by_rank in sorted(by_number.items(), key=lambda kv: kv[0][1]))
+            continue
         count = max(len(found.get(op, ())) for found in per_rank.values())
         for k in range(count):
             out.append((op, k + 1, {r: found[op][k] for r, found in per_rank.items() if k < len(found.get(op, ()))}))
@@ -192,7 +202,7 @@ def _backend_rows(ranks: list[RankRecord]) -> list[dict[str, Any]]:
                 "source": "torch (C++)",
                 "op": op,
                 "number": number,
-                "group": None,
+                "group": by_rank[min(by_rank)].get("g"),
                 "call": f"{op} issued by torch",
                 "line": None,
                 "bytes": by_rank[min(by_rank)]["bytes"],

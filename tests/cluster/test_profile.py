@@ -52,12 +52,15 @@ def test_the_rank_that_sleeps_is_last_three_times_and_the_others_wait_for_it(s4)
 def test_a_ddp_steps_all_reduce_appears_once_per_rank_with_its_bytes(s2):
     s2.run_cell("model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(100, 10))", stream=False)
     with mg.profile(s2) as p:
-        s2.run_cell("model(torch.ones(8, 100)).sum().backward()", stream=False)
+        s2.run_cell("dist.all_reduce(torch.ones(2))\nmodel(torch.ones(8, 100)).sum().backward()", stream=False)
     rows = p.collectives()
     buckets = rows[(rows["source"] == "torch (C++)") & (rows["op"] == "all_reduce")]
     assert len(buckets) == 1, rows
     assert buckets.iloc[0]["bytes"] == (100 * 10 + 10) * 4
     assert sorted(buckets.iloc[0]["skew_ms"]) == [0, 1]  # once on each rank
+    # one numbering for the user's calls and torch's: the bucket is the group's next collective after the call
+    mine = rows[rows["source"] == "your code"]
+    assert list(mine["number"]) == [buckets.iloc[0]["number"] - 1] and buckets.iloc[0]["group"] == mine.iloc[0]["group"]
 
 
 def test_the_ranks_clocks_agree_within_5_ms(s2):

@@ -85,8 +85,8 @@ def test_torchs_own_collectives_come_from_the_backends_events():
 
 
 def test_without_recorded_shapes_the_flight_recorder_sizes_them_and_the_summary_counts_them():
-    """torch.profiler's defaults record no shapes: a C++ collective's size comes from the flight recorder's
-    entry of the same op created nearest before it; its time and waiting count in the summary."""
+    """torch.profiler's defaults record no shapes: a C++ collective's size and number come from the flight
+    recorder's entry of the same op created nearest before it; its time and waiting count in the summary."""
 
     def gloo(op: str, start_ms: float, dur_ms: float) -> dict:
         return {"ph": "X", "name": f"gloo:{op}", "ts": start_ms * 1000, "dur": dur_ms * 1000, "tid": 9, "args": {}}
@@ -94,9 +94,9 @@ def test_without_recorded_shapes_the_flight_recorder_sizes_them_and_the_summary_
     def rank(r: int, late_ms: float) -> RankRecord:
         events = [gloo("all_gather", 10 + late_ms, 5 - late_ms), gloo("reduce_scatter", 30, 2)]
         issued = [  # on the rank's clock, 3 ms ahead of the notebook's: moved like the events
-            {"op": "all_gather", "created_ns": int((9.9 + late_ms + 3) * MS), "bytes": 512},
-            {"op": "reduce_scatter", "created_ns": int((29.9 + 3) * MS), "bytes": 2048},
-            {"op": "all_gather", "created_ns": int((500 + 3) * MS), "bytes": 1},  # much later: another one
+            {"op": "all_gather", "created_ns": int((9.9 + late_ms + 3) * MS), "bytes": 512, "g": "0", "n": 8},
+            {"op": "reduce_scatter", "created_ns": int((29.9 + 3) * MS), "bytes": 2048, "g": "0", "n": 9},
+            {"op": "all_gather", "created_ns": int((500 + 3) * MS), "bytes": 1, "g": "0", "n": 12},  # another one
         ]
         calls = [{"label": "%%mgpu cell", "start_ns": 3 * MS, "end_ns": 103 * MS}]
         return RankRecord(r, "h", 3 * MS, {"baseTimeNanoseconds": 3 * MS, "traceEvents": events}, calls, [], issued)
@@ -104,6 +104,8 @@ def test_without_recorded_shapes_the_flight_recorder_sizes_them_and_the_summary_
     ranks = [rank(0, 0.0), rank(1, 4.0)]  # rank 1 reaches the all-gather 4 ms late
     rows = {r["op"]: r for r in collective_rows(ranks)}
     assert rows["all_gather"]["bytes"] == 512 and rows["reduce_scatter"]["bytes"] == 2048
+    # numbered as torch numbers them in their group, as the collective watch does the user's own calls
+    assert (rows["all_gather"]["number"], rows["reduce_scatter"]["number"], rows["all_gather"]["group"]) == (8, 9, "0")
     summary = {r["rank"]: r for r in summary_rows(ranks)}
     assert summary[0]["collective_s"] == pytest.approx(0.007) and summary[0]["wait_s"] == pytest.approx(0.004)
     assert summary[1]["collective_s"] == pytest.approx(0.003) and summary[1]["last_to_arrive"] == 1

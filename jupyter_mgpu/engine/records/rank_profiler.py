@@ -120,7 +120,8 @@ def stop() -> dict[str, Any]:
 def issued(since_ns: int) -> list[dict[str, Any]]:
     """The collectives this rank's process groups ran since ``since_ns`` (epoch), whoever issued them (DDP's
     buckets, FSDP2, DTensor, the user's Python), as c10d's flight recorder has them: op, when it was
-    created (epoch ns) and its input bytes. Empty where the recorder is off (``TORCH_FR_BUFFER_SIZE`` unset
+    created (epoch ns), its input bytes, its group (``g``) and torch's number for it there (``n``, the
+    collective watch's numbering too). Empty where the recorder is off (``TORCH_FR_BUFFER_SIZE`` unset
     when the group was made) or absent."""
     from jupyter_mgpu.engine.watch.issued_collectives import recorder
 
@@ -130,7 +131,9 @@ def issued(since_ns: int) -> list[dict[str, Any]]:
         name = str(e.get("profiling_name") or "")
         if created < since_ns or ":" not in name:
             continue
-        out.append({"op": name.split(":", 1)[1], "created_ns": created, "bytes": _input_bytes(e)})
+        entry = {"op": name.split(":", 1)[1], "created_ns": created, "bytes": _input_bytes(e)}
+        entry.update(g=str((e.get("process_group") or ("",))[0]), n=int(e.get("collective_seq_id") or 0))
+        out.append(entry)
     return out
 
 
