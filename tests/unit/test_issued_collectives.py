@@ -243,3 +243,24 @@ def test_nccl_an_absent_or_unreadable_recorder_gives_none(nccl_rank, monkeypatch
     monkeypatch.delattr(torch._C._distributed_c10d, "_dump_nccl_trace_json")  # a CPU build has none
     assert nr.recorder(entries=True) == {} and ic.waiting(now=T) is None
     assert nr.waiting({"entries": [{"state": "started", "pg_id": "x"}, "junk"]}, T, {}, str, lambda n: None) is None
+
+
+def test_the_status_line_says_a_collective_torch_issued_as_such_with_the_users_line():
+    from jupyter_mgpu.engine.watch import collective_watch
+
+    bucket = {
+        "state": "collective",
+        "since": 88.0,
+        "collective": "all_reduce #8",
+        "call": f"all_reduce float32[20] issued by torch ({collective_watch.JOIN_HINT})",
+        "issued_by": "torch",
+        "line": "line 4 of the cell",
+    }
+    said = collective_watch.describe(bucket, now=100.0)
+    assert said == "waiting in all_reduce #8 (DDP bucket) for 12 s, from line 4 of the cell"
+    gather = {**bucket, "collective": "all_gather #3", "call": "all_gather float32[8] issued by torch"}
+    assert collective_watch.describe(gather, now=100.0) == (
+        "waiting in all_gather #3 (issued by torch) for 12 s, from line 4 of the cell"
+    )
+    mine = {k: v for k, v in bucket.items() if k != "issued_by"}  # the user's own call: as before
+    assert collective_watch.describe(mine, now=100.0) == "waiting in all_reduce #8 for 12 s"

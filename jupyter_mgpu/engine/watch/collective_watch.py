@@ -381,7 +381,8 @@ def where(st: Any) -> dict[str, Any]:
 
 
 def describe(where: dict[str, Any] | None, now: float) -> str | None:
-    """``waiting in barrier #7 for 44 s``, ``running line 3 of the cell for 45 s`` or ``at a pdb prompt at
+    """``waiting in barrier #7 for 44 s``, ``waiting in all_reduce #8 (DDP bucket) for 12 s, from line 4 of the
+    cell``, ``running line 3 of the cell for 45 s`` or ``at a pdb prompt at
     line 3 of the cell for 9 s``; None when idle. The live status line and the sidebar say a rank's
     activity in these words."""
     if not where or where.get("state") not in ("collective", "running", "debugging"):
@@ -389,6 +390,9 @@ def describe(where: dict[str, Any] | None, now: float) -> str | None:
     seconds = max(0.0, now - float(where.get("since") or now))
     if where["state"] == "debugging":
         return f"at a pdb prompt at {where.get('line') or 'an unknown line'} for {seconds:.0f} s"
+    if where["state"] == "collective" and where.get("issued_by") == "torch":  # from C++, on the user's behalf
+        by = "DDP bucket" if JOIN_HINT in str(where.get("call")) else "issued by torch"
+        return f"waiting in {where.get('collective')} ({by}) for {seconds:.0f} s, from {where.get('line')}"
     if where["state"] == "collective":
         return f"waiting in {where.get('collective')} for {seconds:.0f} s"
     running = f"running {where.get('line') or 'its code'} for {seconds:.0f} s"
