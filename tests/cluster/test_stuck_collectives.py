@@ -188,11 +188,12 @@ def test_the_same_in_a_script_and_in_session_run(default_sessions, tmp_path):
 DDP = "from torch.nn.parallel import DistributedDataParallel as DDP\nddp_model = DDP(torch.nn.Linear(4, 4))"
 
 
-def test_ddp_with_uneven_batches_is_named_with_its_bucket_and_join(default_sessions):
+@pytest.mark.parametrize("n", [2, 4])
+def test_ddp_with_uneven_batches_is_named_with_its_bucket_and_join(default_sessions, n):
     """The classic distributed hang, from C++: rank 0 runs a step more, its backward waits in DDP's bucket
-    all_reduce that rank 1 never issues. Named within seconds (torchrun: when rank 1 exits, 17 s; a rank
+    all_reduce that the others never issue. Named within seconds (torchrun: when rank 1 exits, 17 s; a rank
     that outlives its cell: the group's 30 minutes without the watch), then the next collective right."""
-    s = default_sessions(2)
+    s = default_sessions(n)
     s.run_cell(DDP, stream=False)
     start = time.monotonic()
     with pytest.raises(CollectiveHangError) as info:
@@ -206,7 +207,7 @@ def test_ddp_with_uneven_batches_is_named_with_its_bucket_and_join(default_sessi
     assert took < NAMED_WITHIN, (took, msg)
     assert "rank 0 waits in all_reduce float32[20] issued by torch" in msg, msg
     assert "torch.distributed.algorithms.Join" in msg and "at line 4 of the cell" in msg, msg
-    assert "rank 1 finished the cell without calling it" in msg, msg
+    assert f"{'rank 1' if n == 2 else 'ranks 1, 2, 3'} finished the cell without calling it" in msg, msg
     _sum_is_right(s)
 
 
