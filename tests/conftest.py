@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from lab_server import lab  # noqa: F401  (the one JupyterLab the browser tests share)
 from processes import cluster_pids, wait_gone
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
+
+# tiers slow by nature, marked `slow` as a whole here (the one place): a browser and the shared JupyterLab,
+# a JupyterHub, namespace hosts; a test elsewhere that is over 20 s, or too long for the quick tier's 3 minutes,
+# carries `@pytest.mark.slow` itself (tests/README.md)
+SLOW_TIERS = ("browser", "notebooks", "hub", "multihost")
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under a slow tier's directory ``slow`` (``-m "not slow"`` is the quick tier)."""
+    for item in items:
+        path = Path(item.path).resolve()
+        if path.is_relative_to(HERE) and path.relative_to(HERE).parts[0] in SLOW_TIERS:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
