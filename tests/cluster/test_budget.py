@@ -58,6 +58,7 @@ def _warm_up(s) -> None:
 
 
 @pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.slow
 def test_allocations_at_the_edges_of_the_budget(own_session, n):
     for budget in (256 * MiB, 1 * GiB, 2 * GiB):
         with own_session(n, mem_per_device=budget) as s:
@@ -66,6 +67,7 @@ def test_allocations_at_the_edges_of_the_budget(own_session, n):
             _edges(s, budget)  # the engines grew; the budget did not move
 
 
+@pytest.mark.slow
 def test_the_planner_s_free_memory_is_what_can_be_allocated(own_session):
     n, size = 2, 2048
     held = 2 * size * size * 4 // n  # A and B shards on each rank
@@ -104,6 +106,7 @@ def test_the_planner_s_free_memory_is_what_can_be_allocated(own_session):
 
 
 @pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.slow
 def test_predicted_extra_memory_is_measured_exactly_for_every_strategy(session_of, n):
     session_of(n)
     for m, k, cols in ((1536, 1024, 1280), (1000, 700, 900)):
@@ -134,6 +137,7 @@ def test_budget_bad_input():
         _build_spec(2, cpu=True, mem_per_device="900TiB")
 
 
+@pytest.mark.slow
 def test_the_boundary_one_device_and_the_hand_split_fail_mg_matmul_fits(own_session):
     """The well-known question at its boundary: A, B, C (3N²) do not fit one device; the hand split
     (halves of A, B copied, torch.cat on one rank) fails on the rank that concatenates; mg.matmul fits."""

@@ -26,6 +26,7 @@ def written(monkeypatch):
     return seen, shown
 
 
+@pytest.mark.slow
 def test_a_cell_streams_over_the_direct_channel_before_it_ends(s2, written):
     seen, _ = written
     calls_before = s2.cluster.client.history[:]

@@ -57,6 +57,7 @@ CASES = [(name, op) for name in coll.COLLECTIVES for op in (coll.OPS if name in 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("name,op", CASES)
+@pytest.mark.slow
 def test_every_collective_matches_the_reference(session_of, name, op, n):
     session_of(n)
     src = n - 1 if name in coll.ROOTED else 0
@@ -233,6 +234,7 @@ def _die_soon(rank):
     return torch.ones(4)
 
 
+@pytest.mark.slow
 def test_a_rank_dying_during_a_collective_is_named_without_a_hang(own_session):
     import os
     import signal

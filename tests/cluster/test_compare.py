@@ -43,6 +43,7 @@ def data(n: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("n, optimizer", [(2, "sgd"), (2, "adam"), (4, "sgd"), (4, "adam")])
+@pytest.mark.slow
 def test_every_strategy_trains_like_single_and_measures_as_the_formulas_say(session_of, n, optimizer):
     session_of(n)
     r = mg.compare(
@@ -107,6 +108,7 @@ def pipeline_demo() -> tuple[nn.Sequential, tuple[torch.Tensor, torch.Tensor]]:
 PIPELINE_DEMO = {"batch": 512, "microbatches": 8, "steps": 10, "loss": "cross_entropy", "optimizer": "adam"}
 
 
+@pytest.mark.slow
 def test_the_bubble_read_off_the_ranks_times_is_the_formulas(s4):
     model, xy = pipeline_demo()
     r = mg.compare(model, data=xy, strategies="pp,pp-1f1b", lr=1e-3, timeout=120, live=False, **PIPELINE_DEMO)
@@ -137,6 +139,7 @@ def test_the_bubble_read_off_the_ranks_times_is_the_formulas(s4):
         assert [row["bubble"] for row in r.table if row["strategy"] == name] == pytest.approx(bubble)
 
 
+@pytest.mark.slow
 def test_who_holds_which_part_of_each_weight(s2):
     r = mg.compare(
         model(), data=data(), batch=16, steps=4, strategies="ddp,fsdp,tp,pp", microbatches=2, timeout=60, live=False
@@ -194,6 +197,7 @@ def test_the_schedule_is_followed_live_while_the_pipeline_trains(s2):
     assert not player.live and player.n_frames == 40 * 2 * 8 * 2
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_a_row_and_the_session_stays_usable(own_session):
     with own_session(2, mem_per_device="96MiB", timeout=30) as s:
         r = mg.compare("mlp:512x32", batch=8, steps=4, strategies="single,ddp,fsdp", optimizer="adam", live=False)
@@ -294,6 +298,7 @@ def test_the_magic_keeps_its_result(s2):
     assert not bad.success and "--model names no notebook variable" in str(bad.error_in_exec)
 
 
+@pytest.mark.slow
 def test_the_stop_button_ends_a_comparison_and_the_next_one_runs(s2):
     import _thread
 

@@ -301,6 +301,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_the_hook_waits_for_torch_dtensor_to_be_imported():
     """Starting a trace does not import torch's DTensor; its first import while tracing installs the wrapper."""
     out = subprocess.run(

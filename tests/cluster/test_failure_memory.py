@@ -41,6 +41,7 @@ CELL = "def single(n):\n    a = torch.randn(n, n); b = torch.randn(n, n)\n    re
 SCRIPT = f"import torch\na = torch.randn({N}, {N})\nb = torch.randn({N}, {N})\nc = torch.mm(a, b)\n"
 
 
+@pytest.mark.slow
 def test_a_call_that_runs_out_of_memory_gives_it_back_on_every_path(own_session, tmp_path):
     script = tmp_path / "single.py"
     script.write_text(SCRIPT)
@@ -138,6 +139,7 @@ HOLD_THEN = """def hold():
 hold()"""
 
 
+@pytest.mark.slow
 def test_an_interrupted_call_s_kept_memory_is_said_with_the_interrupt(s2):
     """The stop button's error is built on the kernel side (the ranks' reports never come): it still says
     what the interrupted call's frames keep, and the rank measures it for mg.memory()."""
@@ -160,6 +162,7 @@ def test_an_interrupted_call_s_kept_memory_is_said_with_the_interrupt(s2):
     assert s2.run(rank_debugger.release_failure, targets=[0]) == [64 * MiB]
 
 
+@pytest.mark.slow
 def test_a_rank_released_from_a_stuck_collective_says_what_its_frames_keep(s2):
     """The guard thread's release ends the call with an error in the collective: those frames are kept and
     said like any other failure's, and let go with the next failure's."""

@@ -151,6 +151,7 @@ def test_accelerates_and_lightnings_state_do_not_survive_a_run(s2, tmp_path, cap
     assert _cell(s2, cells_state) == before  # the cells' accelerate state is theirs again, whatever the runs did
 
 
+@pytest.mark.slow
 def test_fresh_runs_on_new_processes_and_leaves_the_sessions_ranks_alone(s2, tmp_path, capfd, ip):
     script = _write(
         tmp_path / "who.py",
@@ -192,6 +193,7 @@ def test_init_process_group_arguments_are_checked_as_torch_checks_them(s2, tmp_p
     assert "device.py" in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_scripts_own_timeout_is_honoured_for_its_run_only(s2, tmp_path):
     script = _write(
         tmp_path / "slow.py",
@@ -327,6 +329,7 @@ def torchrun_outcomes(tmp_path_factory):
     return outcomes
 
 
+@pytest.mark.slow
 def test_accelerates_own_test_scripts_give_what_a_fresh_torchrun_gives_in_either_order(
     s2, torchrun_outcomes, tmp_path, capfd
 ):

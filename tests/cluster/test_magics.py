@@ -33,6 +33,7 @@ def run(ip, cell):
     return ip.run_cell(cell)
 
 
+@pytest.mark.slow
 def test_magics_tour(ip, no_session, capsys, tmp_path):
     r = run(ip, "%mgpu_init 2 --cpu --timeout 5 --no-dashboard")
     assert r.success, r.error_in_exec
@@ -96,6 +97,7 @@ def test_magics_tour(ip, no_session, capsys, tmp_path):
     assert wait_gone(pids) == []
 
 
+@pytest.mark.slow
 def test_errors_are_one_line_without_traceback(ip, no_session, capsys):
     assert run(ip, "%mgpu_init 2 --cpu --timeout 5 --no-dashboard").success
     capsys.readouterr()

@@ -38,6 +38,7 @@ def _reference(m, k, n, dtype=torch.float32, seeds=(1, 2)):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.slow
 def test_every_strategy_matches_torch_mm(session_of, n, strategy):
     session_of(n)
     for kind, (m, k, nn) in SHAPES.items():
@@ -55,6 +56,7 @@ def test_every_strategy_matches_torch_mm(session_of, n, strategy):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+@pytest.mark.slow
 def test_other_dtypes_on_four_ranks(s4, dtype):
     tdt = getattr(torch, dtype)
     ref = _reference(90, 70, 50, tdt)
@@ -158,6 +160,7 @@ def test_a_matmul_that_cannot_fit_says_so_with_what_would(s2):
     assert plan.strategy is None and "no matmul strategy fits" in repr(plan)
 
 
+@pytest.mark.slow
 def test_naive_concat_runs_out_of_memory_where_mg_matmul_fits(own_session):
     """The motivating case, scaled to seconds: C = A @ B with A 8192x64, B 64x8192 (C: 256 MiB).
 

@@ -100,6 +100,7 @@ def test_samples_keep_arriving_while_an_engine_is_busy_in_a_long_cpp_op(s2):
     assert wait_for(lambda: mg.memory()[0]["state"] == "idle")
 
 
+@pytest.mark.slow
 def test_dashboard_model_follows_the_samples_while_a_cell_runs(s2):
     board = mg.dashboard()
     assert mg.dashboard() is board  # one per session: every view shows the same model
@@ -126,6 +127,7 @@ def test_dashboard_model_follows_the_samples_while_a_cell_runs(s2):
     assert max(v for _, v in points) - before > 75 * MiB  # the timeline kept the spike
 
 
+@pytest.mark.slow
 def test_pause_stops_updates_and_resume_restarts_them(s2):
     board = mg.dashboard()
     board.paused = True
@@ -143,6 +145,7 @@ def test_pause_stops_updates_and_resume_restarts_them(s2):
     board.refresh_rate = wm.DEFAULT_RATE
 
 
+@pytest.mark.slow
 def test_reset_peak_works_on_every_rank_even_while_one_is_busy(s2):
     s2.run_cell("_peak = torch.ones(64 * 2**20, dtype=torch.uint8) + 1\ndel _peak")
     wait_for(lambda: all(r["peak_resident_bytes"] - r["resident_bytes"] > 48 * MiB for r in mg.memory()))
@@ -183,6 +186,7 @@ def test_bad_input_gets_one_sentence(s2):
         sm._current = saved
 
 
+@pytest.mark.slow
 def test_eight_ranks_a_dead_engine_and_clean_shutdown(own_session):
     with own_session(8) as s:
         board = mg.dashboard()
@@ -219,6 +223,7 @@ def test_eight_ranks_a_dead_engine_and_clean_shutdown(own_session):
     assert not [t for t in threading.enumerate() if t in (mon._thread, board._thread)]
 
 
+@pytest.mark.slow
 def test_sessions_leave_no_threads_behind(own_session):
     before = {t.ident for t in reader_threads() + wm.live_threads()}
     with own_session(2) as s:

@@ -57,6 +57,7 @@ def _distribute_on_rank(mesh_shape, names, cases):
 
 
 @pytest.mark.parametrize("mesh_shape, names", MESHES, ids=["1d", "2d", "3d"])
+@pytest.mark.slow
 def test_distribute_tensor_places_exactly_our_table(s4, mesh_shape, names):
     mesh = Mesh(mesh_shape, names)
     cases, tables = [], []

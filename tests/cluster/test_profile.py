@@ -28,6 +28,7 @@ def ip():
     return shell()
 
 
+@pytest.mark.slow
 def test_the_rank_that_sleeps_is_last_three_times_and_the_others_wait_for_it(s4):
     with mg.profile(s4) as p:
         s4.run_cell(STRAGGLER, stream=False)

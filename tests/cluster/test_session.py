@@ -110,6 +110,7 @@ def test_exception_in_a_function_names_the_function(s4):
         s4.run(bad, 1)
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_joins_a_collective_is_named_and_the_group_recovers(s4):
     start = time.monotonic()
     with pytest.raises(CollectiveTimeoutError) as info:  # a CollectiveHangError, before the 5 s timeout
@@ -156,6 +157,7 @@ def test_unpicklable_result_is_a_clear_error(s4):
     assert s4.run(_rank_info)[0][0] == 0
 
 
+@pytest.mark.slow
 def test_memory_budget_is_enforced_by_the_os(own_session):
     with own_session(2, mem_per_device="512MiB") as s:
         with pytest.raises(DeviceOutOfMemoryError) as info:
@@ -167,6 +169,7 @@ def test_memory_budget_is_enforced_by_the_os(own_session):
         assert s.run_cell("t = torch.ones(1024, 1024, 64); t.sum().item()") == ["67108864.0"] * 2
 
 
+@pytest.mark.slow
 def test_restart_replaces_the_running_cluster(own_session):
     with own_session(2) as first:
         pids = cluster_pids(first)
@@ -205,6 +208,7 @@ def test_bad_init_input_starts_nothing():
         sm._current = saved
 
 
+@pytest.mark.slow
 def test_with_block_shuts_down():
     import jupyter_mgpu.session.lifecycle as sm
 

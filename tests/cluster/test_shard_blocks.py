@@ -92,6 +92,7 @@ def test_a_view_kept_on_a_rank_keeps_its_block_from_reuse(s2, mode):
     B.free()
 
 
+@pytest.mark.slow
 def test_shard_blocks_count_against_the_device_budget(own_session, mode):
     with own_session(2, mem_per_device="256MiB") as s:
         mode(s)
@@ -109,6 +110,7 @@ def test_shard_blocks_count_against_the_device_budget(own_session, mode):
         assert s.run_cell(grab) == [repr(float(200 << 18))] * 2
 
 
+@pytest.mark.slow
 def test_a_scatter_refused_on_one_rank_leaves_no_block_reserved_on_the_others(own_session, mode):
     with own_session(2, mem_per_device="256MiB") as s:
         mode(s)

@@ -70,6 +70,7 @@ def _stop_rank_then_kill(rank: int, before: set, found: dict, stop: threading.Ev
         time.sleep(0.002)
 
 
+@pytest.mark.slow
 def test_a_rank_killed_while_starting_is_named_at_once_and_nothing_is_left(no_current):
     found: dict = {}
     stop = threading.Event()
@@ -90,6 +91,7 @@ def test_a_rank_killed_while_starting_is_named_at_once_and_nothing_is_left(no_cu
     assert not found["path"].exists()
 
 
+@pytest.mark.slow
 def test_a_failing_setup_is_named_and_nothing_is_left(no_current, monkeypatch):
     # a real mistake a user can make: gloo told to use a network interface this host does not have
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuchif0")
@@ -104,6 +106,7 @@ def test_a_failing_setup_is_named_and_nothing_is_left(no_current, monkeypatch):
         assert not path.exists()
 
 
+@pytest.mark.slow
 def test_the_spare_is_taken_over_and_nothing_is_left(no_current):
     cl.prewarm()
     spare = cl._spare
@@ -122,6 +125,7 @@ def test_the_spare_is_taken_over_and_nothing_is_left(no_current):
     assert not spare.path.exists()
 
 
+@pytest.mark.slow
 def test_a_spare_with_a_dead_process_is_cleaned_and_a_fresh_cluster_starts(no_current):
     cl.prewarm()
     spare = cl._spare
@@ -148,6 +152,7 @@ def test_discarding_the_spare_leaves_nothing():
     assert _processes_naming(spare.path) == []
 
 
+@pytest.mark.slow
 def test_the_startup_timeline_names_every_phase(no_current):
     s = sm.init(2, cpu=True, timeout=30)
     try:
@@ -182,6 +187,7 @@ def _budget_modes(s) -> list[str]:
     )
 
 
+@pytest.mark.slow
 def test_first_start_after_install_does_not_wait_for_the_compiler(no_current, tmp_path, monkeypatch):
     """An empty shim cache: the start compiles in the background, its ranks use the OS limit and say
     why; once the compile is done the next cluster uses the shim."""

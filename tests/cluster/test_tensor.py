@@ -135,6 +135,7 @@ def test_bad_input_is_one_sentence_and_allocates_nothing(s2):
     assert torch.equal(mg.arange(3, 2).gather(), torch.arange(6).reshape(3, 2))
 
 
+@pytest.mark.slow
 def test_handles_of_other_or_dead_sessions_are_refused(cluster_pool, own_session):
     a2 = mg.randn(8, 8, session=cluster_pool(2))
     a3 = mg.randn(8, 8, session=cluster_pool(3))

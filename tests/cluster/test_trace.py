@@ -145,6 +145,7 @@ def test_tracing_off_records_nothing_and_costs_one_check(s2):
     assert len(t) == 0
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_sentence(s2, own_session, tmp_path):
     with mg.trace() as t:
         with pytest.raises(MgpuError, match="already recording"):

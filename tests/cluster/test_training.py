@@ -96,6 +96,7 @@ for i in range(40):
 """
 
 
+@pytest.mark.slow
 def test_metrics_and_the_live_plot_update_while_the_cell_runs(s2):
     mg.clear_metrics(s2)
     plot = mg.metrics_plot(interval=0.1)
@@ -145,6 +146,7 @@ def test_the_plot_header_follows_clear_metrics_and_stop_draws_the_last_records(s
     mg.clear_metrics(s2)
 
 
+@pytest.mark.slow
 def test_the_live_plot_stops_with_its_session(own_session):
     with own_session(1):
         plot = mg.metrics_plot()

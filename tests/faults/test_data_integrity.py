@@ -16,6 +16,7 @@ from jupyter_mgpu.errors import EngineDiedError, MgpuError
 pytestmark = pytest.mark.cluster
 
 
+@pytest.mark.slow
 def test_shard_lost_on_a_dead_rank_and_gather_is_all_or_nothing(own_session):
     with own_session(3) as s:
         A = mg.randn(96, 64, placement=mg.Shard(0), seed=0)

@@ -58,6 +58,7 @@ def test_a_queued_noblock_cell_runs_before_a_later_call(s2):
     pending.get()
 
 
+@pytest.mark.slow
 def test_a_timed_out_call_is_interrupted_and_its_late_reply_dropped(s2):
     start = time.monotonic()
     with pytest.raises(MgpuError, match=r"^_sleep did not finish within 1 s on ranks 0, 1; those ranks were"):
@@ -66,6 +67,7 @@ def test_a_timed_out_call_is_interrupted_and_its_late_reply_dropped(s2):
     assert time.monotonic() - start < 6  # the interrupt reached the sleeping ranks
 
 
+@pytest.mark.slow
 def test_a_call_timed_out_inside_a_collective_leaves_no_stale_collective(s2):
     # rank 0 waits in an all_reduce that rank 1 never joins; SIGINT cannot stop it there
     with pytest.raises(MgpuError, match=r"within 1 s on rank 0; .* rebuilt before the next call"):
@@ -76,6 +78,7 @@ def test_a_call_timed_out_inside_a_collective_leaves_no_stale_collective(s2):
     assert time.monotonic() - start < 5  # released at once, not after the collective timeout
 
 
+@pytest.mark.slow
 def test_the_stop_button_interrupts_a_direct_call(s2):
     threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     start = time.monotonic()
@@ -85,6 +88,7 @@ def test_the_stop_button_interrupts_a_direct_call(s2):
     assert time.monotonic() - start < 8
 
 
+@pytest.mark.slow
 def test_a_rank_killed_during_a_direct_call_is_named(own_session):
     with own_session(2) as s:
         threading.Timer(1.0, lambda: os.kill(s.cluster.engine_pids[1], signal.SIGKILL)).start()

@@ -30,6 +30,7 @@ def _restart_works(s_old, n=2):
     return s
 
 
+@pytest.mark.slow
 def test_engine_killed_while_idle(own_session):
     with own_session(3) as s:
         os.kill(s.cluster.engine_pids[2], signal.SIGKILL)
@@ -43,6 +44,7 @@ def test_engine_killed_while_idle(own_session):
         s2.shutdown()
 
 
+@pytest.mark.slow
 def test_engine_killed_during_a_cell(own_session):
     with own_session(2) as s:
         _kill_later(s.cluster.engine_pids[1], 1.0)
@@ -53,6 +55,7 @@ def test_engine_killed_during_a_cell(own_session):
         _restart_works(s).shutdown()
 
 
+@pytest.mark.slow
 def test_engine_killed_during_a_collective(own_session):
     with own_session(3) as s:
         _kill_later(s.cluster.engine_pids[2], 1.0)
@@ -63,6 +66,7 @@ def test_engine_killed_during_a_collective(own_session):
         _restart_works(s, 3).shutdown()
 
 
+@pytest.mark.slow
 def test_rank_raising_before_a_collective_releases_the_others(own_session):
     with own_session(3) as s:
         start = time.monotonic()
@@ -76,6 +80,7 @@ def test_rank_raising_before_a_collective_releases_the_others(own_session):
         assert s.run_cell("y = torch.ones(1); dist.all_reduce(y); y.item()") == ["3.0"] * 3
 
 
+@pytest.mark.slow
 def test_rank_out_of_budget_mid_op(own_session):
     with own_session(2, mem_per_device="400MiB") as s:
         with pytest.raises(DeviceOutOfMemoryError, match=r"^rank 1 ran out of device memory \(budget 400.0 MiB\)"):
@@ -85,6 +90,7 @@ def test_rank_out_of_budget_mid_op(own_session):
         assert s.run_cell("c = torch.ones(8); dist.all_reduce(c); c[0].item()") == ["2.0", "2.0"]
 
 
+@pytest.mark.slow
 def test_segfault_on_one_rank(own_session):
     with own_session(2) as s:
         start = time.monotonic()
@@ -94,6 +100,7 @@ def test_segfault_on_one_rank(own_session):
         _restart_works(s).shutdown()
 
 
+@pytest.mark.slow
 def test_infinite_loop_then_interrupt(own_session):
     with own_session(2) as s:
         threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
@@ -104,6 +111,7 @@ def test_infinite_loop_then_interrupt(own_session):
         assert s.run_cell("z = torch.ones(1); dist.all_reduce(z); z.item()") == ["2.0", "2.0"]
 
 
+@pytest.mark.slow
 def test_controller_killed(own_session):
     with own_session(2) as s:
         pids = cluster_pids(s)
@@ -141,6 +149,7 @@ def test_stale_runtime_dir_is_cleaned_and_never_reused(own_session, tmp_path):
         assert s.run_cell("rank") == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_collective_timeout_error_names_rank_within_bound(s2):
     start = time.monotonic()
     with pytest.raises(CollectiveHangError, match="rank 1 finished the cell without calling it"):

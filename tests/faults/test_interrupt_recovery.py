@@ -62,6 +62,7 @@ def _press_stop_once_multiplying(s, rank: int, grown: int, timeout: float = 30.0
     threading.Thread(target=watch, daemon=True).start()
 
 
+@pytest.mark.slow
 def test_a_rank_in_a_long_cpp_op_is_rebuilt_around_before_the_next_call(own_session, capsys):
     with own_session(2, timeout=60) as s:
         # rank 1 multiplies in one C++ call for several seconds (SIGINT waits for it); rank 0 waits in a collective

@@ -32,6 +32,7 @@ def _all_reduce_64mib() -> float:
     return float(x[0])
 
 
+@pytest.mark.slow
 def test_200_cells_and_100_collectives_of_64mib_do_not_grow_memory(s4):
     me = psutil.Process()
     engines = [s4.cluster.engine_pids[r] for r in range(4)]

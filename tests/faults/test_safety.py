@@ -40,6 +40,7 @@ def test_ipyparallel_message_signing_stays_on(s2):
     assert conn["signature_scheme"] == "hmac-sha256" and len(conn["key"]) >= 16
 
 
+@pytest.mark.slow
 def test_two_clusters_side_by_side_use_different_ports(s2, own_session):
     def ports(s):
         pids = set(cluster_pids(s))
@@ -122,6 +123,7 @@ def _as_user(user: str, code: str, timeout: float = 120) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 def test_another_user_cannot_see_or_reach_my_cluster_and_runs_their_own(s2, other_user):
     mine = s2.cluster.path
     result = _as_user(
@@ -185,6 +187,7 @@ print("CUDA-UNTOUCHED")
 """
 
 
+@pytest.mark.slow
 def test_controller_never_initialises_cuda():
     extra = ""
     try:
@@ -205,6 +208,7 @@ def test_controller_never_initialises_cuda():
     assert "CUDA-UNTOUCHED" in out.stdout, out.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_selftest_passes_on_cpu_virtual_devices():
     out = subprocess.run(
         [sys.executable, "-m", "jupyter_mgpu.selftest", "--cpu"], capture_output=True, text=True, timeout=180

@@ -80,6 +80,7 @@ def kernel():
     assert wait_gone(pids, 10) == []
 
 
+@pytest.mark.slow
 def test_a_breakpoint_in_an_mgpu_cell_stops_the_ranks_as_threads_with_their_own_values(kernel):
     panel = kernel.panel
     code = "%%mgpu\nvalue = rank * 10 + 3\ndoubled = value * 2\ntripled = value * 3\n(doubled, tripled)"

@@ -48,7 +48,7 @@ def _check_tensor(kernel: Kernel) -> None:
     assert reply["status"] == "ok" and "A ok" in out, out
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=["2 ranks", "4 ranks"])
+@pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)], ids=["2 ranks", "4 ranks"])
 def kernel(request):
     n = request.param
     k = Kernel()
@@ -65,6 +65,7 @@ def kernel(request):
     assert wait_gone(pids, 15) == []
 
 
+@pytest.mark.slow
 def test_the_two_cells_of_the_report_give_the_right_sum(kernel):
     reply, out, took = kernel.run_and_interrupt(STUCK, after=2.0)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", out
@@ -87,6 +88,7 @@ def test_a_rank_raising_while_others_wait_in_a_collective(kernel):
     _check_tensor(kernel)
 
 
+@pytest.mark.slow
 def test_interrupt_during_mg_collective(kernel):
     kernel.execute(
         "import time\ndef late(rank):\n    if rank == 1:\n        time.sleep(600)\n"
@@ -99,6 +101,7 @@ def test_interrupt_during_mg_collective(kernel):
 
 
 @pytest.mark.parametrize("strategy", ["ring", "summa"])
+@pytest.mark.slow
 def test_interrupt_during_mg_matmul(kernel, strategy):
     reply, out = kernel.execute(
         "X = mg.randn(3072, 3072, placement=mg.Shard(0), seed=1)\n"
@@ -119,6 +122,7 @@ def test_interrupt_during_mg_matmul(kernel, strategy):
     kernel.execute("del X, Y, Z")
 
 
+@pytest.mark.slow
 def test_interrupt_during_mg_map(kernel):
     kernel.execute(
         "def slow(rows):\n    import torch.distributed as dist\n"
@@ -131,6 +135,7 @@ def test_interrupt_during_mg_map(kernel):
     _check_tensor(kernel)
 
 
+@pytest.mark.slow
 def test_interrupt_during_ddp_training(kernel):
     code = (
         "%%mgpu\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
@@ -147,6 +152,7 @@ def test_interrupt_during_ddp_training(kernel):
     _check_tensor(kernel)
 
 
+@pytest.mark.slow
 def test_five_quick_presses_never_leave_a_wrong_number(kernel):
     reply, out, took = kernel.run_and_interrupt(STUCK, after=1.0, presses=5, gap=0.15)
     assert reply["ename"] == "KeyboardInterrupt", out
@@ -172,6 +178,7 @@ def _descendants(pid: int) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_interrupting_init_and_shutdown_leaves_nothing_running():
     k = Kernel()
     try:

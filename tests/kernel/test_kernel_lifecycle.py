@@ -29,6 +29,7 @@ def test_sigkill_of_the_kernel_ends_engines_and_controller_within_10s(kernel):
     print(f"engines gone {time.monotonic() - start:.2f} s after SIGKILL of the kernel")
 
 
+@pytest.mark.slow
 def test_kernel_shutdown_and_restart_end_engines(kernel):
     pids = kernel.start_cluster(2)
     kernel.km.restart_kernel(now=False)
@@ -39,6 +40,7 @@ def test_kernel_shutdown_and_restart_end_engines(kernel):
     assert wait_gone(pids, 10) == []
 
 
+@pytest.mark.slow
 def test_stop_button_interrupts_the_engines_and_session_stays_usable(kernel):
     kernel.start_cluster(2)
     msg_id = kernel.kc.execute("%%mgpu\nimport time\nwhile True:\n    time.sleep(0.01)")

@@ -80,6 +80,7 @@ def test_other_cells_and_the_magic_line_are_answered_by_the_kernel(kernel):
 
 
 @pytest.mark.parametrize("busy", ["time.sleep(3)", "t = time.time() + 3\nwhile time.time() < t:\n    pass"])
+@pytest.mark.slow
 def test_a_busy_rank_0_still_answers_within_the_budget(kernel, busy):
     kernel.execute(f"%%mgpu --noblock --targets 0\nimport time\n{busy}")
     time.sleep(0.5)  # rank 0 is in the cell now
@@ -122,6 +123,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_on_a_loaded_machine_lines_stay_whole_and_tab_and_shift_tab_still_answer_from_the_ranks(kernel):
     """Notebook 01's kind of cell, Tab and Shift-Tab with every core kept busy by other processes (a shared
     GPU node): each rank's lines whole and in order on both cell channels, a line written in parts never

@@ -15,7 +15,7 @@ from processes import wait_gone
 pytestmark = pytest.mark.kernel
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+@pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)], ids=["2ranks", "4ranks"])
 def kernel(request, tmp_path_factory):
     k = Kernel()
     pids: list[int] = []
@@ -52,6 +52,7 @@ def debug(k: Kernel, code: str, answers: list[str], timeout: float = 60) -> tupl
     return reply["content"], prompts, "".join(out)
 
 
+@pytest.mark.slow
 def test_breakpoint_stops_every_rank_in_turn_p_prints_its_values_c_finishes(kernel):
     n = kernel.n
     reply, prompts, out = debug(
@@ -72,6 +73,7 @@ def test_breakpoint_stops_every_rank_in_turn_p_prints_its_values_c_finishes(kern
         assert str(r * 100 + 8) in out  # the values the cell made were kept
 
 
+@pytest.mark.slow
 def test_n_steps_on_the_rank_and_the_namespace_stays_clean(kernel):
     answers = ["n", "p a", "c"] * kernel.n
     reply, prompts, out = debug(kernel, "%%mgpu\nbreakpoint()\na = rank + 40\nb = a * 2\nb", answers)
@@ -83,6 +85,7 @@ def test_n_steps_on_the_rank_and_the_namespace_stays_clean(kernel):
     assert "False" in out
 
 
+@pytest.mark.slow
 def test_q_ends_the_cell_in_one_sentence_and_the_session_goes_on(kernel):
     answers = ["q"] + ["c"] * (kernel.n - 1)
     reply, prompts, out = debug(kernel, "%%mgpu\nstate = 'before'\nbreakpoint()\nstate = 'after'\n", answers)
@@ -105,6 +108,7 @@ def test_pythonbreakpoint_0_skips_every_breakpoint(kernel):
     assert reply["status"] == "ok" and prompts == [] and "went on" in out
 
 
+@pytest.mark.slow
 def test_pdb_set_trace_works_as_breakpoint_does(kernel):
     reply, prompts, out = debug(kernel, "%%mgpu\nimport pdb\npdb.set_trace()\nx = 1\n", ["p rank * 3", "c"] * kernel.n)
     assert reply["status"] == "ok", out
@@ -113,6 +117,7 @@ def test_pdb_set_trace_works_as_breakpoint_does(kernel):
         assert f"\n{3 * r}\n" in out
 
 
+@pytest.mark.slow
 def test_post_mortem_on_the_one_rank_that_failed_prints_its_locals(kernel):
     last = kernel.n - 1
     reply, _, out = debug(
@@ -132,6 +137,7 @@ def test_post_mortem_on_the_one_rank_that_failed_prints_its_locals(kernel):
     assert reply["status"] == "error" and "rank 0 has no failure to debug" in reply["evalue"]
 
 
+@pytest.mark.slow
 def test_a_breakpoint_in_a_script_run_with_mgpu_run(kernel):
     script = kernel.folder / "train.py"
     script.write_text(
@@ -172,6 +178,7 @@ def test_the_stop_button_at_a_prompt_returns_quickly_and_the_session_goes_on(ker
         assert str(r + 1) in out
 
 
+@pytest.mark.slow
 def test_ranks_waiting_in_a_collective_for_a_rank_at_a_prompt_are_not_released(kernel):
     """Rank 0 sits at its prompt well past the hang rule's 2 s while the others wait in all_reduce for
     it: they are not called stuck, and the all_reduce gives the right sum once rank 0 goes on."""
@@ -213,6 +220,7 @@ def test_interact_is_a_console_in_the_ranks_frame_through_the_input_box(kernel):
     assert "*interactive*" in out and "\n42\n" in out and "\n20\n" in out
 
 
+@pytest.mark.slow
 def test_a_breakpoint_in_a_function_sent_with_session_run(kernel):
     code = (
         "import jupyter_mgpu as mg\n"
@@ -253,6 +261,7 @@ def test_an_out_of_memory_failure_is_not_kept_for_post_mortem(kernel):
     assert "rank 0's last failure cannot be debugged: it ran out of memory" in reply["evalue"]
 
 
+@pytest.mark.slow
 def test_the_prompt_the_error_and_where_use_the_gutters_line_numbers(kernel):
     """One numbering, the editor's: ``%%mgpu`` is line 1 of the cell, as JupyterLab's gutter counts it."""
     cell = "%%mgpu --targets 0\nx = 1\nbreakpoint()\ny = x + 1\n1 / 0"  # gutter: breakpoint() 3, y = 4, 1 / 0 5

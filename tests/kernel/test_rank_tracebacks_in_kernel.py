@@ -74,6 +74,7 @@ def test_a_script_run_writes_nothing_on_stderr_and_its_group_note_once(kernel):
     assert text.count("mgpu: init_process_group() joined the session's group") == 1
 
 
+@pytest.mark.slow
 def test_a_library_call_past_two_seconds_says_what_it_waits_for_and_the_line_goes(kernel):
     reply, got = messages(
         kernel,
@@ -90,6 +91,7 @@ def test_a_library_call_past_two_seconds_says_what_it_waits_for_and_the_line_goe
     assert not [kind for kind, _ in got if "display" in kind]  # a short wait says nothing
 
 
+@pytest.mark.slow
 def test_a_first_import_past_two_seconds_is_said_in_the_cell_and_the_line_goes(kernel):
     (kernel.folder / "mgpu_slow_import.py").write_text("import time\ntime.sleep(2.8)\n")
     reply, got = messages(
