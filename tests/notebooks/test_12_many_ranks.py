@@ -1,8 +1,9 @@
 """notebooks/12_many_ranks.ipynb: 32 real CPU ranks in real JupyterLab with Chromium (issue 37). The
 dashboard, the sidebar, ``%mgpu_status``, a per-rank DataFrame, ``mg.show`` of a sharded tensor and
 ``%mgpu_collective all_gather`` stay legible — no console error, nothing past a cell's edge — and light:
-the all-gather cell takes under 3 s in the kernel and sends the page under 10 MB (counted on the page's websockets by
-``tests/browser/notebook_hooks/12_many_ranks.mjs``)."""
+the all-gather cell sends the page under 10 MB (counted on the page's websockets by
+``tests/browser/notebook_hooks/12_many_ranks.mjs``) and takes at most 100 times an empty ``%%mgpu`` cell on the
+same 32 ranks, both timed in the kernel in the same run."""
 
 import re
 
@@ -28,15 +29,23 @@ def _cell_traffic(run, prefix: str) -> tuple[float, int]:
     return (marks[i + 1]["t"] - marks[i]["t"]) / 1e3, marks[i + 1]["bytes"] - marks[i]["bytes"]
 
 
+def _empty_cell_seconds(run) -> float:
+    """The notebook's own measure, in this run: the median of 15 empty ``%%mgpu`` cells on the 32 ranks."""
+    return float(re.search(r"32 ranks: ([\d.]+) ms", run.text["import statistics"]).group(1)) / 1e3
+
+
 def test_the_all_gather_picture_of_32_ranks_is_quick_and_light(run):
     cell = "%%time\n%mgpu_collective all_gather"
     wall = re.search(r"Wall time: ([\d.]+) (m?s)", run.text[cell])
     seconds = float(wall.group(1)) / (1000 if wall.group(2) == "ms" else 1)
-    shown_after, sent = _cell_traffic(run, cell)
-    # the page's bytes; the kernel's time only bounded for sanity (a machine here is 2-3x slower some days):
-    # how quick it is, is benchmarks/collective_pictures.py's to measure
-    assert seconds < 15 and sent < 10e6, (seconds, sent)
-    assert shown_after < 10, shown_after  # until the page has drawn it (1 s here, about 3 s on a loaded CI machine)
+    empty = _empty_cell_seconds(run)
+    _, sent = _cell_traffic(run, cell)
+    assert sent < 10e6, sent
+    # quick against a reference timed on the same ranks in the same run, never a fixed time: a loaded machine
+    # slows both (on 2 cores about 0.45 s against an empty cell's ~20 ms; drawing the picture is ~0.04 s of it,
+    # which benchmarks/collective_pictures.py measures). The page's time per cell (_cell_traffic) is not bounded:
+    # the hook's loop samples it too coarsely (0.12 s in a stored run whose %%time said 0.45 s).
+    assert seconds < 100 * empty, (seconds, empty)
 
 
 def test_one_output_for_32_different_dataframes_every_rank_labelled(run):
