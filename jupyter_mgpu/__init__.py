@@ -78,6 +78,7 @@ __all__ = [
     "from_dtensor",
     "from_numpy",
     "from_pandas",
+    "heal",
     "init",
     "load",
     "load_ipython_extension",
@@ -93,6 +94,7 @@ __all__ = [
     "rand",
     "randn",
     "reset_peak",
+    "restart",
     "save",
     "scatter",
     "show",
@@ -120,6 +122,24 @@ def where(session: Any = None, dump: str | None = None, merge: bool = False) -> 
     torch's ``torchfrtrace <folder>`` reads. ``merge=True``: every rank's stack as one tree, each frame with
     the ranks in it (``ranks 0–59 (60)``) and what they do there — which ranks are somewhere else."""
     return (session or current()).where(dump=dump, merge=merge)
+
+
+def restart(ranks: Any = None, session: Any = None) -> Any:
+    """Start dead ranks (``ranks``, default every dead one) again on their devices, in a new engine each
+    joined to a rebuilt process group; every other rank keeps its variables, shards and tensors. Says the
+    names a new rank lacks that its peers define. ``%mgpu_init --restart`` still starts every rank afresh."""
+    from jupyter_mgpu.session.rank_restart import restart as _restart
+
+    return _restart(session or current(), None if ranks is None else [int(r) for r in ranks])
+
+
+def heal(rank: int, names: Any, from_rank: int = 0, session: Any = None) -> str:
+    """Give a restarted ``rank`` the values ``names`` from the live ``from_rank``, through the process group
+    (a model, its optimizer, data, cell-defined functions; pickled together, so they keep sharing what they
+    share). A DDP model is made again on every rank with rank 0's weights. Sharded state is refused."""
+    from jupyter_mgpu.session.rank_heal import heal as _heal
+
+    return _heal(session or current(), rank, names if isinstance(names, str) else list(names), from_rank)
 
 
 def dashboard(session: Any = None, refresh_rate: float | None = None) -> Any:

@@ -320,4 +320,7 @@ def describe_exit(rank: int, record: dict[str, Any], when: str = "") -> str:
     else:
         how = f"exited with code {record.get('returncode')}"
     tail = f" {when}" if when else ""
-    return f"rank {rank} {how}{tail}; run %mgpu_init --restart (or mg.init(..., restart=True)) to start a new cluster"
+    return (
+        f"rank {rank} {how}{tail}; run %mgpu_init --restart (or mg.init(..., restart=True)) to start a new cluster, "
+        f"or %mgpu_restart --rank {rank} (mg.restart([{rank}])) to start this rank again, keeping the other ranks' variables"
+    )

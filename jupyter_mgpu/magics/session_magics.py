@@ -128,6 +128,18 @@ class MgpuMagics(Magics):
         _wait_for_fresh_samples(s)  # a rank that finished the last cell a moment ago is idle, not "busy"
         return StatusTable(s.status())
 
+    @magic_arguments()
+    @argument(
+        "--rank", "-r", type=int, action="append", help="a dead rank to start again (repeat; default: every dead one)"
+    )
+    @line_magic
+    def mgpu_restart(self, line: str = "") -> Any:
+        """Start dead ranks again on their devices; every other rank keeps its variables, shards and tensors."""
+        from jupyter_mgpu.session.rank_restart import restart
+
+        args = parse_line(self.mgpu_restart, line)
+        return restart(sessmod.current(), args.rank)
+
     @line_magic
     def mgpu_shutdown(self, line: str = "") -> None:
         """Stop the engines and controller of the current session and free their memory."""

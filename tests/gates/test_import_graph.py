@@ -108,6 +108,7 @@ ALLOWED: dict[str, set[str]] = {
         "engine.execution.cell_value",  # a travelled value formatted in the notebook as on a rank
         "engine.execution.direct_channel",
         "engine.execution.namespace_transfer",
+        "engine.execution.peer_heal",  # the rank half of mg.heal, sent by reference
         "engine.execution.rank_debugger",  # the rank half of pdb on the ranks: post_mortem, sent by reference
         "engine.execution.rank_namespace",
         "engine.execution.shipped_function",

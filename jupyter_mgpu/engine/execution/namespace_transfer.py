@@ -61,3 +61,8 @@ def take_back(ns: dict[str, Any], put: dict[str, Any]) -> None:
     for name, value in put.items():
         if ns.get(name, put) is value:
             del ns[name]
+
+
+def names() -> list[str]:
+    """The names this rank's namespace defines (a restarted rank's missing ones are said from these)."""
+    return sorted(name for name in user_ns() if not name.startswith("_"))

@@ -3,7 +3,8 @@
 Run as ``python -m jupyter_mgpu.engine.startup.launcher RUNDIR``. It imports torch and the ipyparallel
 engine once (without touching CUDA), waits for the controller's connection file, forks one engine
 per device, then stays as their parent: it records how each engine ended (``exits/<rank>.json``),
-ends them all on SIGTERM or when the kernel is gone, and removes nothing it did not create.
+forks a dead rank's engine again when the kernel asks (``restart/<rank>.json``), ends them all on
+SIGTERM or when the kernel is gone, and removes nothing it did not create.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 ENGINE_FILE = "profile/security/ipcontroller-engine.json"
+RESTART_DIR = "restart"  # the kernel's requests to start a dead rank again (session/rank_restart.py)
+RESTART_POLL_S = 0.02
 _warmed = False
 SHIM_GRACE = 0.3
 
@@ -225,9 +228,37 @@ def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str
         sys.exit(2)
     mark(rundir, "supervisor.engine_file")
     _fork_engines(rundir, config, engines)
-    while engines.children:
-        engines.reap(block=True)
+    while engines.children:  # reaped as they end; a dead rank started again when the kernel asks
+        engines.reap(block=False)
+        _serve_restarts(rundir, config, engines)
+        time.sleep(RESTART_POLL_S)
     _log(rundir, "all engines ended; supervisor exits")
+
+
+def _serve_restarts(rundir: Path, config: dict[str, Any], engines: _Engines) -> None:
+    """Fork a new engine for each dead rank the kernel asked for (``restart/<rank>.json``: the process
+    group generation it joins, and the master address of the one-host store), as the first ones were."""
+    folder = rundir / RESTART_DIR
+    if engines.stopping or not folder.is_dir():
+        return
+    from jupyter_mgpu.rundir import complete_json, write_json
+
+    for path in sorted(folder.glob("*.json")):
+        if not complete_json(path):
+            continue  # still being written
+        request = json.loads(path.read_text())
+        path.unlink()
+        rank = int(request["rank"])
+        if rank in engines.children:
+            _log(rundir, f"rank {rank} is alive: not restarted")
+            continue
+        (rundir / "exits" / f"{rank}.json").unlink(missing_ok=True)
+        pid = os.fork()
+        if pid == 0:
+            _engine_child(rundir, {**config, "restart": request}, rank)
+        engines.children[rank] = pid
+        _log(rundir, f"rank {rank} restarted (pid {pid}, generation {request['generation']})")
+        write_json(rundir / "engines.json", {str(r): p for r, p in engines.children.items()})
 
 
 def _wait_as_spare(rundir: Path, kernel_pid: int, kernel_create_time: float | None) -> None:

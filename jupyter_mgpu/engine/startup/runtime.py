@@ -79,17 +79,23 @@ def setup(config: dict[str, Any], rank: int) -> EngineState:
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES))
     # nccl marks a collective "started" on the GPU only with timing on: how a stuck one is told from queued work
     os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+    restart = config.get("restart") or {}  # a dead rank started again: it joins the survivors' new group
+    st.pg_generation = int(restart.get("generation", 0))
     meeting = process_group.init_process_group(
         config["rundir"],
         rank,
         world,
         config["backend"],
         st.timeout,
+        st.pg_generation,
         store=st.store,
         collective_timeout=st.collective_timeout,
     )
     if st.store is None:  # one host: a real store for MASTER_ADDR / MASTER_PORT (across hosts: the group's)
-        master = torchrun_env.serve_master(meeting, rank, world, st.timeout)
+        if restart.get("master") and rank != 0:  # rank 0's, which the survivors use
+            master = (str(restart["master"][0]), int(restart["master"][1]))
+        else:
+            master = torchrun_env.serve_master(meeting, rank, world, st.timeout)
         os.environ.update(torchrun_env.variables(config, rank, master))
     user_process_group.install()  # dist.init_process_group() in user code joins this group
     from jupyter_mgpu.engine.watch import collective_watch
