@@ -107,6 +107,10 @@ def restart(session: Any, ranks: list[int] | None = None) -> Restarted:
         raise MgpuError(f"{rank_list(survivors)} did not join the new process group within {timeout:.0f} s")
     rebuilt.get()
     recovery.dirty, recovery.released = None, set()
+    for handle in list(session.handles.values()):  # their shards on the new ranks died with the old engines
+        lose = getattr(handle, "_lose", None)
+        if lose is not None:
+            lose(chosen)
     cluster.engine_pids.update(pids)
     for r in chosen:
         session.direct.forget(r)

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from jupyter_mgpu.errors import EngineDiedError, MgpuError
+from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.layout.dtensor_layout import itemsize_of
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
@@ -44,6 +44,7 @@ class DistTensor:
         self.plan: Any = None
         self.report: Any = None
         self._state = "live"
+        self._lost_on: list[int] = []  # ranks started again since this tensor was made: their shards are gone
         self._in_blocks = False  # made by scatter: its shards are blocks the kernel can read directly
         session.handles[handle_id] = self
 
@@ -86,6 +87,8 @@ class DistTensor:
 
     def __repr__(self) -> str:
         state = "" if self._state == "live" else f", {self._state}"
+        if self._lost_on:
+            state = f", shard lost on {rank_list(self._lost_on)} (restarted)"
         head = (
             f"DistTensor(shape={self.shape}, dtype={self.dtype_name}, placement={self.placement.label}, "
             f"{self.world_size} ranks{state})"
@@ -109,6 +112,12 @@ class DistTensor:
                 f"tensor {self.handle_id} belongs to a session that was shut down; "
                 "its shards are gone — create it again in the current session"
             )
+        if self._lost_on:
+            raise MgpuError(
+                f"tensor {self.handle_id} lost its shard on {rank_list(self._lost_on)} when "
+                f"{'it was' if len(self._lost_on) == 1 else 'they were'} started again (mg.restart); make it again: "
+                "the cell that made it, or mg.load from a file saved with mg.save"
+            )
         dead = self.session.cluster.exits()
         if dead:  # never hand out partial or stale data
             from jupyter_mgpu.cluster.local import describe_exit
@@ -119,6 +128,11 @@ class DistTensor:
                 f"{describe_exit(rank, dead[rank])}, then create the tensor again",
                 ranks=sorted(dead),
             )
+
+    def _lose(self, ranks: list[int]) -> None:
+        """Called by ``mg.restart``: the shards on ``ranks`` died with their old engines."""
+        if self._state == "live":
+            self._lost_on = sorted(set(self._lost_on) | set(ranks))
 
     def _invalidate(self) -> None:
         """Called at session shutdown: the shards died with the engines."""

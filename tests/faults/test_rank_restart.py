@@ -83,6 +83,7 @@ def test_a_rank_killed_while_ddp_trains_comes_back_healed_and_training_resumes_w
 def test_a_segfault_and_a_kill_at_once_both_restart_and_bad_requests_get_one_sentence(own_session):
     with own_session(4) as s:
         s.run_cell("kept = rank * 10", stream=False)
+        t = mg.ones(8, 4)  # sharded over the 4 ranks: rank 3's rows die with it
         with pytest.raises(MgpuError, match=r"^no rank is dead: nothing to restart"):
             mg.restart()
         with pytest.raises(MgpuError, match=r"^rank 2 is alive: only a dead rank is restarted"):
@@ -107,6 +108,9 @@ def test_a_segfault_and_a_kill_at_once_both_restart_and_bad_requests_get_one_sen
         report = mg.restart()
         assert str(report).startswith("ranks 2, 3 started again in ") and "kept, x are not defined" in str(report)
         assert s.run_cell("kept", targets=[0, 1], stream=False) == ["0", "10"]
+        assert "shard lost on ranks 2, 3 (restarted)" in repr(t)  # marked in its view, never read as zeros
+        with pytest.raises(MgpuError, match=r"lost its shard on ranks 2, 3 when they were started again"):
+            t.gather()
         out = s.run_cell("y = torch.ones(1) * (rank + 1)\ndist.all_reduce(y)\ny.item()", stream=False)
         assert out == ["10.0"] * 4
         # sharded state has no whole copy on any peer
