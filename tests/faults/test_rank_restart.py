@@ -58,7 +58,7 @@ def test_a_rank_killed_while_ddp_trains_comes_back_healed_and_training_resumes_w
         assert not list((s.cluster.path / engine_restart.RESTART_DIR).glob("*.json"))  # the supervisor took it
         assert isinstance(report, rank_restart.Restarted) and report.ranks == [1] and report.pids[1] != 0
         assert str(report).startswith("rank 1 started again in "), report
-        assert "rank 1 is new: DDP, i, kept, losses, model, opt, step, time are not defined there" in str(report), (
+        assert "rank 1 is new: DDP, i, kept, losses, model, opt, step are not defined there" in str(report), (
             report
         )
         # the survivors keep their values, by value; the new rank has none of them

@@ -103,3 +103,22 @@ def test_a_first_import_past_two_seconds_is_said_in_the_cell_and_the_line_goes(k
     assert said and said[0].startswith("mgpu: ranks 0, 1 running line 4 of the cell for "), lines
     assert said[0].endswith(", importing mgpu_slow_import"), lines  # the editor's line of the import
     assert lines[-1] == "", lines  # gone when the cell ended
+
+
+def test_a_dead_rank_is_offered_a_restart_and_mgpu_restart_brings_it_back_keeping_the_others(kernel):
+    messages(kernel, "%%mgpu\nkept = rank + 5")
+    reply, got = messages(kernel, "%%mgpu\nimport os, signal\nif rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)")
+    assert reply["status"] == "error" and reply["ename"] == "EngineDiedError"
+    error = next(c for kind, c in got if kind == "error")["traceback"][0]
+    assert "rank 1 died (killed by SIGKILL)" in error and "or %mgpu_restart --rank 1 (mg.restart([1]))" in error
+    reply, got = messages(kernel, "%mgpu_restart --rank 0")
+    assert reply["status"] == "error" and "rank 0 is alive: only a dead rank is restarted" in str(reply["evalue"])
+    reply, got = messages(kernel, "%mgpu_restart --rank 1")
+    assert reply["status"] == "ok", got
+    said = "".join(c.get("data", {}).get("text/plain", "") for kind, c in got if kind == "execute_result")
+    assert said.startswith("rank 1 started again in ") and "; rank 1 is new: kept is not defined there" in said, said
+    reply, got = messages(
+        kernel, "%%mgpu\nx = torch.ones(1) * (rank + 1)\ndist.all_reduce(x)\nprint(x.item(), kept if rank == 0 else '')"
+    )
+    text = "".join(c.get("text", "") for kind, c in got if kind == "stream")
+    assert reply["status"] == "ok" and "[rank 0] 3.0 5" in text and "[rank 1] 3.0" in text, text

@@ -64,5 +64,8 @@ def take_back(ns: dict[str, Any], put: dict[str, Any]) -> None:
 
 
 def names() -> list[str]:
-    """The names this rank's namespace defines (a restarted rank's missing ones are said from these)."""
-    return sorted(name for name in user_ns() if not name.startswith("_"))
+    """The names of the values this rank's namespace holds, modules left out (a restarted rank's missing
+    ones are said from these; an import is run again, a value is what was lost)."""
+    import types
+
+    return sorted(n for n, v in user_ns().items() if not n.startswith("_") and not isinstance(v, types.ModuleType))
