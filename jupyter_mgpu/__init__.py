@@ -133,13 +133,14 @@ def restart(ranks: Any = None, session: Any = None) -> Any:
     return _restart(session or current(), None if ranks is None else [int(r) for r in ranks])
 
 
-def heal(rank: int, names: Any, from_rank: int = 0, session: Any = None) -> str:
-    """Give a restarted ``rank`` the values ``names`` from the live ``from_rank``, through the process group
-    (a model, its optimizer, data, cell-defined functions; pickled together, so they keep sharing what they
-    share). A DDP model is made again on every rank with rank 0's weights. Sharded state is refused."""
+def heal(ranks: Any, names: Any, from_rank: int = 0, session: Any = None) -> Any:
+    """Give restarted ``ranks`` (one or a list) the values ``names`` from the live ``from_rank``, through the
+    process group (a model, its optimizer, data, cell-defined functions; pickled together, so they keep sharing
+    what they share). A DDP model is made again on every rank with rank 0's weights. Sharded state is refused.
+    After a rank died in the middle of a DDP step the survivors may be a step apart: heal them all from one."""
     from jupyter_mgpu.session.rank_heal import heal as _heal
 
-    return _heal(session or current(), rank, names if isinstance(names, str) else list(names), from_rank)
+    return _heal(session or current(), ranks, names if isinstance(names, str) else list(names), from_rank)
 
 
 def dashboard(session: Any = None, refresh_rate: float | None = None) -> Any:

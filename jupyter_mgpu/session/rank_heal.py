@@ -8,21 +8,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.errors import MgpuError, rank_list
 from jupyter_mgpu.units import format_bytes
 
 
-def heal(session: Any, rank: int, names: list[str] | str, from_rank: int = 0) -> str:
-    """Copy ``names`` from ``from_rank`` to ``rank`` through the process group; what was done, in words."""
+class Healed(str):
+    """What ``mg.heal`` did, in words (a line per fact), shown as text in a notebook, not as a quoted string."""
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+def heal(session: Any, ranks: int | list[int], names: list[str] | str, from_rank: int = 0) -> Healed:
+    """Copy ``names`` from ``from_rank`` to ``ranks`` (one or several) through the process group; what was
+    done, in words."""
     from jupyter_mgpu.engine.execution import peer_heal
 
     session.check_alive()
     world = session.world_size
-    for which, r in (("rank", rank), ("from_rank", from_rank)):
+    targets = [ranks] if isinstance(ranks, int) else list(ranks)
+    for which, r in [("rank", r) for r in targets] + [("from_rank", from_rank)]:
         if not isinstance(r, int) or not 0 <= r < world:
             raise MgpuError(f"{which} {r!r} is out of range: this session has ranks 0-{world - 1}")
-    if rank == from_rank:
-        raise MgpuError(f"rank {rank} cannot heal from itself: name a live peer with from_rank")
+    if not targets or from_rank in targets:
+        raise MgpuError(f"rank {from_rank} cannot heal from itself: name a live peer with from_rank")
     if isinstance(names, str) or not names or not all(isinstance(n, str) for n in names):
         raise MgpuError(f"names must be a list of the names to copy, got {names!r}")
     packed = session.run(peer_heal.pack, list(names), targets=[from_rank], label="mg.heal")[0]
@@ -37,8 +46,8 @@ def heal(session: Any, rank: int, names: list[str] | str, from_rank: int = 0) ->
     if packed.get("unpicklable"):
         raise MgpuError(f"the values cannot be copied from rank {from_rank}: {packed['unpicklable']}")
     ddp = packed["ddp"]
-    session.run(peer_heal.heal, from_rank, rank, ddp, label="mg.heal")
-    said = f"rank {rank} got {', '.join(names)} from rank {from_rank} ({format_bytes(packed['bytes'])})"
+    session.run(peer_heal.heal, from_rank, sorted(targets), ddp, label="mg.heal")
+    said = f"{rank_list(targets)} got {', '.join(names)} from rank {from_rank} ({format_bytes(packed['bytes'])})"
     if ddp:
-        said += f"; {', '.join(ddp)} made again with DistributedDataParallel on every rank (rank 0's weights)"
-    return said
+        said += f"\n{', '.join(ddp)} made again with DistributedDataParallel on every rank (rank 0's weights)"
+    return Healed(said)

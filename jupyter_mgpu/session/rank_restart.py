@@ -17,7 +17,8 @@ from typing import Any
 
 from jupyter_mgpu.errors import MgpuError, rank_list
 
-NAMES_SHOWN = 8  # a new rank's missing names listed, then counted
+NAMES_SHOWN = 8  # a new rank's missing names listed (within NAMES_WIDTH characters), then counted
+NAMES_WIDTH = 60
 SETTLE_S = 3.0  # how long a survivor released from a collective with the dead rank gets to leave its call
 
 
@@ -33,11 +34,16 @@ class Restarted:
     def __str__(self) -> str:
         said = f"{rank_list(self.ranks)} started again in {self.seconds:.1f} s; the process group was rebuilt"
         if self.lacking:
-            shown = ", ".join(self.lacking[:NAMES_SHOWN])
-            more = f" and {len(self.lacking) - NAMES_SHOWN} more" if len(self.lacking) > NAMES_SHOWN else ""
+            shown: list[str] = []
+            for name in self.lacking[:NAMES_SHOWN]:
+                if shown and len(", ".join([*shown, name])) > NAMES_WIDTH:
+                    break
+                shown.append(name)
+            more = f" and {len(self.lacking) - len(shown)} more" if len(self.lacking) > len(shown) else ""
             verb = "is" if len(self.ranks) == 1 else "are"
-            said += f"; {rank_list(self.ranks)} {verb} new: {shown}{more} {'is' if len(self.lacking) == 1 else 'are'}"
-            said += " not defined there (mg.heal copies them from a peer, or run their cells again)"
+            said += f"\n{rank_list(self.ranks)} {verb} new: {', '.join(shown)}{more}"
+            said += f" {'is' if len(self.lacking) == 1 else 'are'} not defined there"
+            said += "\n(mg.heal copies them from a peer, or run their cells again)"
         return said
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:

@@ -58,19 +58,20 @@ def test_a_rank_killed_while_ddp_trains_comes_back_healed_and_training_resumes_w
         assert not list((s.cluster.path / engine_restart.RESTART_DIR).glob("*.json"))  # the supervisor took it
         assert isinstance(report, rank_restart.Restarted) and report.ranks == [1] and report.pids[1] != 0
         assert str(report).startswith("rank 1 started again in "), report
-        assert "rank 1 is new: DDP, i, kept, losses, model, opt, step are not defined there" in str(report), (
-            report
-        )
+        assert "rank 1 is new: DDP, i, kept, losses, model, opt, step are not defined there" in str(report), report
         # the survivors keep their values, by value; the new rank has none of them
         assert s.run_cell("kept.tolist()", targets=survivors, stream=False) == [str([float(r)] * 3) for r in survivors]
         assert s.run_cell("'kept' in globals()", targets=[1], stream=False) == ["False"]
-        done = {len(v) for v in _values(s.run_cell("losses", targets=survivors, stream=False))}
-        assert len(done) == 1 and 0 < min(done) < 40, done  # every survivor stopped after the same step
-        k = done.pop()
-
-        said = mg.heal(1, ["model", "opt", "step", "losses"])
-        assert said.startswith("rank 1 got model, opt, step, losses from rank 0 ("), said
-        assert "model made again with DistributedDataParallel on every rank" in said, said
+        # a rank that dies inside a collective can leave the survivors a step apart (gloo's ring may complete
+        # on some of them): every other rank takes rank 0's replica, the new one and any survivor alike
+        k = len(_values(s.run_cell("losses", targets=[0], stream=False))[0])
+        assert 0 < k < 40, k
+        others = list(range(1, n))
+        said = mg.heal(others, ["model", "opt", "step", "losses"])
+        assert said.startswith(
+            f"{'rank 1' if n == 2 else 'ranks 1, 2, 3'} got model, opt, step, losses from rank 0 ("
+        ), said
+        assert "\nmodel made again with DistributedDataParallel on every rank" in said, said
         after = _values(
             s.run_cell("for i in range(len(losses), len(losses) + 5):\n    step(i)\nlosses[-5:]", stream=False)
         )

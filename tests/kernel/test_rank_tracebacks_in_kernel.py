@@ -116,7 +116,7 @@ def test_a_dead_rank_is_offered_a_restart_and_mgpu_restart_brings_it_back_keepin
     reply, got = messages(kernel, "%mgpu_restart --rank 1")
     assert reply["status"] == "ok", got
     said = "".join(c.get("data", {}).get("text/plain", "") for kind, c in got if kind == "execute_result")
-    assert said.startswith("rank 1 started again in ") and "; rank 1 is new: kept is not defined there" in said, said
+    assert said.startswith("rank 1 started again in ") and "\nrank 1 is new: kept is not defined there" in said, said
     reply, got = messages(
         kernel, "%%mgpu\nx = torch.ones(1) * (rank + 1)\ndist.all_reduce(x)\nprint(x.item(), kept if rank == 0 else '')"
     )

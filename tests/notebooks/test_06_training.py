@@ -29,6 +29,16 @@ def test_training_notebook_reaches_its_stated_accuracy(run):
     assert "384 records from ranks [0, 1, 2, 3]" in logged  # 96 DDP steps x 4 ranks
     assert "reached" in text["%%mgpu --targets 0"] and "NOT" not in text["%%mgpu --targets 0"]
     assert "engines stopped" in text["ddp_plot.stop()"]
+    # a rank killed, started again, healed from a peer: training goes on with equal weights everywhere
+    died = text["%%mgpu\nimport os, signal"]
+    assert "rank 2 died (killed by SIGKILL)" in died and "%mgpu_restart --rank 2" in died
+    restarted = text["%mgpu_restart --rank 2"]
+    assert re.search(r"rank 2 started again in \d+\.\d s; the process group was rebuilt\nrank 2 is new: ", restarted)
+    healed = text['mg.heal(2, ["Xtr"']
+    assert "rank 2 got Xtr, ytr, Xte, yte, model, opt from rank 0" in healed and "model made again" in healed
+    after = text["%%mgpu\nfrom torch.nn import functional as F"]
+    assert float(re.search(r"after the heal: test accuracy ([0-9.]+)", after).group(1)) >= 0.94
+    assert re.search(r"^Out\[ranks 0–3\]: \S+$", after, re.M)  # one checksum: equal on all ranks
     # the live views were displayed as widgets
     views = [
         o

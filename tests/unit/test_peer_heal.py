@@ -13,12 +13,15 @@ from jupyter_mgpu.session.rank_restart import Restarted
 
 def test_a_restart_says_what_the_new_ranks_lack_and_counts_past_eight():
     one = Restarted([2], {2: 99}, 1.04, ["model", "opt"])
-    assert str(one) == (
-        "rank 2 started again in 1.0 s; the process group was rebuilt; rank 2 is new: model, opt are not "
-        "defined there (mg.heal copies them from a peer, or run their cells again)"
-    )
+    assert str(one).splitlines() == [
+        "rank 2 started again in 1.0 s; the process group was rebuilt",
+        "rank 2 is new: model, opt are not defined there",
+        "(mg.heal copies them from a peer, or run their cells again)",
+    ]
     many = Restarted([1, 3], {1: 5, 3: 6}, 2.0, [f"n{i}" for i in range(11)])
-    assert "ranks 1, 3 are new: n0, n1, n2, n3, n4, n5, n6, n7 and 3 more are not defined there" in str(many)
+    assert "\nranks 1, 3 are new: n0, n1, n2, n3, n4, n5, n6, n7 and 3 more are not defined there\n" in str(many)
+    long = Restarted([1], {1: 5}, 2.0, ["a_rather_long_name_" + str(i) for i in range(5)])
+    assert "new: a_rather_long_name_0, a_rather_long_name_1 and 3 more are not" in str(long)  # 60 characters
     assert str(Restarted([0], {0: 1}, 0.5)) == "rank 0 started again in 0.5 s; the process group was rebuilt"
 
 

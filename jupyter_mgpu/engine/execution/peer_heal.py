@@ -77,9 +77,9 @@ def pack(names: list[str]) -> dict[str, Any]:
     return {"bytes": len(data), "ddp": ddp}
 
 
-def heal(src: int, dst: int, ddp: list[str]) -> list[str]:
-    """On every rank: ``src`` sends what :func:`pack` kept to ``dst``, which binds it; then every rank makes
-    its DDP models (``ddp``) again in the current process group. The names this rank now defines anew."""
+def heal(src: int, dsts: list[int], ddp: list[str]) -> list[str]:
+    """On every rank: ``src`` sends what :func:`pack` kept to each of ``dsts``, which bind it; then every rank
+    makes its DDP models (``ddp``) again in the current process group. The names this rank now defines anew."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -90,11 +90,12 @@ def heal(src: int, dst: int, ddp: list[str]) -> list[str]:
     options: dict[str, dict[str, Any]] = {}
     bound: list[str] = []
     if me == src:
-        data = _packed.pop("heal")
-        dist.send(torch.tensor([len(data)], dtype=torch.int64), dst)
-        dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst)
         options = {n: {k: getattr(ns[n], k) for k in DDP_OPTIONS if hasattr(ns[n], k)} for n in ddp}
-    elif me == dst:
+        data = _packed.pop("heal")
+        for dst in dsts:
+            dist.send(torch.tensor([len(data)], dtype=torch.int64), dst)
+            dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst)
+    elif me in dsts:
         size = torch.zeros(1, dtype=torch.int64)
         dist.recv(size, src)
         buffer = torch.empty(int(size.item()), dtype=torch.uint8)
