@@ -48,6 +48,7 @@ def state_record(cluster: Any, status: str) -> dict[str, Any]:
         "controller_pid": controller.pid if controller is not None else None,
         "supervisor_pid": supervisor.pid if supervisor is not None else None,
         "engine_pids": {str(r): p for r, p in cluster.engine_pids.items()},
+        "restarting": sorted(getattr(cluster, "restarting", ())),  # dead ranks being started again (mg.restart)
         "started_at": cluster.started_at,
         "telemetry_period": spec.telemetry_period if spec else None,
     }
@@ -103,6 +104,7 @@ class Cluster:
     engine_pids: dict[int, int] = field(default_factory=dict)
     rank_to_engine: dict[int, int] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
+    restarting: list[int] = field(default_factory=list)  # dead ranks being started again (mg.restart)
 
     @property
     def world_size(self) -> int:

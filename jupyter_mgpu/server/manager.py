@@ -212,6 +212,8 @@ class ClusterManager:
         for r in ranks:  # a rank that is not up yet, or no more, is not "dead" while its cluster starts or stops
             if not r["alive"] and status in ("starting", "restarting", "stopping", "stopped"):
                 r["state"] = status
+            if r["rank"] in (state.get("restarting") or ()):  # a dead rank started again (mg.restart)
+                r["state"] = "restarting"
         return {
             "cluster_id": state.get("cluster_id", path.name),
             "status": status,

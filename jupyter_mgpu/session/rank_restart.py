@@ -73,14 +73,10 @@ def _chosen(session: Any, ranks: list[int] | None) -> list[int]:
 
 def restart(session: Any, ranks: list[int] | None = None) -> Restarted:
     """Start ``ranks`` (default: every dead one) again on their devices; the other ranks keep everything."""
-    from jupyter_mgpu.cluster import engine_restart
-    from jupyter_mgpu.engine.execution import namespace_transfer
-    from jupyter_mgpu.engine.startup import runtime
+    from jupyter_mgpu.cluster.local import Cluster
 
     session.check_alive()
     cluster = session.cluster
-    from jupyter_mgpu.cluster.local import Cluster
-
     if not isinstance(cluster, Cluster):
         raise MgpuError("restarting a rank works on one-host clusters only for now: run %mgpu_init --restart")
     chosen = _chosen(session, ranks)
@@ -96,6 +92,22 @@ def restart(session: Any, ranks: list[int] | None = None) -> Restarted:
             f"{rank_list(busy)} still run{'s' if len(busy) == 1 else ''} a call: restart once it ends, or stop it"
         )
     began = time.monotonic()
+    cluster.restarting = chosen  # the sidebar says so (the cluster's state file) until they are up
+    cluster._write_state("running")
+    try:
+        return _restart(session, chosen, survivors, began)
+    finally:
+        cluster.restarting = []
+        if session.alive:
+            cluster._write_state("running")
+
+
+def _restart(session: Any, chosen: list[int], survivors: list[int], began: float) -> Restarted:
+    from jupyter_mgpu.cluster import engine_restart
+    from jupyter_mgpu.engine.execution import namespace_transfer
+    from jupyter_mgpu.engine.startup import runtime
+
+    cluster = session.cluster
     timeout = max(30.0, session.timeout)
     engine_restart.forget_dead(cluster, chosen, timeout)  # the controller frees their engine ids first
     master = None
@@ -123,8 +135,6 @@ def restart(session: Any, ranks: list[int] | None = None) -> Restarted:
     if 0 in chosen and survivors:  # a new rank 0 serves a new store: the survivors' variables follow it
         address = session.run(_master_address, targets=[0])[0]
         session.run(_use_master, address, targets=survivors)
-    if hasattr(cluster, "_write_state"):
-        cluster._write_state("running")  # the server extension and the sidebar read the new pids
     theirs = set().union(*(set(n) for n in session.run(namespace_transfer.names, targets=survivors)))
     mine = set().union(*(set(n) for n in session.run(namespace_transfer.names, targets=chosen)))
     return Restarted(chosen, pids, time.monotonic() - began, sorted(theirs - mine))

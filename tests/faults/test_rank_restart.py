@@ -6,6 +6,7 @@ Real engines, real kills (SIGKILL, a segfault); each test owns its cluster (it k
 from __future__ import annotations
 
 import ast
+import json
 import os
 import signal
 import threading
@@ -106,7 +107,23 @@ def test_a_segfault_and_a_kill_at_once_both_restart_and_bad_requests_get_one_sen
         while sorted(s.cluster.exits()) != [2, 3] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert s.cluster.exits()[2]["signal_name"] == "SIGSEGV"
-        report = mg.restart()
+        seen: list[list[int]] = []  # what the cluster's state file (the sidebar's source) says meanwhile
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                seen.append(json.loads((s.cluster.path / "cluster.json").read_text()).get("restarting", []))
+                time.sleep(0.02)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            report = mg.restart()
+        finally:
+            done.set()
+            watcher.join()
+        assert [2, 3] in seen, seen[-3:]
+        assert json.loads((s.cluster.path / "cluster.json").read_text())["restarting"] == []
         assert str(report).startswith("ranks 2, 3 started again in ") and "kept, x are not defined" in str(report)
         assert s.run_cell("kept", targets=[0, 1], stream=False) == ["0", "10"]
         assert "shard lost on ranks 2, 3 (restarted)" in repr(t)  # marked in its view, never read as zeros

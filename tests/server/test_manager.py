@@ -128,6 +128,22 @@ def test_dead_ranks_are_reported(fake_clusters):
     assert [d["rank"] for d in devices] == [0]  # the dead rank's device is not listed as in use
 
 
+def test_a_dead_rank_being_started_again_is_restarting_not_dead(fake_clusters):
+    """mg.restart lists the ranks it starts again in the cluster's state file until they are up."""
+    import json
+
+    path = fake_clusters.make("111-aaaa0013", world_size=2)
+    victim = next(p for p in fake_clusters.procs if p.pid == fake_clusters.pids(path)[3])
+    victim.kill()
+    victim.wait()
+    state = json.loads((path / "cluster.json").read_text())
+    (path / "cluster.json").write_text(json.dumps({**state, "restarting": [1]}))
+    c = ClusterManager(use_nvml=False).clusters()["clusters"][0]
+    assert [r["state"] for r in c["ranks"]] == ["idle", "restarting"]
+    (path / "cluster.json").write_text(json.dumps({**state, "restarting": []}))
+    assert ClusterManager(use_nvml=False).clusters()["clusters"][0]["ranks"][1]["state"] == "dead"
+
+
 def test_a_restart_shows_stopped_then_restarting_never_dead_ranks(fake_clusters):
     m = ClusterManager(use_nvml=False)
     old = fake_clusters.make("111-aaaa0020", world_size=2, used=300 << 20, budget=1 << 30)
