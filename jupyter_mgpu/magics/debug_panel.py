@@ -6,7 +6,8 @@ under its pdb (``engine/execution/rank_debugger.py``) with those breakpoints and
 are threads of the debug session (``rank 0``, ``rank 1``, ...): a rank that stops sends a ``stopped``
 event; the panel's ``stackTrace``, ``scopes`` and ``variables`` for that thread are answered from the
 rank (over its guard socket), and ``continue``, ``next``, ``stepIn`` and ``stepOut`` become pdb's ``c``,
-``n``, ``s`` and ``r`` for that rank. Every other request goes to ipykernel's debugger unchanged.
+``n``, ``s`` and ``r`` for that rank; the console's ``evaluate`` in a rank's frame is answered by that rank
+(its value's repr, or its error). Every other request goes to ipykernel's debugger unchanged.
 
 The requests arrive on the kernel's control thread while the ``%%mgpu`` cell waits on the shell thread;
 the wait loop (``session/rank_debugging.py``) tells this bridge when a rank stops.
@@ -182,6 +183,12 @@ class PanelBridge:
         if command == "scopes" and isinstance(frame, int) and frame >= FRAMES:
             scope = {"name": "Locals", "variablesReference": VARIABLES + frame - FRAMES, "expensive": False}
             return _reply(message, {"scopes": [scope]})
+        if command == "evaluate" and isinstance(frame, int) and frame >= FRAMES:  # the console, on the shown rank
+            rank, index = divmod(frame - FRAMES, SPAN)
+            got = self._ask(rank, "debug-eval", json.dumps({"index": index, "expression": args.get("expression", "")}))
+            if "error" in got or "result" not in got:
+                return _reply(message, message=f"rank {rank}: {got.get('error', 'no answer')}")
+            return _reply(message, {"result": got["result"], "type": got.get("type"), "variablesReference": 0})
         if command in ("evaluate", "pause") and (
             (isinstance(frame, int) and frame >= FRAMES) or (isinstance(thread, int) and thread >= THREADS)
         ):

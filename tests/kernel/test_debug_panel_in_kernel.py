@@ -111,6 +111,12 @@ def test_a_breakpoint_in_an_mgpu_cell_stops_the_ranks_as_threads_with_their_own_
         for v in panel.request("variables", variablesReference=scopes[0]["variablesReference"])["body"]["variables"]
     }
     assert names["doubled"] == str((rank * 10 + 3) * 2)
+    # the panel's console evaluates in the shown rank's frame: its values, its errors, a statement run there
+    said = panel.request("evaluate", expression="doubled + rank", frameId=frames[0]["id"], context="repl")
+    assert said["success"] and said["body"]["result"] == str((rank * 10 + 3) * 2 + rank), said
+    failed = panel.request("evaluate", expression="nope + 1", frameId=frames[0]["id"], context="repl")
+    assert not failed["success"] and failed["message"] == f"rank {rank}: NameError: name 'nope' is not defined"
+    assert panel.request("evaluate", expression="seen = 7", frameId=frames[0]["id"], context="repl")["success"]
 
     # continue as JupyterLab sends it (thread 1, the shown one already forgotten): the other rank is shown
     assert panel.request("continue", threadId=1)["success"]
@@ -118,8 +124,10 @@ def test_a_breakpoint_in_an_mgpu_cell_stops_the_ranks_as_threads_with_their_own_
     assert second == THREADS + 1 - rank
     assert panel.request("continue", threadId=1)["success"]
     assert kernel.reply(msg_id)["content"]["status"] == "ok"
-    reply = kernel.execute("%%mgpu\n(doubled, tripled)")
-    assert "(6, 9)" in reply[1] and "(26, 39)" in reply[1]
+    reply = kernel.execute("%%mgpu\n(doubled, tripled, globals().get('seen'))")
+    assert (
+        "(6, 9, " in reply[1] and "(26, 39, " in reply[1] and f"{(6, 9, 7) if rank == 0 else (26, 39, 7)}" in reply[1]
+    )
 
 
 def test_a_cell_without_breakpoints_runs_straight_through_with_the_panel_on(kernel):

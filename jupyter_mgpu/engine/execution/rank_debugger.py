@@ -105,6 +105,27 @@ class _Port:
                 break
         return {"variables": out}
 
+    def evaluate(self, body: str) -> dict[str, Any]:
+        """The guard's ``debug-eval``: ``{"index": i, "expression": e}`` evaluated in frame ``i`` of the rank
+        at the prompt (the debugger panel's console); a statement is run there. Its repr, or the error."""
+        msg = json.loads(body or "{}")
+        index, expression = int(msg.get("index", -1)), str(msg.get("expression", ""))
+        with self.lock:
+            dbg = self.debugger if self.pending else None
+        if dbg is None or not 0 <= index < len(dbg.stack):
+            return {"error": "the rank is not stopped at a prompt"}
+        frame = dbg.stack[index][0]
+        try:
+            try:
+                code = compile(expression, "<debug console>", "eval")
+            except SyntaxError:
+                exec(compile(expression, "<debug console>", "exec"), frame.f_globals, frame.f_locals)
+                return {"result": ""}
+            value = eval(code, frame.f_globals, frame.f_locals)
+            return {"result": repr(value)[:MAX_REPR], "type": type(value).__name__}
+        except Exception as exc:  # the user's expression: its error is the answer
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
 
 PORT = _Port()
 
@@ -334,6 +355,7 @@ def install() -> dict[str, Any]:
         "debug-line": PORT.give,
         "debug-frames": PORT.frames,
         "debug-vars": PORT.variables,
+        "debug-eval": PORT.evaluate,
         "held": _held_reply,
     }
 
