@@ -16,11 +16,13 @@ the wait loop (``session/rank_debugging.py``) tells this bridge when a rank stop
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_mgpu.engine.execution import panel_breaks
 from jupyter_mgpu.session import rank_debugging
 
 THREADS = 1_000_000  # thread id of rank r: THREADS + r (debugpy's own threads have small ids)
@@ -77,7 +79,8 @@ class PanelBridge:
         self.kernel = kernel
         self.debugger = kernel.debugger
         self.original = self.debugger.process_request
-        self.breaks: dict[str, list[int]] = {}  # source path -> lines with a breakpoint (the panel's)
+        # source path -> the panel's breakpoints there: [line, condition, hits]
+        self.breaks: dict[str, list[list[Any]]] = {}
         self.cell: dict[str, Any] | None = None  # the %%mgpu cell running with breakpoints: its path
         self.session: Any = None
         self.stopped: list[int] = []  # ranks stopped at a breakpoint, in the order they stopped
@@ -89,25 +92,34 @@ class PanelBridge:
     def started(self) -> bool:
         return bool(getattr(self.debugger, "is_started", False))
 
-    def cell_breaks(self, body: str) -> list[int] | None:
-        """The lines of the running cell's body (the editor's numbers, the ranks' too) with a breakpoint; None
-        when the panel is off. Remembers the cell, so the ranks' frames point back into it."""
+    def cell_breaks(self, body: str) -> dict[str, Any] | None:
+        """The panel's breakpoints for the running cell's ranks: ``cell`` (its body's lines, the editor's
+        numbers, the ranks' too) and ``files`` (any other file on disk: a helper module the cell imports),
+        each ``[line, condition, hits]``; None when the panel is off or sets none. Remembers the cell, so
+        the ranks' frames point back into it."""
         if not self.started():
             return None
         from ipykernel import compiler
 
         get_file_name: Callable[[str], Any] = compiler.get_file_name  # the path ipykernel gives a cell
+        tmp_directory: Callable[[], Any] = compiler.get_tmp_directory
 
         raw = running_cell(self.kernel) or ""
         first = body_first_line(raw)
         if first == 1:  # no %%mgpu line
             return None
         path = str(get_file_name(raw))
+        cells = str(tmp_directory())  # where ipykernel keeps every cell's source: not a file we run
         # the ranks number the cell's lines as the editor does (body_first_line): the panel's lines as they are
-        lines = sorted(line for line in self.breaks.get(path, []) if line >= first)
-        self.cell = {"path": path} if lines else None
+        lines = sorted((b for b in self.breaks.get(path, []) if b[0] >= first), key=lambda b: b[0])
+        files = {
+            p: marks
+            for p, marks in self.breaks.items()
+            if marks and p != path and not p.startswith(cells) and os.path.isfile(p)
+        }
+        self.cell = {"path": path} if lines or files else None
         self.stopped, self.shown, self.reannounce_at = [], None, None
-        return lines
+        return {"cell": lines, "files": files} if self.cell else None
 
     def cell_ended(self) -> None:
         with self.lock:
@@ -156,7 +168,10 @@ class PanelBridge:
         if command == "setBreakpoints":
             path = (args.get("source") or {}).get("path")
             if path:
-                self.breaks[path] = [int(b["line"]) for b in args.get("breakpoints") or []]
+                self.breaks[path] = [
+                    [int(b["line"]), b.get("condition") or None, panel_breaks.hit_count(b.get("hitCondition"))]
+                    for b in args.get("breakpoints") or []
+                ]
         if command == "disconnect":
             self.breaks = {}
         mine = self._handle(command, args, message)

@@ -211,13 +211,14 @@ class Session:
         lent: dict[str, bytes] | None = None,
         rich: bool = False,
         show: list[int] | None = None,
-        breaks: list[int] | None = None,
+        breaks: Any = None,
         first_line: int = 1,
     ) -> Any:
         """Run notebook cell source on the ranks (what ``%%mgpu`` does); the reprs of its last value (with
         ``rich``, what ``engine/execution/cell_value.py`` describes). ``lent``: notebook values (``cell_names``);
-        ``show``: the ranks whose output shows (the others' a click away); ``breaks``: lines of ``code``
-        where the ranks stop for JupyterLab's debugger panel (``magics/debug_panel.py``); ``first_line``: the
+        ``show``: the ranks whose output shows (the others' a click away); ``breaks``: where the ranks stop
+        for JupyterLab's debugger panel (``magics/debug_panel.py``): lines of ``code``, or those and other files'
+        (``engine/execution/panel_breaks.py``); ``first_line``: the
         editor's number of ``code``'s first line (2 under a ``%%mgpu`` line), which every message uses."""
         ranks = parse_targets(targets, self.world_size)
         args = (code, None, lent, rich, breaks, first_line)

@@ -168,6 +168,7 @@ ALLOWED: dict[str, set[str]] = {
         "engine.execution.completion_server",
         "engine.execution.direct_channel",
         "engine.execution.namespace_transfer",
+        "engine.execution.panel_breaks",  # the panel's breakpoints, as the ranks' pdb takes them
         "engine.records.telemetry",  # where a rank's record is: Tab waits longer for a rank seen running
         "engine.wire.unix_socket",
     },

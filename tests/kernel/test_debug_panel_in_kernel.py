@@ -130,6 +130,40 @@ def test_a_breakpoint_in_an_mgpu_cell_stops_the_ranks_as_threads_with_their_own_
     )
 
 
+def test_a_breakpoint_in_a_helper_file_with_a_condition_stops_that_rank_there(kernel, tmp_path):
+    """A gutter breakpoint in a ``.py`` file a cell imports, with the condition ``rank == 1``: rank 1 stops in
+    the file (its frame points at it, the console evaluates there), rank 0 runs through."""
+    panel = kernel.panel
+    helper = tmp_path / "mgpu_panel_helper.py"
+    helper.write_text("def scaled(v):\n    out = v * 7\n    return out\n")
+    marks = [{"line": 3, "condition": "rank == 1"}]
+    assert panel.request("setBreakpoints", source={"path": str(helper)}, breakpoints=marks, sourceModified=False)[
+        "success"
+    ]
+    code = f"%%mgpu\nimport sys\nsys.path.insert(0, {str(tmp_path)!r})\nimport mgpu_panel_helper\nmgpu_panel_helper.scaled(rank + 1)"
+    seen = len(panel.events)
+    try:
+        msg_id = kernel.kc.execute(code)
+        stopped = panel.wait_event("stopped")["body"]["threadId"]
+        assert stopped == THREADS + 1
+        frames = panel.request("stackTrace", threadId=stopped)["body"]["stackFrames"]
+        assert (frames[0]["name"], frames[0]["line"], frames[0]["source"]["path"]) == (
+            "rank 1 · scaled",
+            3,
+            str(helper),
+        )
+        assert (
+            panel.request("evaluate", expression="out", frameId=frames[0]["id"], context="repl")["body"]["result"]
+            == "14"
+        )
+        assert panel.request("continue", threadId=stopped)["success"]
+        reply = kernel.reply(msg_id)["content"]
+        assert reply["status"] == "ok", reply
+        assert [e["body"]["threadId"] for e in panel.events[seen:] if e["event"] == "stopped"] == [THREADS + 1]
+    finally:
+        panel.request("setBreakpoints", source={"path": str(helper)}, breakpoints=[], sourceModified=False)
+
+
 def test_a_cell_without_breakpoints_runs_straight_through_with_the_panel_on(kernel):
     reply, out = kernel.execute("%%mgpu\nrank + 100")
     assert reply["status"] == "ok" and "100" in out and "101" in out

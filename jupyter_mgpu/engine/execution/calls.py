@@ -142,7 +142,7 @@ def run_cell(
     user_ns: dict[str, Any] | None = None,
     lent: dict[str, bytes] | None = None,
     rich: bool = False,
-    breaks: list[int] | None = None,
+    breaks: Any = None,
     first_line: int = 1,
 ) -> dict[str, Any]:
     """Run ``%%mgpu`` cell source in this engine's user namespace, IPython syntax allowed.
@@ -182,7 +182,7 @@ def run_cell(
 
 
 def _exec_cell(
-    source: str, filename: str, user_ns: dict[str, Any], rich: bool = False, breaks: list[int] | None = None
+    source: str, filename: str, user_ns: dict[str, Any], rich: bool = False, breaks: Any = None
 ) -> dict[str, Any]:
     try:
         tree = ast.parse(source, filename=filename)

@@ -28,7 +28,7 @@ from typing import Any
 
 from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine.execution import streamed_output
+from jupyter_mgpu.engine.execution import panel_breaks, streamed_output
 from jupyter_mgpu.engine.shards import held_failure
 
 # frames pdb never stops in when stepping: ours and the engine's machinery around the user's code
@@ -319,15 +319,23 @@ def release_failure() -> int:
 
 
 @contextlib.contextmanager
-def breakpoints(filename: str, lines: list[int] | None) -> Iterator[None]:
-    """Run the block with breakpoints at ``lines`` of ``filename`` (a cell's), set in JupyterLab's
-    debugger panel: the rank runs on until it reaches one, then stops for the panel."""
-    if not lines:
+def breakpoints(filename: str, breaks: Any) -> Iterator[None]:
+    """Run the block with the breakpoints set in JupyterLab's debugger panel: ``breaks`` is the cell's lines
+    (the editor's numbers) or ``{"cell": [...], "files": {path: [...]}}``, each breakpoint a line or
+    ``[line, condition, hits]`` (a condition may name ``rank`` and ``world_size``, in any file; ``hits``: stop
+    at that hit). The rank runs on until it reaches one, then stops for the panel."""
+    places = panel_breaks.places(filename, breaks)
+    if not places:
         yield
         return
     dbg = RankPdb(panel=True)
-    for line in lines:
-        dbg.set_break(filename, line)
+    for path, line, cond, hits in places:
+        st = rank_state.STATE
+        if cond and st is not None:  # a helper file's frame has no rank: pdb would stop wherever it fails
+            cond = panel_breaks.with_rank(cond, st.rank, st.world_size)
+        dbg.set_break(path, line, cond=cond)
+        if hits and hits > 1:
+            dbg.get_breaks(path, line)[-1].ignore = hits - 1
     dbg.reset()
     dbg.botframe = sys._getframe(2)  # the frame that runs the cell: above it, never stop
     dbg.set_continue()
