@@ -56,7 +56,7 @@ def _fails_within(s, code: str, error: type, seconds: float = NAMED_WITHIN) -> s
     return str(info.value)
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_a_skipped_all_reduce_is_named_with_each_ranks_place(default_sessions, n):
     s = default_sessions(n)
     msg = _fails_within(s, "x = torch.ones(4)\nif rank != 1:\n    dist.all_reduce(x)\n", CollectiveHangError)
@@ -65,7 +65,7 @@ def test_a_skipped_all_reduce_is_named_with_each_ranks_place(default_sessions, n
     assert "rank 1 finished the cell without calling it" in msg, msg
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_a_barrier_skipped_inside_a_helper_names_the_helpers_line(default_sessions, n):
     s = default_sessions(n)
     code = "def sync():\n    dist.barrier()\n\nif rank != n - 1:\n    sync()\n".replace("n - 1", str(n - 1))
@@ -94,7 +94,7 @@ MISMATCHES = {
 }
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", sorted(MISMATCHES))
 def test_ranks_calling_different_collectives_are_named_at_once(default_sessions, n, case):
     s = default_sessions(n)
@@ -113,6 +113,7 @@ def _group_timeout() -> float:
     return float(c10d._get_default_group()._get_backend(torch.device("cpu")).options._timeout.total_seconds())
 
 
+@pytest.mark.slow
 def test_long_work_on_one_rank_before_a_barrier_is_busy_not_hung(default_sessions):
     """Work many times ``--hang-after`` (2 s) before a barrier the others wait in: never named, never cut
     short. With default options the group keeps torch's own collective timeout (30 min for gloo), not the
@@ -188,7 +189,7 @@ def test_the_same_in_a_script_and_in_session_run(default_sessions, tmp_path):
 DDP = "from torch.nn.parallel import DistributedDataParallel as DDP\nddp_model = DDP(torch.nn.Linear(4, 4))"
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_ddp_with_uneven_batches_is_named_with_its_bucket_and_join(default_sessions, n):
     """The classic distributed hang, from C++: rank 0 runs a step more, its backward waits in DDP's bucket
     all_reduce that the others never issue. Named within seconds (torchrun: when rank 1 exits, 17 s; a rank
@@ -232,6 +233,7 @@ def _uneven_steps() -> None:
         model(torch.ones(2, 4)).sum().backward()
 
 
+@pytest.mark.slow
 def test_ddp_with_uneven_batches_in_a_script_and_through_session_run(default_sessions, tmp_path):
     s = default_sessions(2)
     script = tmp_path / "uneven.py"
@@ -282,7 +284,7 @@ ONE_RANK_ONLY = {
 }
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", list(ONE_RANK_ONLY))
 def test_a_collective_torch_runs_on_one_rank_only_is_named(default_sessions, n, case):
     """DTensor's full_tensor(), an FSDP2 step and an async_op all_reduce's wait() on rank 0 only: the rank waits
@@ -294,6 +296,7 @@ def test_a_collective_torch_runs_on_one_rank_only_is_named(default_sessions, n, 
     assert f"{others} finished the cell without calling it" in msg, msg
 
 
+@pytest.mark.slow
 def test_send_and_recv_on_some_ranks_leave_the_numbers_of_all_agreeing(default_sessions):
     """gloo counts send/recv in its group's sequence, on the two ranks involved only; torch's recorder does not,
     nor does the watch: after them the next mismatch is still found at one number, with every rank's line."""
@@ -319,7 +322,7 @@ BUCKET_AGAINST_PYTHON = {
 }
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", list(BUCKET_AGAINST_PYTHON))
 def test_a_ddp_bucket_against_a_python_all_reduce_is_a_mismatch_named_before_it_runs(default_sessions, n, case):
     """Torch's number for a collective is the watch's: rank 0's bucket all_reduce issued from C++ and the other
@@ -341,6 +344,7 @@ def test_a_ddp_bucket_against_a_python_all_reduce_is_a_mismatch_named_before_it_
     assert s.run_cell("len(dist.group.WORLD and [1])", stream=False) == ["1"] * n  # every rank's process lived
 
 
+@pytest.mark.slow
 def test_a_rank_busy_before_its_backward_is_not_hung_and_where_shows_the_other_in_ddps_all_reduce(default_sessions):
     s = default_sessions(2)
     s.run_cell(DDP, stream=False)
@@ -365,6 +369,7 @@ def test_a_rank_busy_before_its_backward_is_not_hung_and_where_shows_the_other_i
     assert rows[1]["line"] == "line 6 of the cell", rows
 
 
+@pytest.mark.slow
 def test_a_dump_of_the_uneven_batches_hang_is_read_by_torchfrtrace_which_names_the_missing_rank(
     default_sessions, tmp_path
 ):

@@ -42,7 +42,7 @@ def _values(out: list[str]) -> list:
     return [ast.literal_eval(v) for v in out]
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_a_rank_killed_while_ddp_trains_comes_back_healed_and_training_resumes_with_the_same_losses(own_session, n):
     with own_session(n) as s:
         s.run_cell(TRAINING + "for i in range(40):\n    step(i)", stream=False)
@@ -82,6 +82,7 @@ def test_a_rank_killed_while_ddp_trains_comes_back_healed_and_training_resumes_w
         assert out == [str([total, total])] * n
 
 
+@pytest.mark.slow
 def test_a_segfault_and_a_kill_at_once_both_restart_and_bad_requests_get_one_sentence(own_session):
     with own_session(4) as s:
         s.run_cell("kept = rank * 10", stream=False)
