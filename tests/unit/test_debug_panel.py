@@ -64,9 +64,8 @@ def test_the_cells_breakpoints_go_to_the_ranks_in_the_editors_numbering(bridge):
     path = str(get_file_name(CODE))
     _request(bridge, "setBreakpoints", source={"path": path}, breakpoints=[{"line": 1}, {"line": 3}])
     assert bridge.debugger.forwarded == ["setBreakpoints"]  # the kernel's debugger keeps its own list
-    assert bridge.cell_breaks("x = rank\ny = x + 1\ny") == [
-        3
-    ]  # line 1 is %%mgpu itself; the ranks number as the editor
+    # line 1 is %%mgpu itself; the ranks number as the editor
+    assert bridge.cell_breaks("x = rank\ny = x + 1\ny") == {"cell": [[3, None, None]], "files": {}}
     assert bridge.cell == {"path": path}
     bridge.debugger.is_started = False
     assert bridge.cell_breaks("x = rank") is None
@@ -96,7 +95,11 @@ def test_next_keeps_the_rank_shown_and_a_rank_thread_is_answered_here(bridge):
     bridge.rank_stopped(bridge.session, 0, {})  # another rank stops meanwhile: not shown
     bridge.rank_stopped(bridge.session, 1, {})  # the stepping rank stops again: shown
     assert _stopped(bridge) == [1, 1]
+    # the console's evaluate in rank 1's frame 0 is asked of rank 1 (this fake rank answers nothing)
     reply = _request(bridge, "evaluate", expression="x", frameId=debug_panel.FRAMES + 10_000)
+    assert bridge.sent[-1][:2] == (1, "debug-eval") and '"index": 0' in bridge.sent[-1][2]
+    assert not reply["success"] and reply["message"] == "rank 1: no answer"
+    reply = _request(bridge, "pause", threadId=THREADS + 1)
     assert not reply["success"] and "use the input box" in reply["message"]
 
 
