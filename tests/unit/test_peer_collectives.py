@@ -30,7 +30,7 @@ class FakeGroup:
 
 @pytest.fixture(autouse=True)
 def _fresh_numbers(monkeypatch):
-    for name in ("_point_to_point", "_counted", "_next_after", "_gloo"):
+    for name in ("_point_to_point", "_counted", "_next_after", "_gloo", "_clean"):
         monkeypatch.setattr(collective_numbers, name, {})
     monkeypatch.setattr(collective_numbers, "unseen", set())
 
@@ -152,3 +152,20 @@ def test_a_peer_on_another_host_is_not_awaited_and_a_release_ends_the_wait(table
     monkeypatch.setattr(peer_collectives, "releases", lambda: next(released, 1))
     with pytest.raises(RuntimeError, match="Connection closed by peer: rank 0 was released"):
         peer_collectives.differing(table, 0, ("0", 7, 0), [0, 1], _mine(), wait=True)
+
+
+def test_peers_that_call_through_python_eight_times_in_a_row_are_no_longer_asked():
+    pg, key = FakeGroup(3), (0, "0")
+    collective_numbers.begin(pg, key)  # torch ran 3 collectives first: the peers are asked
+    assert key in collective_numbers.unseen
+    for _ in range(collective_numbers.CLEAN_RUN - 1):
+        collective_numbers.checked(key, clean=True)
+    collective_numbers.checked(key, clean=False)  # one peer's record was late: the run starts again
+    for _ in range(collective_numbers.CLEAN_RUN - 1):
+        collective_numbers.checked(key, clean=True)
+    assert key in collective_numbers.unseen
+    collective_numbers.checked(key, clean=True)
+    assert key not in collective_numbers.unseen
+    pg.done = 20  # torch runs collectives again (a DDP step): asked again
+    collective_numbers.begin(pg, key)
+    assert key in collective_numbers.unseen

@@ -11,7 +11,9 @@ taken off. Where the backend has no such number the Python-level watch counts it
 
 The collectives a group ran that the Python-level watch did not see are noted per group (:func:`begin`):
 once torch issues collectives on a group, a peer with no record of a call may be inside one of torch's,
-and ``engine/watch/peer_collectives.py`` asks it before this rank joins.
+and ``engine/watch/peer_collectives.py`` asks it before this rank joins — until the peers have called
+through Python :data:`CLEAN_RUN` times in a row (their records there at once), since a peer's record that is
+late costs this rank a wait on every call.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ _point_to_point: dict[Key, int] = {}  # send/recv this process ran on the group 
 _counted: dict[Key, int] = {}  # where the backend has no number: the Python-level watch's own count
 _next_after: dict[Key, int] = {}  # the number the group's next collective had when a watched call ended
 unseen: set[Key] = set()  # groups that ran collectives the Python-level watch did not see
+_clean: dict[Key, int] = {}  # checked calls in a row whose peers all called through Python
+CLEAN_RUN = 8
 _inside = threading.local()  # p2p: inside a counted send or recv (on this thread)
 
 
@@ -67,8 +71,18 @@ def begin(pg: Any, key: Key) -> int:
     n = next_number(pg, key)
     if n != _next_after.get(key, 1):
         unseen.add(key)
+        _clean[key] = 0
     _counted[key] = _counted.get(key, 0) + 1
     return n
+
+
+def checked(key: Key, clean: bool) -> None:
+    """A call on the group compared with its peers before joining; ``clean``: every peer's own Python record
+    was there at once. After :data:`CLEAN_RUN` clean calls in a row the peers are no longer asked (they call
+    through Python again), until collectives the watch did not see run on the group once more."""
+    _clean[key] = _clean.get(key, 0) + 1 if clean else 0
+    if _clean[key] >= CLEAN_RUN:
+        unseen.discard(key)
 
 
 def end(pg: Any, key: Key) -> None:

@@ -185,7 +185,8 @@ def _check_peers(info: dict[str, Any], waits: bool) -> None:
     st = rank_state.STATE
     assert _table is not None and st is not None
     key = (info["g"], info["n"], info["gen"])
-    calls = peer_collectives.differing(_table, st.rank, key, info["group"], info.pop("peers"), waits)
+    calls = peer_collectives.differing(_table, st.rank, key, info["group"], mine := info.pop("peers"), waits)
+    collective_numbers.checked((info["gen"], info["g"]), clean=calls is None and not mine.get("asked"))
     if calls is not None:  # with the records of the group's other ranks, as a mismatch among Python calls has
         calls = {**_calls_of(st.rank, calls[st.rank], info["group"], *key[:2], key[2]), **calls}
         raise CollectiveMismatchError(mismatch_text(info["n"], info["group"], calls, st.world_size))

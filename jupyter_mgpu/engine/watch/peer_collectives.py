@@ -121,7 +121,8 @@ def differing(
     """Each rank's call (``{"call", "line"}``) when a peer runs something else at this number, else None.
     ``key`` is (group, number, generation); ``mine`` has this rank's ``call``, ``line``, ``fp``, ``op``,
     ``tensor`` and ``backward``. With ``wait`` (a blocking call), peers not at the number yet are awaited up
-    to :data:`WAIT_S`; a release of this rank (the hang watch's, the stop button's) ends the wait."""
+    to :data:`WAIT_S`; a release of this rank (the hang watch's, the stop button's) ends the wait. Sets
+    ``mine["asked"]`` when a peer had to be asked (its record was not there within :data:`ASK_AFTER_S`)."""
     group, n, gen = key
     body = json.dumps({"group": group, "gen": gen, "n": n})
     missing = [p for p in ranks if p != me]
@@ -136,6 +137,7 @@ def differing(
                     return _calls(me, mine, {p: table.record(p, group, n, gen) or {}})
         now = time.monotonic()
         if missing and now >= next_ask:
+            mine["asked"] = True  # a peer's record was late: it may be in one of torch's collectives
             for p in list(missing):
                 reply = ask_peer(p, body)
                 if reply is None or reply.get("stale"):  # on another host, or gone: nothing to ask
