@@ -102,24 +102,36 @@ class PanelBridge:
         from ipykernel import compiler
 
         get_file_name: Callable[[str], Any] = compiler.get_file_name  # the path ipykernel gives a cell
-        tmp_directory: Callable[[], Any] = compiler.get_tmp_directory
 
         raw = running_cell(self.kernel) or ""
         first = body_first_line(raw)
         if first == 1:  # no %%mgpu line
             return None
         path = str(get_file_name(raw))
-        cells = str(tmp_directory())  # where ipykernel keeps every cell's source: not a file we run
         # the ranks number the cell's lines as the editor does (body_first_line): the panel's lines as they are
         lines = sorted((b for b in self.breaks.get(path, []) if b[0] >= first), key=lambda b: b[0])
-        files = {
-            p: marks
-            for p, marks in self.breaks.items()
-            if marks and p != path and not p.startswith(cells) and os.path.isfile(p)
-        }
+        files = {p: marks for p, marks in self._files().items() if p != path}
         self.cell = {"path": path} if lines or files else None
         self.stopped, self.shown, self.reannounce_at = [], None, None
         return {"cell": lines, "files": files} if self.cell else None
+
+    def script_breaks(self) -> dict[str, Any] | None:
+        """The panel's breakpoints in files, for a ``%mgpu_run`` script (its own lines, its modules'); None
+        when the panel is off or sets none. The script's ranks are then the debug session's threads."""
+        if not self.started():
+            return None
+        files = self._files()
+        self.cell = {"path": ""} if files else None
+        self.stopped, self.shown, self.reannounce_at = [], None, None
+        return {"files": files} if files else None
+
+    def _files(self) -> dict[str, list[list[Any]]]:
+        """The panel's breakpoints in files on disk, not in ipykernel's copies of the notebook's cells."""
+        from ipykernel import compiler
+
+        tmp_directory: Callable[[], Any] = compiler.get_tmp_directory
+        cells = str(tmp_directory())
+        return {p: m for p, m in self.breaks.items() if m and not p.startswith(cells) and os.path.isfile(p)}
 
     def cell_ended(self) -> None:
         with self.lock:

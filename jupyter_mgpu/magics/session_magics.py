@@ -14,6 +14,7 @@ from jupyter_mgpu.init_options import InitOptions, argparse_arguments, option_na
 from jupyter_mgpu.magics.arguments import argument, magic_arguments, parse_line
 from jupyter_mgpu.magics.rank_table import RankTable
 from jupyter_mgpu.session import lifecycle as sessmod
+from jupyter_mgpu.session import rank_debugging
 from jupyter_mgpu.session.targets import parse_targets
 from jupyter_mgpu.units import format_bytes
 
@@ -211,9 +212,21 @@ class MgpuMagics(Magics):
         args = parse_line(self.mgpu_run, line)
         timeout = _seconds(args.timeout) if args.timeout is not None else None
         s = sessmod.current()
-        s.run_script(
-            args.target, args.args, targets=args.targets, module=args.module, timeout=timeout, fresh=args.fresh
-        )
+        panel = rank_debugging.panel  # JupyterLab's debugger panel: its breakpoints in the script stop the ranks
+        breaks = panel.script_breaks() if panel is not None and not args.fresh else None
+        try:
+            s.run_script(
+                args.target,
+                args.args,
+                targets=args.targets,
+                module=args.module,
+                timeout=timeout,
+                fresh=args.fresh,
+                breaks=breaks,
+            )
+        finally:
+            if breaks:
+                panel.cell_ended()
 
     @magic_arguments()
     @argument(

@@ -193,12 +193,13 @@ class Session:
         module: bool = False,
         timeout: float | None = None,
         fresh: bool = False,
+        breaks: Any = None,
     ) -> None:
         """Run a script on the ranks as ``torchrun script.py args`` runs it on each worker (what
         ``%mgpu_run`` does): as a fresh program, the cells' namespace left as it was. ``module=True``
         runs ``python -m path``; ``fresh=True`` runs it on new processes, the session's ranks untouched.
-        Output streams rank-prefixed."""
-        scripts.run_script(self, path, args, targets, module=module, timeout=timeout, fresh=fresh)
+        Output streams rank-prefixed. ``breaks``: the debugger panel's breakpoints in files."""
+        scripts.run_script(self, path, args, targets, module=module, timeout=timeout, fresh=fresh, breaks=breaks)
 
     def run_cell(
         self,

@@ -61,8 +61,10 @@ def run_script(
     module: bool = False,
     timeout: float | None = None,
     fresh: bool = False,
+    breaks: Any = None,
 ) -> None:
-    """Check the request here, then run it on ``targets`` (every rank by default)."""
+    """Check the request here, then run it on ``targets`` (every rank by default); ``breaks``: the debugger
+    panel's breakpoints in files (``engine/execution/panel_breaks.py``)."""
     if not isinstance(target, (str, os.PathLike)) or not str(target).strip():
         raise MgpuError(f"run_script needs a script path or module name, got {target!r}")
     if isinstance(args, (str, bytes)):
@@ -81,6 +83,7 @@ def run_script(
         [str(a) for a in args],
         module,
         output_shows_colour(),
+        breaks,
         targets=targets,
         stream=True,
         timeout=timeout,

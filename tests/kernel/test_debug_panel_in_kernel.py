@@ -164,6 +164,31 @@ def test_a_breakpoint_in_a_helper_file_with_a_condition_stops_that_rank_there(ke
         panel.request("setBreakpoints", source={"path": str(helper)}, breakpoints=[], sourceModified=False)
 
 
+def test_a_breakpoint_in_a_script_run_with_mgpu_run_stops_every_rank_there_in_turn(kernel, tmp_path):
+    panel = kernel.panel
+    script = tmp_path / "mgpu_panel_script.py"
+    script.write_text("import os\nrank = int(os.environ['RANK'])\nvalue = rank + 40\nprint('done', value)\n")
+    marks = [{"line": 4}]
+    assert panel.request("setBreakpoints", source={"path": str(script)}, breakpoints=marks, sourceModified=False)[
+        "success"
+    ]
+    seen = len(panel.events)
+    try:
+        msg_id = kernel.kc.execute(f"%mgpu_run {script}")
+        for _ in range(2):  # each rank stops at line 4 of the script, shown one after the other
+            thread = panel.wait_event("stopped")["body"]["threadId"]
+            frames = panel.request("stackTrace", threadId=thread)["body"]["stackFrames"]
+            assert (frames[0]["line"], frames[0]["source"]["path"]) == (4, str(script)), frames
+            said = panel.request("evaluate", expression="value", frameId=frames[0]["id"], context="repl")
+            assert said["body"]["result"] == str(thread - THREADS + 40), said
+            assert panel.request("continue", threadId=thread)["success"]
+        assert kernel.reply(msg_id)["content"]["status"] == "ok"
+        stops = sorted(e["body"]["threadId"] - THREADS for e in panel.events[seen:] if e["event"] == "stopped")
+        assert stops == [0, 1], stops
+    finally:
+        panel.request("setBreakpoints", source={"path": str(script)}, breakpoints=[], sourceModified=False)
+
+
 def test_a_cell_without_breakpoints_runs_straight_through_with_the_panel_on(kernel):
     reply, out = kernel.execute("%%mgpu\nrank + 100")
     assert reply["status"] == "ok" and "100" in out and "101" in out

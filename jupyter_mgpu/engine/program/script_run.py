@@ -17,7 +17,7 @@ import socket
 import sys
 from typing import Any
 
-from jupyter_mgpu.engine.execution import calls
+from jupyter_mgpu.engine.execution import calls, rank_debugger
 from jupyter_mgpu.engine.program import fresh_program
 from jupyter_mgpu.engine.state import user_ns
 
@@ -37,9 +37,12 @@ def _module_file(target: str) -> str | None:
     return spec.origin if spec is not None else None
 
 
-def run_script(target: str, args: list[str], module: bool = False, colour: bool = True) -> dict[str, Any]:
+def run_script(
+    target: str, args: list[str], module: bool = False, colour: bool = True, breaks: Any = None
+) -> dict[str, Any]:
     """Run ``target`` (a path, or a module name with ``module``) with ``args`` as its command line, as a
-    fresh program; ``colour``: whether its output is shown where colour shows (a notebook, a terminal).
+    fresh program; ``colour``: whether its output is shown where colour shows (a notebook, a terminal);
+    ``breaks``: the debugger panel's breakpoints in files (the script's own, the modules it imports).
     Returns what the controller says once: the cells' names that refer to a module the run imported afresh."""
     from jupyter_mgpu.engine import state as rank_state
 
@@ -59,10 +62,11 @@ def run_script(target: str, args: list[str], module: bool = False, colour: bool 
             entry = path
             sys.path.insert(0, os.path.dirname(path))
         try:
-            if module:
-                runpy.run_module(target, run_name="__main__", alter_sys=True)
-            else:
-                runpy.run_path(path, run_name="__main__")
+            with rank_debugger.breakpoints("<script>", breaks):
+                if module:
+                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(path, run_name="__main__")
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 raise ScriptExit(f"{target} exited with status {exc.code}") from None
