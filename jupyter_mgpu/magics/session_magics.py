@@ -338,10 +338,14 @@ class MgpuMagics(Magics):
 
 
 def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:
-    """Wait until every rank has published a telemetry sample taken after now (at most ``timeout`` s)."""
+    """Wait until every rank has published a telemetry sample taken after now, and no rank looks busy (at most
+    ``timeout`` s): a rank's main thread tidying up after the last cell (its reply sent, the engine's own
+    bookkeeping) is sampled as busy for a moment; one busy for longer is shown busy."""
     since, deadline = time.time(), time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(r.get("state") == "dead" or (r.get("time") or 0) > since for r in s.memory()):  # dead ranks never do
+        rows = s.memory()
+        fresh = all(r.get("state") == "dead" or (r.get("time") or 0) > since for r in rows)  # dead ranks never do
+        if fresh and not any(r.get("state") == "busy" for r in rows):
             return
         time.sleep(0.02)
 
