@@ -165,13 +165,13 @@ class Cluster:
                     kill_group(controller.pid)
                     raise
                 cluster = cls(spec, cluster_id, path, controller, supervisor)
-            cluster._write_state("starting")
+            cluster.write_state("starting")
             cluster._connect()
         except BaseException:
             if cluster is not None:
                 cluster.stop()
             raise
-        cluster._write_state("running")
+        cluster.write_state("running")
         mark(path, "kernel.ready")
         from jupyter_mgpu.engine.shards import allocator_budget
 
@@ -266,7 +266,8 @@ class Cluster:
                     pass
 
     # -- state and stopping -----------------------------------------------------------------
-    def _write_state(self, status: str) -> None:
+    def write_state(self, status: str) -> None:
+        """Write the cluster's state file (status, ranks, pids, ranks restarting): what the sidebar reads."""
         rd.write_json(self.path / rd.STATE_FILE, state_record(self, status))
 
     def stop(self) -> None:
@@ -281,7 +282,7 @@ class Cluster:
         import shutil
 
         try:
-            self._write_state("stopping")  # the sidebar shows the ranks stopping, not dead
+            self.write_state("stopping")  # the sidebar shows the ranks stopping, not dead
         except OSError:
             pass
         if self.client is not None:

@@ -81,12 +81,12 @@ class HostCluster:
         path = rd.create(cluster_id)
         self = cls(opts, cluster_id, path)
         try:
-            self._write_state("starting")
+            self.write_state("starting")
             self._start(host, init)
         except BaseException:
             self.stop()
             raise
-        self._write_state("running")
+        self.write_state("running")
         return self
 
     def _phase(self, name: str) -> None:
@@ -122,7 +122,7 @@ class HostCluster:
         chosen = process_group.choose_backend(init.backend, devices[0].kind)
         self.spec = ClusterSpec.of_request(devices, chosen, init, timeout, mem_per_device)
         self._assign(ranked)
-        self._write_state("starting")
+        self.write_state("starting")
         self._phase("setting the ranks up")
         rank_setup.setup_ranks(self, ranked, max(SETUP_TIMEOUT, timeout))
         self._phase("ready")
@@ -166,7 +166,8 @@ class HostCluster:
         relay.request(self.path, {"cmd": "interrupt", "ranks": wanted})
 
     # -- state and stopping -----------------------------------------------------------------
-    def _write_state(self, status: str) -> None:
+    def write_state(self, status: str) -> None:
+        """Write the cluster's state file (as ``Cluster.write_state``, with the launcher, hosts and interface)."""
         rd.write_json(
             self.path / rd.STATE_FILE,
             {
@@ -188,7 +189,7 @@ class HostCluster:
         import shutil
 
         try:
-            self._write_state("stopping")
+            self.write_state("stopping")
         except OSError:
             pass
         if self.supervisor is not None and self.supervisor.poll() is None:

@@ -93,13 +93,13 @@ def restart(session: Any, ranks: list[int] | None = None) -> Restarted:
         )
     began = time.monotonic()
     cluster.restarting = chosen  # the sidebar says so (the cluster's state file) until they are up
-    cluster._write_state("running")
+    cluster.write_state("running")
     try:
         return _restart(session, chosen, survivors, began)
     finally:
         cluster.restarting = []
         if session.alive:
-            cluster._write_state("running")
+            cluster.write_state("running")
 
 
 def _restart(session: Any, chosen: list[int], survivors: list[int], began: float) -> Restarted:

@@ -114,7 +114,7 @@ def _readings(case: str, rank: str) -> list[tuple[float, dict[str, Any]]]:
 
 def _read_all(readings: list[tuple[float, dict[str, Any]]], seen: dict[Any, float] | None = None) -> list[Any]:
     seen = {} if seen is None else seen
-    return [nr.waiting(dump, now, seen, ic._describe, lambda name: None) for now, dump in readings]
+    return [nr.waiting(dump, now, seen, ic.describe, lambda name: None) for now, dump in readings]
 
 
 def _nccl_entry(dump: dict[str, Any], seq: int) -> dict[str, Any]:
@@ -142,7 +142,7 @@ def test_nccl_the_wait_begins_at_the_threshold_and_each_reading_stamps_its_own_s
     assert _nccl_entry(later, 8)["time_discovered_started_ns"] / 1e9 == pytest.approx(T, abs=1e-3)
     seen: dict[Any, float] = {}
     assert _read_all([(t0, first), (t0 + nr.NCCL_STUCK_S - 0.1, later)], seen) == [None, None]
-    got = nr.waiting(later, t0 + nr.NCCL_STUCK_S + 0.1, seen, ic._describe, lambda name: [0, 1, 2, 3])
+    got = nr.waiting(later, t0 + nr.NCCL_STUCK_S + 0.1, seen, ic.describe, lambda name: [0, 1, 2, 3])
     assert got is not None and got["collective"] == "all_reduce #8" and got["group"] == [0, 1, 2, 3]
     assert _read_all([(T, later)]) == [None]  # without the earlier reading: seen started just now
 

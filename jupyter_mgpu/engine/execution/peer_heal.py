@@ -27,6 +27,11 @@ def _is_ddp(value: Any) -> bool:
     return isinstance(value, DistributedDataParallel)
 
 
+def _ddp_options(ns: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
+    """The constructor options of the DDP models ``names`` in ``ns`` (those this rank holds), to make them again."""
+    return {n: {k: getattr(ns[n], k) for k in DDP_OPTIONS if hasattr(ns[n], k)} for n in names if n in ns}
+
+
 def _sharded(value: Any) -> str | None:
     """How ``value`` is sharded across ranks (a DTensor, an FSDP2 module), or None."""
     import torch
@@ -59,7 +64,6 @@ def pack(names: list[str]) -> dict[str, Any]:
         return {"sharded": sharded}
     ddp = sorted(n for n in names if _is_ddp(ns[n]))
     values = {n: ns[n].module if n in ddp else ns[n] for n in names}
-    options = {n: {k: getattr(ns[n], k) for k in DDP_OPTIONS if hasattr(ns[n], k)} for n in ddp}
     # functions defined in cells read the rank's namespace: bound to the new rank's on arrival
     cells = [n for n in names if isinstance(ns[n], types.FunctionType) and ns[n].__globals__ is ns]
 
@@ -69,7 +73,7 @@ def pack(names: list[str]) -> dict[str, Any]:
 
     stream = io.BytesIO()
     try:
-        Pickler(stream).dump({"values": values, "options": options, "cells": cells})
+        Pickler(stream).dump({"values": values, "options": _ddp_options(ns, ddp), "cells": cells})
     except Exception as exc:
         return {"unpicklable": f"{type(exc).__name__}: {exc}"}
     data = stream.getvalue()
@@ -90,7 +94,7 @@ def heal(src: int, dsts: list[int], ddp: list[str]) -> list[str]:
     options: dict[str, dict[str, Any]] = {}
     bound: list[str] = []
     if me == src:
-        options = {n: {k: getattr(ns[n], k) for k in DDP_OPTIONS if hasattr(ns[n], k)} for n in ddp}
+        options = _ddp_options(ns, ddp)
         data = _packed.pop("heal")
         for dst in dsts:
             dist.send(torch.tensor([len(data)], dtype=torch.int64), dst)
@@ -106,7 +110,7 @@ def heal(src: int, dsts: list[int], ddp: list[str]) -> list[str]:
             ns[n] = _in_namespace(ns[n], ns)
         options, bound = got["options"], sorted(got["values"])
     else:
-        options = {n: {k: getattr(ns[n], k) for k in DDP_OPTIONS if hasattr(ns[n], k)} for n in ddp if n in ns}
+        options = _ddp_options(ns, ddp)
     for n in ddp:  # in one order on every rank: each constructor is a collective
         module = ns[n].module if _is_ddp(ns[n]) else ns[n]
         ns[n] = DistributedDataParallel(module, **options.get(n, {}))

@@ -130,7 +130,7 @@ def _group_ranks(name: str) -> list[int] | None:
     return None
 
 
-def _describe(entry: dict[str, Any]) -> str:
+def describe(entry: dict[str, Any]) -> str:
     """``float32[1010]``: the collective's input, as the Python-level watch writes one."""
     parts = []
     for size, dtype in zip(entry.get("input_sizes") or (), entry.get("input_dtypes") or ()):
@@ -150,7 +150,7 @@ def waiting(now: float | None = None) -> dict[str, Any] | None:
     if st is None:
         return None
     if st.backend == "nccl":  # a GPU's queued kernels keep nccl's collectives in flight while the main thread
-        return nccl_records.waiting_now(now, _describe, _group_ranks)  # rightly sleeps: NCCL's own record judges
+        return nccl_records.waiting_now(now, describe, _group_ranks)  # rightly sleeps: NCCL's own record judges
     if still_for(now) < STILL_S or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
         return None
     status = recorder(only_active=True, entries=False).get("pg_status") or {}
@@ -176,7 +176,7 @@ def waiting(now: float | None = None) -> dict[str, Any] | None:
         "state": "collective",
         "since": max(created, _cpu[1]),
         "collective": f"{op} #{entry.get('collective_seq_id')}",
-        "call": f"{op} {_describe(entry)} issued by torch".replace("  ", " "),
+        "call": f"{op} {describe(entry)} issued by torch".replace("  ", " "),
         "group": _group_ranks(str(group[0])) or [],
         "arrival": [str(group[0]), int(entry.get("collective_seq_id") or 0)],  # the same on every rank of it
         "issued_by": "torch",

@@ -71,7 +71,7 @@ def answer(body: str, place: Callable[[], tuple[str, bool]]) -> dict[str, Any]:
                 "op": op,
                 "inputs": list(zip(entry.get("input_dtypes") or (), entry.get("input_sizes") or ())),
             }
-            out["entry"]["call"] = f"{op} {issued_collectives._describe(entry)}".strip() + " issued by torch"
+            out["entry"]["call"] = f"{op} {issued_collectives.describe(entry)}".strip() + " issued by torch"
         out["line"], out["backward"] = place()
     return out
 
