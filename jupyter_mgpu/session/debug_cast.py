@@ -4,13 +4,21 @@ At any rank's prompt, ``:all``, ``:ranks 0-3,6`` or ``:rank 2`` chooses the rank
 to; the prompt then names them (``(Pdb ranks 0–3 (4)) ``). Every rank of the group that sits at a prompt
 gets the line, and their answers come back as one reply, equal answers once (``ranks 0–2 (3):
 torch.Size([4, 8]) · rank 3: torch.Size([3, 8])``); ``c``, ``n``, ``s`` step the group together. Monarch's
-``monarch debug`` casts the same way; Linaro DDT calls such a set a process group.
+``monarch debug`` casts the same way; Linaro DDT calls such a set a process group. ``:where`` (or ``:tree``) at
+any prompt draws every rank's stack as one tree (``session/stack_tree.py``), the ranks counted per frame.
 """
 
 from __future__ import annotations
 
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.session.stack_tree import rank_span
+
+TREE_WORDS = (":where", ":tree")
+
+
+def asks_tree(line: str) -> bool:
+    """Whether ``line`` asks for every rank's stack as one tree (``:where``, ``:tree``)."""
+    return line.strip() in TREE_WORDS
 
 
 def parse_group(line: str, world_size: int) -> list[int] | None:
@@ -23,7 +31,7 @@ def parse_group(line: str, world_size: int) -> list[int] | None:
     if word == "all" and not rest:
         return list(range(world_size))
     if word not in ("rank", "ranks") or not rest:
-        raise MgpuError(f"{line.strip()!r} is not a cast: write :all, :ranks 0-3 or :rank 2")
+        raise MgpuError(f"{line.strip()!r} is not a cast: write :all, :ranks 0-3 or :rank 2 (:where draws the tree)")
     ranks: set[int] = set()
     for part in rest.split(","):
         lo, _, hi = part.partition("-")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_mgpu.engine.watch import collective_guard
 from jupyter_mgpu.errors import MgpuError, RankError, rank_list
 from jupyter_mgpu.session import debug_cast
+from jupyter_mgpu.session.stack_tree import rank_words
 from jupyter_mgpu.units import format_bytes
 
 if TYPE_CHECKING:
@@ -136,17 +137,27 @@ class DebugDesk:
             if others:
                 verb = "waits" if len(others) == 1 else "wait"
                 print(
-                    f"mgpu: {rank_list(others)} also {verb} at a pdb prompt, served after rank {rank} (:all casts to every rank)"
+                    f"mgpu: {rank_words(others)} also {verb} at a pdb prompt, served after rank {rank} (:all casts to every rank)"
                 )
         sys.stdout.flush()
         try:
             line, eof = read_line(str(p["prompt"]))
+            while not eof and debug_cast.asks_tree(line):
+                self.show_tree()
+                line, eof = read_line(str(p["prompt"]))
         finally:
             self.paused_s += time.monotonic() - start
         if not eof and self._chose_group(line):
             return True
         self._send(rank, p, line, eof)
         return False
+
+    def show_tree(self) -> None:
+        """``:where`` at a prompt: every rank's stack as one tree, the ranks counted per frame."""
+        from jupyter_mgpu.session import rank_status
+        from jupyter_mgpu.session.stack_tree import StackTree
+
+        print(StackTree(rank_status.where(self.s.cluster, self.s.world_size)).text(), flush=True)
 
     def _send(self, rank: int, p: dict[str, Any], line: str, eof: bool) -> None:
         self.served[rank] = int(p["n"])
@@ -194,12 +205,17 @@ class DebugDesk:
                 print(said)
             missing = [r for r in self.group if r not in at]
             if missing:
-                print(f"mgpu: {rank_list(missing)} of the group {'is' if len(missing) == 1 else 'are'} not at a prompt")
+                print(
+                    f"mgpu: {rank_words(missing)} of the group {'is' if len(missing) == 1 else 'are'} not at a prompt"
+                )
             sys.stdout.flush()
             try:
                 line, eof = read_line(debug_cast.prompt_of(sorted(at)))
             finally:
                 self.paused_s += time.monotonic() - start
+            if not eof and debug_cast.asks_tree(line):
+                self.show_tree()
+                continue
             if not eof and (self._chose_group(line) or line.strip().startswith(":")):
                 continue
             for r, p in at.items():
@@ -246,7 +262,7 @@ def post_mortem_all(s: Session) -> None:
     kept = [r for r, state in enumerate(states) if state == "kept"]
     if not kept:
         raise MgpuError("no rank keeps a failure to debug: nothing failed, or its frames were let go")
-    print(f"mgpu: post-mortem on {rank_list(kept)}; :all casts each line to them; q or c ends each")
+    print(f"mgpu: post-mortem on {rank_words(kept)}; :all casts each line to them; q or c ends each")
     s.run(rank_debugger.post_mortem, targets=kept, label="%mgpu_debug")
 
 

@@ -66,3 +66,25 @@ class Kernel:
         self.kc.stop_channels()
         if self.km.is_alive():
             self.km.shutdown_kernel(now=True)
+
+
+def debug(k: Kernel, code: str, answers: list[str], timeout: float = 60) -> tuple[dict, list[str], str]:
+    """Run ``code`` answering each input request with the next of ``answers``; the reply, the prompts
+    asked, and everything the cell printed (streams and errors) in order."""
+    prompts: list[str] = []
+    out: list[str] = []
+    todo = list(answers)
+
+    def on_stdin(msg: dict) -> None:
+        prompts.append(msg["content"]["prompt"])
+        assert todo, f"asked {msg['content']['prompt']!r} with no answer left; printed: {''.join(out)[-1500:]}"
+        k.kc.input(todo.pop(0))
+
+    def on_output(msg: dict) -> None:
+        c = msg["content"]
+        out.append(c.get("text", "") or "".join(c.get("traceback", [])))
+
+    reply = k.kc.execute_interactive(
+        code, timeout=timeout, allow_stdin=True, stdin_hook=on_stdin, output_hook=on_output
+    )
+    return reply["content"], prompts, "".join(out)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from kernel_client import Kernel
+from kernel_client import Kernel, debug
 from processes import wait_gone
 
 pytestmark = pytest.mark.kernel
@@ -28,28 +28,6 @@ def kernel(request, tmp_path_factory):
     finally:
         k.close()
     assert wait_gone(pids, 10) == []
-
-
-def debug(k: Kernel, code: str, answers: list[str], timeout: float = 60) -> tuple[dict, list[str], str]:
-    """Run ``code`` answering each input request with the next of ``answers``; the reply, the prompts
-    asked, and everything the cell printed (streams and errors) in order."""
-    prompts: list[str] = []
-    out: list[str] = []
-    todo = list(answers)
-
-    def on_stdin(msg: dict) -> None:
-        prompts.append(msg["content"]["prompt"])
-        assert todo, f"asked {msg['content']['prompt']!r} with no answer left; printed: {''.join(out)[-1500:]}"
-        k.kc.input(todo.pop(0))
-
-    def on_output(msg: dict) -> None:
-        c = msg["content"]
-        out.append(c.get("text", "") or "".join(c.get("traceback", [])))
-
-    reply = k.kc.execute_interactive(
-        code, timeout=timeout, allow_stdin=True, stdin_hook=on_stdin, output_hook=on_output
-    )
-    return reply["content"], prompts, "".join(out)
 
 
 @pytest.mark.slow
@@ -293,6 +271,20 @@ def test_a_cast_sends_each_line_to_every_rank_at_once_and_groups_equal_answers(k
     assert f"{others}: torch.Size([2, 8]) · rank {last}: torch.Size([3, 8])" in out, out
     assert "not at a prompt" not in out, out
     assert f"Out[rank {last}]: 24.0" in out and "Out[rank 0]: 16.0" in out, out
+
+
+def test_a_cast_n_steps_every_rank_of_the_group_and_their_equal_answers_come_once(kernel):
+    """``:all`` then ``n``: every rank steps over the same line, their equal answers once (not one per rank),
+    then ``p`` answers each rank's own value in one reply."""
+    n = kernel.n
+    group = f"ranks 0–{n - 1} ({n})" if n > 2 else "ranks 0, 1"
+    reply, prompts, out = debug(kernel, "%%mgpu\nbreakpoint()\na = rank + 40\nb = a * 2\nb", [":all", "n", "p a", "c"])
+    assert reply["status"] == "ok", out
+    assert prompts[1:] == [f"(Pdb {group}) "] * 3, prompts
+    assert f"{group}:\n> <mgpu-cell-" in out and out.count("-> b = a * 2") == 1, out
+    assert " · ".join(f"rank {r}: {40 + r}" for r in range(n)) in out, out
+    reply, _, out = debug(kernel, "%%mgpu\nb", [])
+    assert all(f"Out[rank {r}]: {2 * (40 + r)}" in out for r in range(n)), out
 
 
 def test_a_cast_that_names_no_rank_of_the_session_is_said_and_the_prompt_asks_again(kernel):
