@@ -6,7 +6,8 @@ under its pdb (``engine/execution/rank_debugger.py``) with those breakpoints and
 are threads of the debug session (``rank 0``, ``rank 1``, ...): a rank that stops sends a ``stopped``
 event; the panel's ``stackTrace``, ``scopes`` and ``variables`` for that thread are answered from the
 rank (over its guard socket), and ``continue``, ``next``, ``stepIn`` and ``stepOut`` become pdb's ``c``,
-``n``, ``s`` and ``r`` for that rank; the console's ``evaluate`` in a rank's frame is answered by that rank
+``n``, ``s`` and ``r`` for that rank (a ``continue`` marked ``allRanks``, the labextension's "Continue all
+ranks" button, is ``c`` for every stopped rank); the console's ``evaluate`` in a rank's frame is answered by that rank
 (its value's repr, or its error). Every other request goes to ipykernel's debugger unchanged.
 
 The requests arrive on the kernel's control thread while the ``%%mgpu`` cell waits on the shell thread;
@@ -30,6 +31,10 @@ FRAMES = 2_000_000  # frame id: FRAMES + r * SPAN + index of the frame in the ra
 VARIABLES = 3_000_000  # variables reference of a frame's locals: VARIABLES + r * SPAN + index
 SPAN = 10_000
 STEPS = {"continue": "c", "next": "n", "stepIn": "s", "stepOut": "r"}
+# a ``continue`` whose arguments hold ``allRanks: true`` (and DAP's ``singleThread: false``) lets every stopped
+# rank go on: the labextension's "Continue all ranks" button sends it (labextension/src/continue_all.ts).
+# JupyterLab's own Continue sends no ``singleThread`` and goes on acting on the shown rank alone.
+ALL_RANKS = "allRanks"
 REANNOUNCE_S = 0.3  # after a rank goes on, the next stopped rank is announced once the panel settled
 STEP_WAIT_S = 1.0  # a rank that stepped and has not stopped again by then: the panel shows the next one
 CELL_FILES = "<mgpu-cell-"
@@ -198,6 +203,8 @@ class PanelBridge:
     def _handle(self, command: Any, args: dict[str, Any], message: dict[str, Any]) -> dict[str, Any] | None:
         """A reply for a request about a rank; None for the kernel's own."""
         thread = args.get("threadId")
+        if command == "continue" and args.get(ALL_RANKS) is True and self.cell is not None:
+            return self._continue_all(message)
         if command in STEPS and isinstance(thread, int):
             rank = self._rank_of(thread)
             if rank is not None:
@@ -274,11 +281,34 @@ class PanelBridge:
             for var in got
         ]
 
-    def _step(self, rank: int, line: str, message: dict[str, Any]) -> dict[str, Any]:
+    def _send(self, rank: int, line: str, panel_only: bool = False) -> bool:
+        """Answer ``rank``'s pdb prompt with ``line``; False when it is at none (or, ``panel_only``, at one the
+        notebook's input box serves: a ``breakpoint()`` in the code)."""
         prompt = self._ask(rank, "debug-take")
-        if not prompt.get("prompt"):
+        if not prompt.get("prompt") or (panel_only and not prompt.get("panel")):
+            return False
+        said = self._ask(rank, "debug-line", json.dumps({"n": prompt["n"], "line": line, "eof": False}))
+        return bool(said.get("ok"))
+
+    def _continue_all(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Every rank stopped at one of the panel's breakpoints goes on (pdb's ``c``), those not shown yet too;
+        a rank that reaches a breakpoint again stops there and is shown."""
+        size = int(getattr(self.session, "world_size", 0) or 0)
+        with self.lock:  # a rank stopping again is announced after these continued events, never before
+            went = [r for r in range(size) if self._send(r, "c", panel_only=True)]
+            for r in went:
+                self._event("continued", {"threadId": THREADS + r, "allThreadsContinued": True})
+            self.stopped = [r for r in self.stopped if r not in went]
+            if self.shown in went:
+                self.shown = None
+            self.reannounce_at = time.monotonic() + REANNOUNCE_S
+        if not went:
+            return _reply(message, message="no rank is stopped at a breakpoint of the debugger panel")
+        return _reply(message, {"allThreadsContinued": True})
+
+    def _step(self, rank: int, line: str, message: dict[str, Any]) -> dict[str, Any]:
+        if not self._send(rank, line):
             return _reply(message, message=f"rank {rank} is not stopped")
-        self._ask(rank, "debug-line", json.dumps({"n": prompt["n"], "line": line, "eof": False}))
         with self.lock:
             if rank in self.stopped:
                 self.stopped.remove(rank)

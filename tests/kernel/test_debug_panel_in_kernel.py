@@ -189,6 +189,46 @@ def test_a_breakpoint_in_a_script_run_with_mgpu_run_stops_every_rank_there_in_tu
         panel.request("setBreakpoints", source={"path": str(script)}, breakpoints=[], sourceModified=False)
 
 
+def _both_ranks_at_the_breakpoint(panel: Panel, seconds: float = 30) -> None:
+    """Wait until both ranks are at a prompt: a rank's stack is known only while it is stopped."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if all(panel.request("stackTrace", threadId=THREADS + r)["body"]["stackFrames"] for r in (0, 1)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the ranks did not both stop in {seconds} s")
+
+
+@pytest.mark.slow
+def test_continue_all_ranks_lets_every_stopped_rank_go_on_and_they_stop_again_at_the_next_hit(kernel):
+    """The labextension's "Continue all ranks" button: ``continue`` marked ``allRanks`` is ``c`` on every
+    stopped rank, the one not shown too; a breakpoint in a loop stops them all again at its next hit."""
+    panel = kernel.panel
+    code = "%%mgpu\ntotal = 0\nfor i in range(2):\n    total += rank + i\ntotal"
+    path = panel.set_breakpoint(code, 4)
+    seen = len(panel.events)
+    msg_id = kernel.kc.execute(code)
+    try:
+        for hit in (0, 1):
+            shown = panel.wait_event("stopped")["body"]["threadId"]
+            _both_ranks_at_the_breakpoint(panel)
+            frames = panel.request("stackTrace", threadId=shown)["body"]["stackFrames"]
+            said = panel.request("evaluate", expression="i", frameId=frames[0]["id"], context="repl")
+            assert said["body"]["result"] == str(hit), said
+            went = panel.request("continue", threadId=shown, singleThread=False, allRanks=True)
+            assert went["success"] and went["body"] == {"allThreadsContinued": True}, went
+            mark = len(panel.events)
+            panel.wait_event("continued", threadId=THREADS + 1, allThreadsContinued=True)  # sent last
+            went_on = [e["body"]["threadId"] for e in panel.events[mark:] if e["event"] == "continued"]
+            assert went_on == [THREADS, THREADS + 1], went_on
+        reply = kernel.reply(msg_id)["content"]
+        assert reply["status"] == "ok", reply
+        stops = [e["body"]["threadId"] for e in panel.events[seen:] if e["event"] == "stopped"]
+        assert len(stops) == 2, stops  # one rank shown per hit; the other went on with it, never shown
+    finally:
+        panel.request("setBreakpoints", source={"path": path}, breakpoints=[], sourceModified=False)
+
+
 def test_a_cell_without_breakpoints_runs_straight_through_with_the_panel_on(kernel):
     reply, out = kernel.execute("%%mgpu\nrank + 100")
     assert reply["status"] == "ok" and "100" in out and "101" in out

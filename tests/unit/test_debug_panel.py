@@ -129,3 +129,42 @@ def test_a_variable_s_value_shows_in_the_panel_not_just_its_type(bridge, monkeyp
         "evaluateName": "device",
     }
     assert shown[1]["type"] == "int" and shown[1]["value"] == "3"
+
+
+def test_continue_all_ranks_sends_c_to_every_rank_stopped_for_the_panel(bridge, monkeypatch):
+    """The "Continue all ranks" button's request: ``c`` to each rank at a panel prompt, shown or not; a rank at
+    a ``breakpoint()`` in the code (served by the input box) is left alone; one continued event per rank."""
+    prompts = {0: {"n": 3, "prompt": "(Pdb) ", "panel": True}, 1: {"n": 4, "prompt": "(Pdb) ", "panel": False}}
+    prompts[2] = {"n": 5, "prompt": "(Pdb) ", "panel": True}
+    sent: list[tuple[int, str]] = []
+
+    def ask(rank: int, command: str, body: str | None = None) -> dict[str, Any]:
+        if command == "debug-take":
+            return prompts.get(rank) or {"prompt": None}
+        sent.append((rank, body or ""))
+        return {"ok": True}
+
+    monkeypatch.setattr(bridge, "_ask", ask)
+    bridge.session.world_size = 4
+    bridge.cell = {"path": "/tmp/cell.py"}
+    bridge.rank_stopped(bridge.session, 0, {})  # rank 0 shown; rank 2 stopped too, not announced yet
+    reply = _request(bridge, "continue", threadId=THREADS, singleThread=False, allRanks=True)
+    assert reply["success"] and reply["body"] == {"allThreadsContinued": True}, reply
+    assert [r for r, _ in sent] == [0, 2] and all('"line": "c"' in body for _, body in sent)
+    continued = [e["body"] for e in bridge.debugger.events if e["event"] == "continued"]
+    assert continued == [{"threadId": THREADS + r, "allThreadsContinued": True} for r in (0, 2)]
+    assert bridge.stopped == [] and bridge.shown is None and bridge.debugger.forwarded == []
+    bridge.rank_stopped(bridge.session, 2, {})  # a rank that reaches a breakpoint again is shown at once
+    assert _stopped(bridge) == [0, 2]
+
+
+def test_continue_all_ranks_with_none_stopped_says_so_and_without_ranks_goes_to_the_kernels_debugger(
+    bridge, monkeypatch
+):
+    monkeypatch.setattr(bridge, "_ask", lambda rank, command, body=None: {"prompt": None})
+    bridge.cell = {"path": "/tmp/cell.py"}
+    reply = _request(bridge, "continue", threadId=THREADS, singleThread=False, allRanks=True)
+    assert not reply["success"] and reply["message"] == "no rank is stopped at a breakpoint of the debugger panel"
+    bridge.cell = None  # no %%mgpu cell with breakpoints: DAP's continue of all the kernel's threads
+    assert _request(bridge, "continue", threadId=1, singleThread=False, allRanks=True)["success"]
+    assert bridge.debugger.forwarded == ["continue"]
