@@ -55,6 +55,8 @@ class HostCluster:
     rank_to_engine: dict[int, int] = field(default_factory=dict)
     hosts: dict[int, str] = field(default_factory=dict)
     local_ranks: set[int] = field(default_factory=set)  # ranks on this host, in this PID/IPC/mount namespace
+    rank_info: dict[int, dict[str, Any]] = field(default_factory=dict)  # what each rank's engine said of its host
+    rank_configs: dict[int, dict[str, Any]] = field(default_factory=dict)  # each rank's setup (a restart reuses it)
     link_key: bytes = b""  # derived from ipyparallel's key (engine/wire/link.py); authenticates links and transfers
     relay_port: int = 0  # the relay's port on ``address``
     started_at: float = field(default_factory=time.time)
@@ -134,6 +136,7 @@ class HostCluster:
             self.rank_to_engine[r] = e.engine_id
             self.engine_pids[r] = int(e.info["pid"])
             self.hosts[r] = e.host
+            self.rank_info[r] = e.info
             if e.key == mine:
                 self.local_ranks.add(r)
 

@@ -101,44 +101,42 @@ def preflight(opts: LaunchOptions, host: str) -> None:
 
 def check_ssh_hosts(opts: LaunchOptions) -> None:
     """Every host of ``--hosts`` runs a command over SSH (in parallel); else name the first that does not."""
-    args = list(opts.launcher_args)
-
-    def probe(host: str) -> tuple[str, str | None]:
-        cmd = [
-            "ssh",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            f"ConnectTimeout={int(SSH_CHECK_TIMEOUT / 2)}",
-            *args,
-            host,
-            "--",
-            remote_python(),
-            "-c",
-            "'import jupyter_mgpu, ipyparallel'",
-        ]
-        try:
-            run = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=SSH_CHECK_TIMEOUT, stdin=subprocess.DEVNULL
-            )
-        except subprocess.TimeoutExpired:
-            return host, f"cannot reach {host} over SSH: no answer within {SSH_CHECK_TIMEOUT:g} s"
-        if run.returncode == 255:
-            last = (run.stderr.strip().splitlines() or ["ssh failed"])[-1]
-            return host, f"cannot reach {host} over SSH: {last}"
-        if run.returncode != 0:
-            last = (run.stderr.strip().splitlines() or [""])[-1]
-            return host, (
-                f"{host} answers over SSH but cannot run {remote_python()} with jupyter_mgpu and "
-                f"ipyparallel ({last}); install them there or set SSHLauncher.remote_python"
-            )
-        return host, None
-
     with concurrent.futures.ThreadPoolExecutor(len(opts.hosts)) as pool:
-        results = dict(pool.map(probe, [h for h, _ in opts.hosts]))
+        results = dict(pool.map(lambda host: (host, ssh_problem(opts, host)), [h for h, _ in opts.hosts]))
     for host, _ in opts.hosts:
         if results[host]:
             raise MgpuError(results[host])
+
+
+def ssh_problem(opts: LaunchOptions, host: str) -> str | None:
+    """Why ``host`` (as ``--hosts`` names it) cannot run our engines over SSH, in one sentence; None if it can."""
+    cmd = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={int(SSH_CHECK_TIMEOUT / 2)}",
+        *opts.launcher_args,
+        host,
+        "--",
+        remote_python(),
+        "-c",
+        "'import jupyter_mgpu, ipyparallel'",
+    ]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=SSH_CHECK_TIMEOUT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"cannot reach {host} over SSH: no answer within {SSH_CHECK_TIMEOUT:g} s"
+    if run.returncode == 255:
+        last = (run.stderr.strip().splitlines() or ["ssh failed"])[-1]
+        return f"cannot reach {host} over SSH: {last}"
+    if run.returncode != 0:
+        last = (run.stderr.strip().splitlines() or [""])[-1]
+        return (
+            f"{host} answers over SSH but cannot run {remote_python()} with jupyter_mgpu and "
+            f"ipyparallel ({last}); install them there or set SSHLauncher.remote_python"
+        )
+    return None
 
 
 def configured_controller_ip() -> str | None:
@@ -237,9 +235,23 @@ def _mpi_per_host(k: int) -> list[str]:
     return ["--npernode", str(k)] if "Open MPI" in version or "OpenRTE" in version else ["-ppn", str(k)]
 
 
-def _start_on_host(cluster: Any, host: str, k: int, i: int, env: dict[str, str]) -> Callable[[], Any]:
-    """What the loop thread runs to start ``k`` engines on ``host`` over SSH (engine set ``host<i>``)."""
-    return lambda: cluster.start_engines(k, engine_set_id=f"host{i}", engines={host: k}, environment=env)
+def _start_on_host(cluster: Any, host: str, k: int, i: int, set_id: str) -> Callable[[], Any]:
+    """What the loop thread runs to start ``k`` engines on ``host`` over SSH (engine set ``set_id``); their
+    environment names the host as the user wrote it (``MGPU_HOST_LABEL``) and its place in ``--hosts``."""
+    env = {"MGPU_HOST_LABEL": host.split("@", 1)[-1], "MGPU_HOST_ORDER": str(i)}
+    return lambda: cluster.start_engines(k, engine_set_id=set_id, engines={host: k}, environment=env)
+
+
+def start_over_ssh(cluster: Any, loop: LoopThread, host: str, k: int, i: int, set_id: str, timeout: float) -> str:
+    """Start ``k`` engines on ``host`` (entry ``i`` of ``--hosts``) over SSH; the engine set id, or one sentence."""
+    try:
+        engine_set: str = loop.run(_start_on_host(cluster, host, k, i, set_id), timeout)
+    except (subprocess.CalledProcessError, RuntimeError, OSError) as exc:
+        out = getattr(exc, "output", None) or b""
+        out = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+        last = (out.strip().splitlines() or [str(exc)])[-1]
+        raise MgpuError(f"starting engines on {host.split('@', 1)[-1]} over SSH failed: {last}") from None
+    return engine_set
 
 
 def start_engines(cluster: Any, opts: LaunchOptions, loop: LoopThread, timeout: float) -> list[str]:
@@ -249,20 +261,27 @@ def start_engines(cluster: Any, opts: LaunchOptions, loop: LoopThread, timeout: 
     (``MGPU_HOST_LABEL``), so ranks follow the order of ``--hosts``; devices are pinned per engine
     from its local rank, on the engine itself.
     """
-    sets = []
     if opts.launcher == "ssh":
-        for i, (host, k) in enumerate(opts.hosts):
-            env = {"MGPU_HOST_LABEL": host.split("@", 1)[-1], "MGPU_HOST_ORDER": str(i)}
-            try:
-                sets.append(loop.run(_start_on_host(cluster, host, k, i, env), timeout))
-            except (subprocess.CalledProcessError, RuntimeError, OSError) as exc:
-                out = getattr(exc, "output", None) or b""
-                out = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
-                last = (out.strip().splitlines() or [str(exc)])[-1]
-                raise MgpuError(f"starting engines on {host.split('@', 1)[-1]} over SSH failed: {last}") from None
-        return sets
-    sets.append(loop.run(lambda: cluster.start_engines(opts.n), timeout))
-    return sets
+        return [
+            start_over_ssh(cluster, loop, host, k, i, f"host{i}", timeout) for i, (host, k) in enumerate(opts.hosts)
+        ]
+    return [loop.run(lambda: cluster.start_engines(opts.n), timeout)]
+
+
+def start_one(cluster: Any, opts: LaunchOptions, loop: LoopThread, host: str, set_id: str, timeout: float) -> str:
+    """One more engine through the launcher that started the others (a rank started again): on ``host``, the
+    label of an ``--hosts`` entry, over SSH, or one more local engine; the engine set id."""
+    if opts.launcher == "ssh":
+        i = next(i for i, (h, _) in enumerate(opts.hosts) if h.split("@", 1)[-1] == host)
+        return start_over_ssh(cluster, loop, opts.hosts[i][0], 1, i, set_id, timeout)
+    started: str = loop.run(lambda: cluster.start_engines(1, engine_set_id=set_id), timeout)
+    return started
+
+
+def set_stopped(cluster: Any, set_id: str) -> bool:
+    """Whether engine set ``set_id``'s launcher has already ended (its engine gone, or never started)."""
+    engine_set = getattr(cluster, "engines", {}).get(set_id)
+    return engine_set is None or getattr(engine_set, "state", None) == "after"
 
 
 def launcher_stopped(cluster: Any) -> bool:

@@ -93,6 +93,7 @@ def setup_ranks(cluster: HostCluster, ranked: list[ranks.Engine], timeout: float
         where,
     )[0]
     configs = rank_configs(cluster, ranked, port)
+    cluster.rank_configs = dict(enumerate(configs))
     futures = {
         r: cluster.client[e.engine_id].apply_async(launched_setup.setup, configs[r]) for r, e in enumerate(ranked)
     }

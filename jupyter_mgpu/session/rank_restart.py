@@ -5,8 +5,9 @@ cost the whole cluster: ``%mgpu_init --restart`` started every rank afresh, thei
 the supervisor forks a new engine for each dead rank, on the same device with the same budget and
 environment (``cluster/engine_restart.py``), while the survivors leave their broken process group for a new
 generation that the new engines join; the survivors' namespaces, shards and tensors are untouched. What a new
-rank lacks is said plainly (the names its peers define); ``%mgpu_init --restart`` still starts over. One-host
-clusters only, for now: a rank on another host would restart through that host's launcher.
+rank lacks is said plainly (the names its peers define); ``%mgpu_init --restart`` still starts over. On a
+cluster across hosts the launcher that started the engines starts the rank again on its own host
+(``launch/host_restart.py``: ssh or local; the others refuse in one sentence).
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ def restart(session: Any, ranks: list[int] | None = None) -> Restarted:
 
     session.check_alive()
     cluster = session.cluster
-    if not isinstance(cluster, Cluster):
-        raise MgpuError("restarting a rank works on one-host clusters only for now: run %mgpu_init --restart")
     chosen = _chosen(session, ranks)
+    if not isinstance(cluster, Cluster):  # across hosts: through the launcher that started the engines
+        from jupyter_mgpu.launch import host_restart
+
+        host_restart.check(cluster, chosen)
     survivors = [r for r in range(session.world_size) if r not in cluster.exits()]
     if not survivors:
         raise MgpuError("every rank is dead: run %mgpu_init --restart to start a new cluster")
@@ -103,12 +106,40 @@ def restart(session: Any, ranks: list[int] | None = None) -> Restarted:
 
 
 def _restart(session: Any, chosen: list[int], survivors: list[int], began: float) -> Restarted:
-    from jupyter_mgpu.cluster import engine_restart
+    from jupyter_mgpu.cluster.local import Cluster
     from jupyter_mgpu.engine.execution import namespace_transfer
-    from jupyter_mgpu.engine.startup import runtime
 
     cluster = session.cluster
     timeout = max(30.0, session.timeout)
+    if isinstance(cluster, Cluster):
+        pids = _fork_again(session, chosen, survivors, timeout)
+    else:
+        from jupyter_mgpu.launch import host_restart
+
+        pids = host_restart.start_again(session, chosen, survivors, timeout)
+    recovery = session.recovery
+    recovery.dirty, recovery.released = None, set()
+    for handle in list(session.handles.values()):  # their shards on the new ranks died with the old engines
+        lose = getattr(handle, "_lose", None)
+        if lose is not None:
+            lose(chosen)
+    cluster.engine_pids.update(pids)
+    for r in chosen:
+        session.direct.forget(r)
+    if 0 in chosen and survivors:  # a new rank 0 serves a new store: the survivors' variables follow it
+        address = session.run(_master_address, targets=[0])[0]
+        session.run(_use_master, address, targets=survivors)
+    theirs = set().union(*(set(n) for n in session.run(namespace_transfer.names, targets=survivors)))
+    mine = set().union(*(set(n) for n in session.run(namespace_transfer.names, targets=chosen)))
+    return Restarted(chosen, pids, time.monotonic() - began, sorted(theirs - mine))
+
+
+def _fork_again(session: Any, chosen: list[int], survivors: list[int], timeout: float) -> dict[int, int]:
+    """One host: the supervisor forks each dead rank again while the survivors rebuild; the new pids."""
+    from jupyter_mgpu.cluster import engine_restart
+    from jupyter_mgpu.engine.startup import runtime
+
+    cluster = session.cluster
     engine_restart.forget_dead(cluster, chosen, timeout)  # the controller frees their engine ids first
     master = None
     if 0 in survivors:  # the one-host store rank 0 serves for MASTER_ADDR / MASTER_PORT, kept
@@ -124,20 +155,7 @@ def _restart(session: Any, chosen: list[int], survivors: list[int], began: float
     if not rebuilt.ready():
         raise MgpuError(f"{rank_list(survivors)} did not join the new process group within {timeout:.0f} s")
     rebuilt.get()
-    recovery.dirty, recovery.released = None, set()
-    for handle in list(session.handles.values()):  # their shards on the new ranks died with the old engines
-        lose = getattr(handle, "_lose", None)
-        if lose is not None:
-            lose(chosen)
-    cluster.engine_pids.update(pids)
-    for r in chosen:
-        session.direct.forget(r)
-    if 0 in chosen and survivors:  # a new rank 0 serves a new store: the survivors' variables follow it
-        address = session.run(_master_address, targets=[0])[0]
-        session.run(_use_master, address, targets=survivors)
-    theirs = set().union(*(set(n) for n in session.run(namespace_transfer.names, targets=survivors)))
-    mine = set().union(*(set(n) for n in session.run(namespace_transfer.names, targets=chosen)))
-    return Restarted(chosen, pids, time.monotonic() - began, sorted(theirs - mine))
+    return pids
 
 
 def _master_address() -> list[Any] | None:

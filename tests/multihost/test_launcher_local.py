@@ -211,6 +211,33 @@ def test_a_rank_blocked_in_a_collective_is_released_and_the_group_rebuilt(local2
     assert [v[1] for v in local2.run(_rank_and_sum)] == [[3.0] * 3, [3.0] * 3]
 
 
+def test_a_killed_rank_is_started_again_by_the_launcher_and_the_survivor_keeps_its_values(local2):
+    """issue 46: the local launcher starts one more engine, which becomes rank 1 again; rank 0 keeps its
+    namespace; the group meets in a fresh store that is closed to newcomers afterwards."""
+    local2.run_cell("kept = torch.full((3,), float(rank) + 7)", stream=False)
+    before = dict(local2.cluster.rank_to_engine)
+    os.kill(local2.cluster.engine_pids[1], signal.SIGKILL)
+    with pytest.raises(EngineDiedError, match=r"rank 1 died"):
+        local2.run(_rank_and_sum)
+    report = mg.restart([1])
+    assert report.ranks == [1] and report.pids[1] == local2.cluster.engine_pids[1]
+    assert psutil.pid_exists(report.pids[1])
+    assert str(report).startswith("rank 1 started again in "), report
+    assert "rank 1 is new: kept is not defined there" in str(report), report
+    assert local2.cluster.rank_to_engine[0] == before[0] and local2.cluster.rank_to_engine[1] != before[1]
+    assert 1 not in local2.cluster.exits()
+    assert local2.run_cell("kept.tolist()", targets=[0], stream=False) == [str([7.0] * 3)]
+    assert local2.run(_rank_and_sum) == [(r, [3.0] * 3, socket.gethostname(), "lo") for r in (0, 1)]
+    (store0, listening0), (store1, listening1) = local2.run(_store_state)
+    assert store0 == store1 and not listening0 and not listening1
+    with socket.socket() as s, pytest.raises(OSError):  # the restart's store takes no newcomer either
+        s.settimeout(3)
+        s.connect((store0["host"], store0["port"]))
+    assert local2._direct_ok([0, 1])  # the new rank's direct channel goes through the relay again
+    with pytest.raises(MgpuError, match=r"rank 1 is alive: only a dead rank is restarted"):
+        mg.restart([1])
+
+
 def test_a_killed_engine_is_named_and_nothing_is_left():
     import jupyter_mgpu.session.lifecycle as sm
 

@@ -4,7 +4,9 @@ torch's TCPStore has no authentication and, left to itself, listens on every int
 the listening socket itself, on its address of the chosen interface, and hands it to the store
 (``master_listen_fd``). Once every rank has connected, :func:`close_listener` shuts that socket: the
 store keeps serving the ranks' open connections (later process groups and rebuilds use them through
-a prefix per generation), and nobody else can connect any more.
+a prefix per generation), and nobody else can connect any more. A rank started again on its host
+(``launch/host_restart.py``) meets the survivors in a fresh store a survivor opens the same way, closed
+again once the rebuilt group met; the stores it replaces are kept, listening to nobody.
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ _master: Any = None  # rank 0's store (server and its own client)
 _listen_fd: int | None = None
 _client: Any = None
 _client_key: tuple[str, int] | None = None
+_replaced: list[Any] = []  # earlier stores of this process, kept: the old groups may still hold them
 
 
 def open_master(address: str, world_size: int, timeout: float) -> int:
     """Rank 0: listen on ``address`` (port chosen by the OS) and serve the store there; returns the port."""
     global _master, _listen_fd, _client_key
     from torch._C._distributed_c10d import TCPStore
+
+    close_listener()  # at most one store of this process takes newcomers
+    _replaced.extend(s for s in (_master, _client) if s is not None)
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:

@@ -13,6 +13,9 @@ through ipyparallel's authenticated channel:
    start telemetry and the direct channel. The link key is derived here from ipyparallel's own HMAC
    key, so no secret travels in the call.
 
+A dead rank started again on its host gets the same config, a new store and the survivors' next group
+generation; the survivors :func:`rejoin` (``launch/host_restart.py``).
+
 Each engine's files live in its own private directory on its host (mode 0700), removed when it ends.
 """
 
@@ -102,6 +105,13 @@ def close_store_listener() -> bool:
     from jupyter_mgpu.engine.group import tcp_rendezvous
 
     return tcp_rendezvous.close_listener()
+
+
+def rejoin(generation: int, store: dict[str, Any]) -> None:
+    """A survivor of a rank's restart: leave the broken group for ``generation``, meeting in ``store``."""
+    from jupyter_mgpu.engine.startup import runtime
+
+    runtime.rebuild_process_group(generation, store)
 
 
 def _engines_root() -> Path:

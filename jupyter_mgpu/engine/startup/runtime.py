@@ -147,10 +147,16 @@ def populate(user_ns: dict[str, Any]) -> None:
     fresh_program.remember_start()  # what each %mgpu_run starts from, as a new process would
 
 
-def rebuild_process_group(generation: int) -> None:
-    """Leave the (broken) process group and join a fresh one; every rank must call this together."""
+def rebuild_process_group(generation: int, store: dict[str, Any] | None = None) -> None:
+    """Leave the (broken) process group and join a fresh one; every rank must call this together.
+
+    ``store``: across hosts, a new rendezvous store to meet in (a rank started again joins through it),
+    which ``MASTER_ADDR`` / ``MASTER_PORT`` name from now on."""
 
     st = rank_state.get()
+    if store is not None:
+        st.store = store
+        os.environ.update(MASTER_ADDR=str(store["host"]), MASTER_PORT=str(store["port"]))
     try:
         user_process_group.destroy_session_group()
     except Exception:
