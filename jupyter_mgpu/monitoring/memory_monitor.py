@@ -3,7 +3,9 @@
 Every session gets one :class:`MemoryMonitor`. Its thread reads the ranks' telemetry files (written
 out of band by ``engine/records/telemetry.py``, so they keep coming while an engine is busy) once per sampling
 tick, just after the ranks wrote, marks dead ranks within 0.1 s, keeps the last minutes in a ring
-buffer and tells subscribers (the dashboard) about every new sample. ``mg.memory()``,
+buffer and tells subscribers (the dashboard) about every new sample. A rank started again by ``mg.restart``
+(a new engine pid) keeps its history: a ``restarted`` record marks the moment, and its rows carry the
+times (``restarts``), which the dashboard draws on the rank's timeline. ``mg.memory()``,
 ``mg.memory_history()`` and ``mg.reset_peak()`` read it.
 """
 
@@ -69,6 +71,8 @@ class MemoryMonitor:
         }
         self._latest: list[dict[str, Any]] = [self._placeholder(r) for r in range(session.world_size)]
         self._seen: dict[int, tuple[float, int]] = {}
+        self._pids: dict[int, int] = {}  # each rank's engine pid when last polled: a new one is a restart
+        self._restarts: dict[int, list[float]] = {}  # when each rank was started again (epoch seconds)
         self._listeners: list[Listener] = []
         self._lock = threading.RLock()
         self._halt = threading.Event()
@@ -146,11 +150,14 @@ class MemoryMonitor:
             # the exits record is the fast path; engines on other hosts have only that
             check_pids = self._polls % PID_CHECK_EVERY == 0 and getattr(cluster, "pid_checks", True)
         changed = False
+        restarting = set(getattr(cluster, "restarting", ()) or ())
         with self._lock:
             latest = list(self._latest)
             for r in wanted:
                 pid = cluster.engine_pids.get(r)
                 s = samples.get(r)
+                if self._note_restart(r, pid, s):
+                    changed = True
                 if s is not None and pid is not None and s.get("pid") != pid:
                     s = None  # a file from another process (a stale cluster): ignored
                 prev = latest[r]
@@ -173,6 +180,10 @@ class MemoryMonitor:
                                 for k in HISTORY_FIELDS
                             )
                         )
+                if r in restarting and s is None and row.get("state") == "dead":
+                    row["state"], changed = "restarting", True  # mg.restart starts it again
+                if r in self._restarts:
+                    row["restarts"] = list(self._restarts[r])
                 latest[r] = row
             self._latest = latest
             listeners = list(self._listeners) if changed else []
@@ -182,6 +193,24 @@ class MemoryMonitor:
             except Exception:
                 pass
         return changed
+
+    def _note_restart(self, rank: int, pid: Any, sample: dict[str, Any] | None) -> bool:
+        """Whether ``rank``'s engine pid changed since the last poll (``mg.restart`` started it again): its
+        history gets a ``restarted`` record, before the new engine's first sample, and its rows the time.
+        Called under the lock."""
+        known = self._pids.get(rank)
+        if pid is not None:
+            self._pids[rank] = pid
+        if known is None or pid is None or pid == known:
+            return False
+        now = time.time()
+        if sample is not None and sample.get("pid") == pid and isinstance(sample.get("time"), (int, float)):
+            now = min(now, float(sample["time"]) - 1e-3)
+        self._restarts.setdefault(rank, []).append(now)
+        self._history[rank].append(
+            tuple(now if k == "time" else "restarted" if k == "state" else None for k in HISTORY_FIELDS)
+        )
+        return True
 
     def _read_changed(self, cluster: Any, ranks: Any) -> dict[int, dict[str, Any]]:
         """The current sample of each of ``ranks`` (kept-open files: one ``pread`` each, parsed only

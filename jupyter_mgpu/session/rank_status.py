@@ -13,11 +13,13 @@ from jupyter_mgpu.engine.records import telemetry as tele
 def memory(cluster: Any, world_size: int) -> list[dict[str, Any]]:
     """The latest telemetry sample of every rank, in rank order (``state`` is ``dead`` for lost ranks)."""
     samples = tele.read_samples(cluster.path)
-    dead = cluster.exits()
+    dead, restarting = cluster.exits(), set(getattr(cluster, "restarting", ()) or ())
     out = []
     for r in range(world_size):
         s = dict(samples.get(r) or {"rank": r, "time": None})
-        if r in dead:
+        if r in restarting:  # mg.restart is starting it again (its new engine may not have written yet)
+            s["state"] = "restarting"
+        elif r in dead:
             s["state"] = "dead"
         s.setdefault("state", "starting")
         out.append(s)
@@ -52,7 +54,8 @@ def status(
 
 def where(cluster: Any, world_size: int, timeout: float = 2.0) -> list[dict[str, Any]]:
     """What every rank does now, in rank order (``mg.where``): ``state`` (``running``, ``collective``,
-    ``idle``, or ``unknown`` for a rank that did not answer), ``seconds`` in it, ``collective``
+    ``idle``, ``dead``, ``restarting`` while ``mg.restart`` starts it again, or ``unknown`` for a rank that
+    did not answer), ``seconds`` in it, ``collective``
     (``barrier #7``), ``line`` (the innermost line of the user's code) and ``stack`` (their frames,
     outermost first). Each rank's guard thread answers, so a busy rank answers too; the ranks are asked
     at once, so 64 ranks with some silent take ``timeout`` once, not once each."""
@@ -61,8 +64,8 @@ def where(cluster: Any, world_size: int, timeout: float = 2.0) -> list[dict[str,
 
     from jupyter_mgpu.engine.watch import collective_guard
 
-    dead = cluster.exits()
-    alive = [r for r in range(world_size) if r not in dead]
+    dead, restarting = cluster.exits(), set(getattr(cluster, "restarting", ()) or ())
+    alive = [r for r in range(world_size) if r not in dead and r not in restarting]
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(alive)))) as pool:
         answers = dict(zip(alive, pool.map(lambda r: collective_guard.ask(cluster.path, r, "where", timeout), alive)))
     out: list[dict[str, Any]] = []
@@ -72,7 +75,7 @@ def where(cluster: Any, world_size: int, timeout: float = 2.0) -> list[dict[str,
             out.append(
                 {
                     "rank": r,
-                    "state": "dead" if r in dead else "unknown",
+                    "state": "restarting" if r in restarting else "dead" if r in dead else "unknown",
                     "seconds": None,
                     "collective": None,
                     "line": None,

@@ -27,6 +27,7 @@ from jupyter_mgpu.widgets.memory_rows import (
     COMPACT_AT,
     ended_rows,
     host_groups,
+    restart_marks,
     same_picture,
 )
 from jupyter_mgpu.widgets.memory_rows import FILL_DEAD as FILL_DEAD  # re-exported: tests, notebooks
@@ -71,6 +72,8 @@ class MemoryDashboard(anywidget.AnyWidget):
     # per rank: [[seconds before now, used bytes], ...]
     timeline: traitlets.List[list[list[float]]] = traitlets.List().tag(sync=True)
     axis = traitlets.Dict().tag(sync=True)  # the timelines' shared axes (see timeline_axis)
+    # per rank: [[seconds before now, "rank 1 restarted at 20:31:05"], ...]: where mg.restart started it again
+    marks: traitlets.List[list[list[Any]]] = traitlets.List().tag(sync=True)
     # one per host: {"host", "ranks", "text"} (see memory_rows.host_groups); memory.js folds them at many ranks
     groups: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     ended = traitlets.Bool(False).tag(sync=True)  # the session shut down: the last picture, controls off
@@ -199,6 +202,7 @@ class MemoryDashboard(anywidget.AnyWidget):
                 if timeline is not None:
                     self.timeline = timeline
                     self.axis = timeline_axis(timeline, devices, self.window)
+                    self.marks = restart_marks(devices, now, self.window)
                 self.updates += 1
                 self.updated_at = now
             return True

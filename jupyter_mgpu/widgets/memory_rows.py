@@ -10,6 +10,7 @@ so that at 32–64 ranks a folded group still says what its ranks do; the timeli
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,13 +24,13 @@ HIGH_FRACTION, FULL_FRACTION = 0.6, 0.85
 COMPACT_AT = 8  # more ranks than this: compact rows, a bounded scrolling list, hosts folded (memory.js too)
 ENDED_STATE, ENDED_BADGE = "stopped", "shut down"
 # states that ask for attention first when ranks are counted; any other comes before idle
-STATE_ORDER = ("dead", "busy", "starting", "unknown", ENDED_STATE)
+STATE_ORDER = ("dead", "restarting", "busy", "starting", "unknown", ENDED_STATE)
 
 
 def fill_color(fraction: float | None, state: str) -> str:
-    """The bar colour for a device ``fraction`` full: blue, orange past 60 %, red past 85 %, grey when dead
-    or shut down."""
-    if state in ("dead", ENDED_STATE):
+    """The bar colour for a device ``fraction`` full: blue, orange past 60 %, red past 85 %, grey when dead,
+    restarting or shut down."""
+    if state in ("dead", "restarting", ENDED_STATE):
         return FILL_DEAD
     if fraction is None or fraction < HIGH_FRACTION:
         return FILL_OK
@@ -79,6 +80,7 @@ def device_row(sample: dict[str, Any]) -> dict[str, Any]:
         "limit": limit,
         "baseline": f["baseline"],
         "held": held,
+        "restarts": list(sample.get("restarts") or ()),  # when mg.restart started the rank again (epoch s)
         "fraction": fraction,
         "fill": fill_color(fraction, state),
         "labels": labels,
@@ -138,6 +140,19 @@ def same_picture(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> bool:
     """True when two lists of device rows differ at most in their sample times and by less than 1 MiB
     (an idle engine's resident size wobbles by a few pages; the bars show MiB at best)."""
     return len(new) == len(old) and all(visible(a) == visible(b) for a, b in zip(new, old))
+
+
+def restart_marks(devices: list[dict[str, Any]], now: float, window: float) -> list[list[list[Any]]]:
+    """Per row, the restarts within the timeline's ``window``: ``[seconds before now, "restarted at 20:31:05"]``,
+    drawn on the rank's timeline so that its history shows where the new engine began."""
+    return [
+        [
+            [round(t - now, 2), f"rank {d['rank']} restarted at {time.strftime('%H:%M:%S', time.localtime(t))}"]
+            for t in d.get("restarts") or ()
+            if now - window <= t <= now + 1
+        ]
+        for d in devices
+    ]
 
 
 def timeline_axis(timeline: list[list[list[float]]], devices: list[dict[str, Any]], window: float) -> dict[str, Any]:

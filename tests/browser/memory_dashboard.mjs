@@ -55,7 +55,10 @@ const views = () =>
         status: v.querySelector('.mgpu-mem-status')?.textContent ?? null,
         badges: Array.from(v.querySelectorAll('.mgpu-mem-badge')).map(
           b => b.textContent
-        )
+        ),
+        marks: Array.from(
+          row?.querySelectorAll('.mgpu-mem-timeline-restart title') ?? []
+        ).map(t => t.textContent)
       };
     })
   );
@@ -168,11 +171,62 @@ try {
   await runCell(3);
   await page.waitForTimeout(800);
   const freed = await views();
+
+  // rank 1 killed and restarted: every state the sidebar's rank 1 row shows, sampled every 50 ms
+  await page.evaluate(() =>
+    window.jupyterapp.shell.activateById('jupyter-mgpu-panel')
+  );
+  await page.evaluate(() => {
+    window.__mgpuStates = { sidebar: [], dashboard: [] };
+    window.__mgpuWatch = setInterval(() => {
+      const row = document.querySelector(
+        '#jupyter-mgpu-panel .jp-mgpu-cluster .jp-mgpu-rank[data-rank="1"]'
+      );
+      window.__mgpuStates.sidebar.push(row?.dataset.state ?? null);
+      const badge = document.querySelector(
+        '.mgpu-mem .mgpu-mem-row[data-rank="1"] .mgpu-mem-badge'
+      );
+      window.__mgpuStates.dashboard.push(badge?.textContent ?? null);
+    }, 50);
+  });
   await runCell(4);
+  await runCell(5);
+  await page.waitForFunction(
+    () =>
+      document.querySelector(
+        '#jupyter-mgpu-panel .jp-mgpu-cluster .jp-mgpu-rank[data-rank="1"]'
+      )?.dataset.state === 'idle' &&
+      document.querySelectorAll('.mgpu-mem-timeline-restart').length === 2,
+    null,
+    { timeout: T, polling: 100 }
+  );
+  const watched = await page.evaluate(() => {
+    clearInterval(window.__mgpuWatch);
+    return window.__mgpuStates;
+  });
+  const after = await views();
+  await page.screenshot({
+    path: path.join(cfg.artifacts, 'dashboard_restarted.png'),
+    fullPage: true
+  });
+  report('restarted', {
+    sidebarStates: watched.sidebar.filter(x => x !== null),
+    dashboardBadges: watched.dashboard.filter(x => x !== null),
+    after,
+    noMarksOnRank0: await page.evaluate(
+      () =>
+        document.querySelectorAll(
+          '.mgpu-mem-row[data-rank="0"] .mgpu-mem-timeline-restart'
+        ).length === 0
+    ),
+    output: await cellOutput(5)
+  });
+
+  await runCell(6);
   await page.waitForFunction(
     () =>
       /engines stopped/.test(
-        window.jupyterapp.shell.currentWidget.content.widgets[4].node.innerText
+        window.jupyterapp.shell.currentWidget.content.widgets[6].node.innerText
       ),
     null,
     { timeout: T, polling: 200 }
@@ -185,7 +239,7 @@ try {
   });
 
   // 64 ranks on 4 hosts, synthetic samples: folded, within the cell; then two hosts opened: it scrolls
-  await runCell(5);
+  await runCell(7);
   await page.waitForFunction(
     () => document.querySelectorAll('.mgpu-mem').length === 3,
     null,

@@ -19,6 +19,10 @@ CELLS = [
     "import jupyter_mgpu as mg\nmg.dashboard()",
     "%%mgpu\nimport time\nif rank == 1:\n    big = torch.ones(2**26)  # 256 MiB of float32\ntime.sleep(9)",
     "%%mgpu\nif rank == 1:\n    del big",
+    # rank 1 killed, then started again: the sidebar says restarting, then idle; the dashboard marks it
+    "import os, signal, time\ns = mg.current()\nos.kill(s.cluster.engine_pids[1], signal.SIGKILL)\n"
+    "t0 = time.monotonic()\nwhile 1 not in s.cluster.exits() and time.monotonic() - t0 < 10:\n    time.sleep(0.05)",
+    "%mgpu_restart --rank 1",
     "%mgpu_shutdown",
     # 64 ranks on 4 hosts, a minute of samples in the telemetry record's format: no cluster needed
     "import time\nfrom jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard\n"
@@ -41,7 +45,14 @@ def mib(text: str) -> float:
 @pytest.fixture(scope="module")
 def steps(lab):
     write_notebook(lab["root"] / "memory_check.ipynb", CELLS)
-    return run_script(lab, "memory_dashboard.mjs", "browser-memory", 360, notebook="memory_check.ipynb")
+    # the sidebar's fastest refresh (0.2 s) for this page, so a restart of about a second is seen in it
+    plugin = lab["tmp"] / "settings" / "jupyter-mgpu" / "plugin.jupyterlab-settings"
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    plugin.write_text('{"refreshRate": 0.2}')
+    try:
+        return run_script(lab, "memory_dashboard.mjs", "browser-memory", 360, notebook="memory_check.ipynb")
+    finally:
+        plugin.unlink()
 
 
 def test_init_shows_the_dashboard_and_a_second_view(steps):
@@ -70,6 +81,21 @@ def test_pause_in_one_view_pauses_every_view(steps):
     assert [v["line"] for v in p["paused1"]] == [v["line"] for v in p["paused2"]]  # frozen while paused
     assert p["stillRunning"] is True
     assert [v["pause"] for v in p["resumed"]] == ["pause", "pause"]
+
+
+def test_a_restarted_rank_reads_restarting_then_idle_and_its_timeline_marks_the_restart(steps):
+    r = steps["restarted"]
+    # every state the sidebar's and the dashboard's rank 1 showed, repeats dropped (the dashboard reads the
+    # telemetry every 0.1 s and sees the death; the sidebar's 0.2 s snapshots may miss the moment between)
+    sidebar = [x for i, x in enumerate(r["sidebarStates"]) if i == 0 or x != r["sidebarStates"][i - 1]]
+    board = [x for i, x in enumerate(r["dashboardBadges"]) if i == 0 or x != r["dashboardBadges"][i - 1]]
+    assert "restarting" in sidebar and sidebar[-1] == "idle", sidebar
+    assert board.index("dead") < board.index("restarting") < len(board) - 1 and board[-1] == "idle", board
+    assert [v["badge"] for v in r["after"]] == ["idle", "idle"]
+    assert [len(v["marks"]) for v in r["after"]] == [1, 1]  # on rank 1's timeline, in both views
+    assert all(m.startswith("rank 1 restarted at ") for v in r["after"] for m in v["marks"]), r["after"]
+    assert r["noMarksOnRank0"] is True
+    assert "rank 1 started again in " in r["output"], r["output"]
 
 
 def test_freeing_and_shutdown_show(steps):

@@ -17,6 +17,7 @@ import pytest
 import jupyter_mgpu as mg
 from jupyter_mgpu.cluster import engine_restart
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
+from jupyter_mgpu.monitoring.memory_monitor import monitor
 from jupyter_mgpu.session import rank_heal, rank_restart
 
 pytestmark = pytest.mark.cluster
@@ -55,7 +56,22 @@ def test_a_rank_killed_while_ddp_trains_comes_back_healed_and_training_resumes_w
         assert "or %mgpu_restart --rank 1 (mg.restart([1])) to start this rank again" in str(info.value), info.value
         survivors = [r for r in range(n) if r != 1]
 
-        report = mg.restart([1])
+        states: list[tuple[str, str]] = []  # rank 1 in mg.where() and mg.memory() while it is started again
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                states.append((s.where()[1]["state"], s.memory()[1]["state"]))
+                time.sleep(0.02)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            report = mg.restart([1])
+        finally:
+            done.set()
+            watcher.join()
+        assert ("restarting", "restarting") in states, states[-3:]
         assert not list((s.cluster.path / engine_restart.RESTART_DIR).glob("*.json"))  # the supervisor took it
         assert isinstance(report, rank_restart.Restarted) and report.ranks == [1] and report.pids[1] != 0
         assert str(report).startswith("rank 1 started again in "), report
@@ -63,6 +79,15 @@ def test_a_rank_killed_while_ddp_trains_comes_back_healed_and_training_resumes_w
         # the survivors keep their values, by value; the new rank has none of them
         assert s.run_cell("kept.tolist()", targets=survivors, stream=False) == [str([float(r)] * 3) for r in survivors]
         assert s.run_cell("'kept' in globals()", targets=[1], stream=False) == ["False"]
+        # the memory history keeps rank 1's samples from before, and marks the restart (the dashboard draws it)
+        deadline = time.monotonic() + 5
+        while "restarts" not in monitor(s).latest()[1] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        history = [h for h in mg.memory_history(5, session=s) if h["rank"] == 1]
+        marks = [h["time"] for h in history if h["state"] == "restarted"]
+        assert len(marks) == 1 and min(h["time"] for h in history) < marks[0], history[-3:]
+        assert [h["state"] for h in history if h["time"] < marks[0]][-1] == "dead"
+        assert monitor(s).latest()[1]["restarts"] == marks
         # a rank that dies inside a collective can leave the survivors a step apart (gloo's ring may complete
         # on some of them): every other rank takes rank 0's replica, the new one and any survivor alike
         k = len(_values(s.run_cell("losses", targets=[0], stream=False))[0])

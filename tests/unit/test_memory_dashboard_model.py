@@ -225,3 +225,20 @@ def test_a_rank_at_a_pdb_prompt_reads_debugging_and_a_kept_failure_s_memory_is_s
     assert row["state"] == row["badge"] == "debugging"  # as mg.where() and the sidebar say, not busy
     assert row["text"] == "64.0 MiB / 512.0 MiB · 48.0 MiB held by the last failure"
     assert row["held"] == 48 * 2**20 and "%mgpu_debug --release" in row["tips"]["held"]
+
+
+def test_a_restarted_rank_keeps_its_timeline_and_the_restart_is_marked_on_it():
+    board = wm.MemoryDashboard(detached=True)
+    now = time.time()
+    board.update([cpu_sample(0, GiB, now - 20), cpu_sample(1, 2 * GiB, now - 20)], now=now - 20)
+    board.update([cpu_sample(0, GiB, now - 10), cpu_sample(1, 2 * GiB, now - 10, "dead")], now=now - 10)
+    restarting = {**cpu_sample(1, 2 * GiB, now - 10), "state": "restarting"}
+    board.update([cpu_sample(0, GiB, now - 5), restarting], now=now - 5)
+    assert board.devices[1]["badge"] == "restarting" and board.devices[1]["fill"] == wm.FILL_DEAD
+    back = {**cpu_sample(1, GiB // 2, now), "restarts": [now - 2, now - 999]}  # one within the window, one not
+    board.update([cpu_sample(0, GiB, now), back], now=now)
+    assert [v for _, v in board.timeline[1]] == [2 * GiB, 2 * GiB, GiB // 2]  # the history before the restart
+    assert board.marks[0] == []
+    ((ago, text),) = board.marks[1]
+    assert ago == -2.0 and text.startswith("rank 1 restarted at ") and text.count(":") == 2
+    board.close()

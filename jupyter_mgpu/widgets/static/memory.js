@@ -89,8 +89,9 @@ function axisText(svg, x, y, anchor, text) {
 }
 
 // One device's timeline: the byte axis (shared by every row, labelled at its ends) at the left, the
-// line over the last `axis.span` seconds; the last row also labels the time axis.
-function drawTimeline(points, d, axis, last, compact = false) {
+// line over the last `axis.span` seconds, a dashed mark where mg.restart started the rank again
+// (`marks`: [[seconds before now, text]]); the last row also labels the time axis.
+function drawTimeline(points, d, axis, last, compact = false, marks = []) {
   const w = compact ? SW : TW;
   const h = compact ? SH : TH + (last ? TIME_H : 0);
   const svg = svgEl('svg', {
@@ -138,6 +139,20 @@ function drawTimeline(points, d, axis, last, compact = false) {
       })
     );
   }
+  for (const [ago, text] of marks || []) {
+    if (ago < -span) {
+      continue;
+    }
+    const mark = svgEl('line', {
+      class: 'mgpu-mem-timeline-restart',
+      x1: x(ago),
+      x2: x(ago),
+      y1: y0,
+      y2: y1
+    });
+    mark.appendChild(svgEl('title', {}, text));
+    svg.appendChild(mark);
+  }
   if (last && !compact) {
     const ty = TH + TIME_H - 3;
     axisText(svg, x0, ty, 'start', axis.span_text || '');
@@ -156,7 +171,7 @@ function drawTimeline(points, d, axis, last, compact = false) {
 }
 
 // One device's row: label, badge (the state, or "shut down"), bar, figures, timeline.
-function drawRow(d, points, scale, axis, compact, last) {
+function drawRow(d, points, scale, axis, compact, last, marks) {
   const row = el('div', `mgpu-mem-row mgpu-state-${d.state}`);
   row.dataset.rank = d.rank;
   const label = el('div', 'mgpu-mem-label');
@@ -184,7 +199,7 @@ function drawRow(d, points, scale, axis, compact, last) {
     badge,
     drawBar(d, scale),
     text,
-    drawTimeline(points, d, axis, last, compact)
+    drawTimeline(points, d, axis, last, compact, marks)
   );
   return row;
 }
@@ -239,6 +254,7 @@ function render({ model, el: root }) {
   function drawRows() {
     const devices = model.get('devices') || [];
     const timeline = model.get('timeline') || [];
+    const marks = model.get('marks') || [];
     const groups = model.get('groups') || [];
     // bars share one scale up to the largest limit (as in Dask); timelines share one scale that fits
     // what they show, so a 64 MiB step stays visible next to a 16 GiB limit
@@ -254,7 +270,7 @@ function render({ model, el: root }) {
       groups.length > 1 || (groups.length === 1 && !!groups[0].host);
     const index = new Map(devices.map((d, i) => [d.rank, i]));
     const row = (i, last) =>
-      drawRow(devices[i], timeline[i], scale, axis, compact, last);
+      drawRow(devices[i], timeline[i], scale, axis, compact, last, marks[i]);
     summary.hidden = !compact || hosts;
     summary.textContent =
       compact && !hosts && groups.length
@@ -324,6 +340,7 @@ function render({ model, el: root }) {
   model.on('change:devices', onRows);
   model.on('change:timeline', onRows);
   model.on('change:axis', onRows);
+  model.on('change:marks', onRows);
   drawControls();
   drawRows();
   return () => {
@@ -338,6 +355,7 @@ function render({ model, el: root }) {
     model.off('change:devices', onRows);
     model.off('change:timeline', onRows);
     model.off('change:axis', onRows);
+    model.off('change:marks', onRows);
   };
 }
 
