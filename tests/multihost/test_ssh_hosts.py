@@ -260,6 +260,33 @@ def test_a_killed_remote_engine_is_named_within_the_timeout(started, kernel, ssh
     assert kernel.value("[m['state'] for m in mg.memory()]")[2] == "dead"
 
 
+def test_the_killed_remote_rank_is_started_again_on_its_host(started, kernel, ssh_lab):
+    """issue 46: ``%mgpu_restart`` starts rank 2 again on hostc over SSH; ranks 0 and 1 on hostb keep their
+    values, the group meets again across hosts, and nothing listens beyond the cluster interface."""
+    c = ssh_lab.hosts[2]
+    assert _engines(c) == []  # killed by the test before
+    kernel.ok("mg.current().run_cell('kept = torch.full((2,), rank + 10.0)', targets=[0, 1], stream=False)")
+    out = kernel.ok("%mgpu_restart --rank 2", timeout=180)
+    took = re.search(r"rank 2 started again in ([0-9.]+) s; the process group was rebuilt", out)
+    assert took, out
+    assert "rank 2 is new: " in out and "kept" in out, out
+    print(f"rank 2 started again on hostc in {took.group(1)} s")
+    (engine,) = _engines(c)
+    assert engine.uids().real == 4242
+    status = open(f"/proc/{engine.pid}/status").read()
+    ns_pid = int(status.split("NSpid:")[1].splitlines()[0].split()[-1])  # its pid as hostc sees it
+    assert kernel.value("mg.current().cluster.engine_pids[2]") == ns_pid
+    assert kernel.value("mg.current().run(total)") == [[6.0, 6.0]] * 3
+    assert kernel.value("mg.current().run_cell('kept.tolist()', targets=[0, 1], stream=False)") == [
+        "[10.0, 10.0]",
+        "[11.0, 11.0]",
+    ]
+    lines = kernel.ok("%%mgpu\nimport socket\nprint('AT', socket.gethostname(), device)")
+    assert sorted(ln for ln in lines.splitlines() if " AT " in ln)[2] == "[rank 2] AT hostc cpu", lines
+    assert kernel.value("[m['state'] for m in mg.memory()]")[2] != "dead"
+    test_nothing_listens_beyond_the_cluster_interface(started, ssh_lab)  # the restart's store is closed again
+
+
 def test_shutdown_leaves_nothing_on_any_host(started, kernel, ssh_lab):
     kernel.ok("%mgpu_shutdown")
     assert wait_quiet(ssh_lab.hosts[1:]) == {}
