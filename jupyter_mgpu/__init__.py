@@ -179,6 +179,9 @@ def load_ipython_extension(ipython: Any) -> None:
     register(ipython)
     _register_pictures(ipython)
     install_rank_completion(ipython)  # Tab and Shift-Tab in %%mgpu cells answered by rank 0
+    from jupyter_mgpu.session.idle_prompts import install as install_idle_prompts
+
+    install_idle_prompts(ipython)  # a --noblock call's pdb prompts served before the next cell runs
     if not os.environ.get("JUPYTER_MGPU_NO_PREWARM") and current(required=False) is None:
         prewarm()
     if getattr(ipython, "kernel", None) is not None:  # a notebook: the first tensor or figure shows at once

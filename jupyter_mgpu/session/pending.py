@@ -28,6 +28,13 @@ class PendingResult:
     ):
         self.session, self.ar, self.ranks, self.label, self.relay = session, ar, ranks, label, relay
         self.finish = finish
+        from jupyter_mgpu.session import idle_prompts
+
+        idle_prompts.watch(self)  # in a kernel: its ranks' pdb prompts said and served while the notebook is idle
+
+    def running(self) -> list[int]:
+        """The ranks still at work on this call."""
+        return pending_ranks(self.session.cluster.client, self.ar, self.ranks)
 
     def ready(self) -> bool:
         done: bool = self.ar.ready()

@@ -65,6 +65,7 @@ class DebugDesk:
         self._told: tuple[int, ...] = ()
         self.group: list[int] | None = None  # the ranks a cast sends each line to (``:all``, ``:ranks 0-3``)
         self._printed: dict[int, int] = {}  # rank -> the prompt whose output was printed
+        self.lines = 0  # lines sent to the ranks' prompts, all told
 
     def start_call(self) -> None:
         """A call starts: its first look comes ``POLL_S`` in, so a short call pays nothing for the desk."""
@@ -107,6 +108,17 @@ class DebugDesk:
                 break
             prompt = self._follow(rank)
         self._next = time.monotonic()  # another rank may be at a prompt already
+
+    def serve_now(self, ranks: list[int], relay: OutputRelay | None = None) -> None:
+        """Serve the prompts of ``ranks`` now, outside any wait (a ``--noblock`` call's, before the next cell
+        runs: ``session/idle_prompts.py``), until a look finds none of them at a new prompt."""
+        self.start_call()
+        while True:
+            before = self.lines
+            self._next = self._asked = 0.0
+            self.serve(ranks, relay)
+            if self.lines == before:
+                return
 
     def _take(self, rank: int) -> dict[str, Any] | None:
         p = collective_guard.ask(self.s.cluster.path, rank, "debug-take")
@@ -161,6 +173,7 @@ class DebugDesk:
 
     def _send(self, rank: int, p: dict[str, Any], line: str, eof: bool) -> None:
         self.served[rank] = int(p["n"])
+        self.lines += 1
         body = json.dumps({"n": p["n"], "line": line, "eof": eof})
         collective_guard.ask(self.s.cluster.path, rank, "debug-line", body=body)
 

@@ -6,6 +6,7 @@ prompt returns quickly, a script's ``breakpoint()`` works the same
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -281,7 +282,10 @@ def test_a_cast_n_steps_every_rank_of_the_group_and_their_equal_answers_come_onc
     reply, prompts, out = debug(kernel, "%%mgpu\nbreakpoint()\na = rank + 40\nb = a * 2\nb", [":all", "n", "p a", "c"])
     assert reply["status"] == "ok", out
     assert prompts[1:] == [f"(Pdb {group}) "] * 3, prompts
-    assert f"{group}:\n> <mgpu-cell-" in out and out.count("-> b = a * 2") == 1, out
+    # every rank stepped to the next line, equal answers once: one per distinct cell name (a rank that ran
+    # --targets cells numbers its cells further on)
+    stepped = set(re.findall(r"<mgpu-cell-\d+>\(4\)<module>\(\)\n-> b = a \* 2", out))
+    assert stepped and out.count("-> b = a * 2") == len(stepped), out
     assert " · ".join(f"rank {r}: {40 + r}" for r in range(n)) in out, out
     reply, _, out = debug(kernel, "%%mgpu\nb", [])
     assert all(f"Out[rank {r}]: {2 * (40 + r)}" in out for r in range(n)), out
@@ -305,3 +309,37 @@ def test_mgpu_debug_all_opens_every_failed_rank_at_once_and_a_cast_answers_for_a
     assert prompts[1:] == [f"(Pdb {group}) "] * 2, prompts
     answers = " · ".join(f"rank {r}: {r * 11}" for r in range(kernel.n))
     assert answers in out, out
+
+
+def _shown_under(kernel, msg_id: str, text: str, timeout: float = 30) -> dict:
+    """The display message of the cell ``msg_id`` whose text starts with ``text``, as it arrives on iopub."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        msg = kernel.kc.get_iopub_msg(timeout=max(0.1, end - time.monotonic()))
+        data = msg["content"].get("data") or {}
+        if msg["parent_header"].get("msg_id") == msg_id and data.get("text/plain", "").startswith(text):
+            return msg
+    raise AssertionError(f"{text!r} was not shown under the cell within {timeout} s")
+
+
+def test_a_noblock_cells_prompt_is_said_under_it_and_served_before_the_next_cell_runs(kernel):
+    """Nothing waits for a ``--noblock`` cell: a line under it says which rank waits at a prompt; a cell that
+    only looks (``%mgpu_where``) runs without the prompt; the next other cell serves it first, then runs."""
+    while kernel.kc.iopub_channel.msg_ready():  # what earlier cells left on iopub
+        kernel.kc.get_iopub_msg(timeout=1)
+    msg_id = kernel.kc.execute("%%mgpu --noblock\nif rank == 1:\n    breakpoint()\nv = rank + 70\nv", allow_stdin=True)
+    assert kernel.reply(msg_id)["content"]["status"] == "ok"
+    line = _shown_under(kernel, msg_id, "mgpu: rank 1 waits")
+    assert line["content"]["data"]["text/plain"] == (
+        "mgpu: rank 1 waits at a pdb prompt at line 4 of the cell: run any cell to answer it"
+    )
+    reply, prompts, out = debug(kernel, "pending = _\nimport jupyter_mgpu as _mg\nprint(_mg.where()[1]['state'])", [])
+    assert reply["status"] == "ok" and prompts == [] and "debugging" in out, out
+    reply, prompts, out = debug(kernel, "print('this cell ran')", ["n", "p v", "c"])
+    assert reply["status"] == "ok", out
+    assert prompts == ["(Pdb rank 1) "] * 3, prompts
+    assert "mgpu: rank 1 of the --noblock cell waits at a pdb prompt: answered here, before this cell runs" in out
+    assert out.index("\n71\n") < out.index("this cell ran"), out  # served first, then the cell's own code
+    reply, prompts, out = debug(kernel, "print(pending.get())", [])
+    assert reply["status"] == "ok" and prompts == [], out
+    assert str([70 + r for r in range(kernel.n)]) in out or "71" in out, out
