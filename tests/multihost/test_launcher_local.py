@@ -240,6 +240,21 @@ def test_a_killed_rank_is_started_again_by_the_launcher_and_the_survivor_keeps_i
         mg.restart([1])
 
 
+def test_rank_0_that_served_the_store_is_started_again_and_meets_rank_1_in_a_store_rank_1_opens(local2):
+    local2.run_cell("kept = torch.full((3,), float(rank) + 7)", stream=False)
+    os.kill(local2.cluster.engine_pids[0], signal.SIGKILL)
+    with pytest.raises(EngineDiedError, match=r"rank 0 died"):
+        local2.run(_rank_and_sum)
+    report = mg.restart()  # every dead rank: rank 0
+    assert report.ranks == [0] and "kept" in report.lacking
+    assert local2.run_cell("kept.tolist()", targets=[1], stream=False) == [str([8.0] * 3)]
+    assert local2.run(_rank_and_sum) == [(r, [3.0] * 3, socket.gethostname(), "lo") for r in (0, 1)]
+    (store0, listening0), (store1, listening1) = local2.run(_store_state)
+    assert store0 == store1 and not listening0 and not listening1
+    masters = local2.run(lambda: (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]))
+    assert masters[0] == masters[1] == (store0["host"], str(store0["port"]))  # torchrun's view follows the store
+
+
 def test_a_killed_engine_is_named_and_nothing_is_left():
     import jupyter_mgpu.session.lifecycle as sm
 
