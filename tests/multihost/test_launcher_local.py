@@ -220,6 +220,17 @@ def test_a_killed_rank_is_started_again_by_the_launcher_and_the_survivor_keeps_i
     os.kill(local2.cluster.engine_pids[1], signal.SIGKILL)
     with pytest.raises(EngineDiedError, match=r"rank 1 died"):
         local2.run(_rank_and_sum)
+    before_pids = set(_cluster_pids(local2))
+    info = local2.cluster.rank_info[1]
+    local2.cluster.rank_info[1] = {**info, "host_key": "another-host"}  # as if the launcher came up elsewhere
+    try:
+        with pytest.raises(MgpuError, match=r"^the engine started again for rank 1 runs on .*: it was stopped; run"):
+            mg.restart([1])
+    finally:
+        local2.cluster.rank_info[1] = info
+    assert _gone(sorted(set(_cluster_pids(local2)) - before_pids)) == []  # the stray engine and its nanny
+    assert not [k for k in local2.cluster.ipp.engines if k.startswith("rank1-")]  # its engine set stopped
+    assert local2.cluster.rank_to_engine == before
     report = mg.restart([1])
     assert report.ranks == [1] and report.pids[1] == local2.cluster.engine_pids[1]
     assert psutil.pid_exists(report.pids[1])
