@@ -111,8 +111,7 @@ def serve_pending(code: str = "") -> int:
         verb = "waits" if len(ranks) == 1 else "wait"
         print(f"mgpu: {rank_words(ranks)} of {what} {verb} at a pdb prompt: answered here, before this cell runs")
         p.session.debug_desk.serve_now(p.running(), p.relay)
-        w.line.close()
-        served += 1
+        served += 1  # the watcher, in the call's own cell, takes its line away
     return served
 
 

@@ -13,13 +13,30 @@ const ANSWERS = [
   // every rank stopped: cast to all of them, ask once, let them all go on
   ':all',
   'p scale',
+  'c',
+  // eight ranks, one bad: the tree, a cast, one question for all, then all go on
+  ':where',
+  ':all',
+  'p lr, loss',
   'c'
 ];
 
-export async function during({ page, report }) {
+export async function during({ page, report, cellIndex, shotCell }) {
   const typed = [];
+  const noblock = await cellIndex('%%mgpu --noblock');
+  let lineUnder = null; // what the --noblock cell shows while rank 2 waits at its prompt
   while (!(await page.evaluate(() => window.__mgpuDone))) {
     const box = await page.$('input.jp-Stdin-input');
+    if (box && typed.length === 4 && lineUnder === null) {
+      lineUnder = await page.evaluate(
+        k =>
+          window.jupyterapp.shell.currentWidget.content.widgets[
+            k
+          ].node.querySelector('.jp-OutputArea')?.innerText ?? '',
+        noblock
+      );
+      await shotCell(noblock, '02b_noblock_line');
+    }
     if (box && typed.length < ANSWERS.length) {
       const prompt = await box.evaluate(
         el =>
@@ -37,5 +54,5 @@ export async function during({ page, report }) {
       await page.waitForTimeout(100);
     }
   }
-  report('stdin', { typed });
+  report('stdin', { typed, lineUnder });
 }
