@@ -5,6 +5,7 @@
 ``GET  {base_url}mgpu/api/clusters/<id>``    one of them
 ``DELETE {base_url}mgpu/api/clusters/<id>``  stop it (404 with a message when it is not this user's)
 ``GET  {base_url}mgpu/api/clusters/<id>/profile``  its last ``mg.profile()`` (the stream carries it too)
+``GET  {base_url}mgpu/api/clusters/<id>/where``    every rank's stack now, as one tree (``rank_stacks.py``)
 ``WS   {base_url}mgpu/api/stream``           snapshots pushed at the rate the client asks for
 
 Stream protocol (JSON text frames). Client → server: ``{"type": "configure", "interval": 1.0,
@@ -28,6 +29,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.utils import url_path_join
 
+from jupyter_mgpu.server import rank_stacks
 from jupyter_mgpu.server.kernels import kernel_pids
 from jupyter_mgpu.server.manager import ClusterManager, ClusterNotFound
 
@@ -92,6 +94,18 @@ class ProfileHandler(_ManagerMixin, APIHandler):
             payload = self.manager.profile(cluster_id)
         except ClusterNotFound as exc:
             raise tornado.web.HTTPError(404, str(exc)) from None
+        self.finish(json.dumps(payload))
+
+
+class WhereHandler(_ManagerMixin, APIHandler):
+    @tornado.web.authenticated
+    async def get(self, cluster_id: str) -> None:
+        try:
+            path, state = self.manager.locate(cluster_id)
+        except ClusterNotFound as exc:
+            raise tornado.web.HTTPError(404, str(exc)) from None
+        loop = asyncio.get_running_loop()  # the ranks answer within seconds: off the server's loop
+        payload = await loop.run_in_executor(None, rank_stacks.where, path, state)
         self.finish(json.dumps(payload))
 
 
@@ -212,6 +226,7 @@ def setup_handlers(web_app: Any, manager: ClusterManager | None = None) -> None:
             (url_path_join(base, "clusters"), ClustersHandler),
             (url_path_join(base, "clusters", r"([^/]+)"), ClusterHandler),
             (url_path_join(base, "clusters", r"([^/]+)", "profile"), ProfileHandler),
+            (url_path_join(base, "clusters", r"([^/]+)", "where"), WhereHandler),
             (url_path_join(base, "stream"), StreamHandler),
         ],
     )

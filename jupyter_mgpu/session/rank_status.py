@@ -60,14 +60,12 @@ def where(cluster: Any, world_size: int, timeout: float = 2.0) -> list[dict[str,
     outermost first). Each rank's guard thread answers, so a busy rank answers too; the ranks are asked
     at once, so 64 ranks with some silent take ``timeout`` once, not once each."""
     import time
-    from concurrent.futures import ThreadPoolExecutor
 
     from jupyter_mgpu.engine.watch import collective_guard
 
     dead, restarting = cluster.exits(), set(getattr(cluster, "restarting", ()) or ())
     alive = [r for r in range(world_size) if r not in dead and r not in restarting]
-    with ThreadPoolExecutor(max_workers=min(16, max(1, len(alive)))) as pool:
-        answers = dict(zip(alive, pool.map(lambda r: collective_guard.ask(cluster.path, r, "where", timeout), alive)))
+    answers = collective_guard.ask_all(cluster.path, alive, "where", timeout)
     out: list[dict[str, Any]] = []
     for r in range(world_size):
         w = answers.get(r)
@@ -104,7 +102,6 @@ def dump_recorders(cluster: Any, world_size: int, folder: str, timeout: float = 
     thread answers, so a stuck rank's collectives are in it."""
     import base64
     import os
-    from concurrent.futures import ThreadPoolExecutor
 
     from jupyter_mgpu.engine.watch import collective_guard
     from jupyter_mgpu.errors import MgpuError
@@ -112,10 +109,9 @@ def dump_recorders(cluster: Any, world_size: int, folder: str, timeout: float = 
     dead = cluster.exits()
     alive = [r for r in range(world_size) if r not in dead]
     os.makedirs(folder, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=min(16, max(1, len(alive)))) as pool:
-        answers = list(pool.map(lambda r: collective_guard.ask(cluster.path, r, "fr-dump", timeout, body=""), alive))
+    answers = collective_guard.ask_all(cluster.path, alive, "fr-dump", timeout, body="")
     paths = []
-    for r, answer in zip(alive, answers):
+    for r, answer in answers.items():
         if not answer or "dump" not in answer:
             why = (answer or {}).get("error") or "it did not answer"
             raise MgpuError(f"rank {r}'s flight recorder could not be dumped: {why}")

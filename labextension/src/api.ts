@@ -5,24 +5,24 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { parseStop, StopPayload } from './payloads';
+import { IWherePayload, parseWhere } from './where_view';
 
-/** `DELETE /mgpu/api/clusters/<id>`: stop one of this user's clusters; throws with the server's message. */
-export async function stopCluster(
+/** A request to `/mgpu/api/clusters/<id>[/<more>]`; its JSON body, or an Error with the server's message. */
+async function clusterRequest(
   clusterId: string,
-  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
-): Promise<StopPayload> {
+  more: string[],
+  init: RequestInit,
+  settings: ServerConnection.ISettings
+): Promise<unknown> {
   const url = URLExt.join(
     settings.baseUrl,
     'mgpu',
     'api',
     'clusters',
-    encodeURIComponent(clusterId)
+    encodeURIComponent(clusterId),
+    ...more
   );
-  const response = await ServerConnection.makeRequest(
-    url,
-    { method: 'DELETE' },
-    settings
-  );
+  const response = await ServerConnection.makeRequest(url, init, settings);
   const text = await response.text();
   let body: unknown = null;
   try {
@@ -37,5 +37,25 @@ export async function stopCluster(
         : `${response.status} ${response.statusText}`;
     throw new Error(message);
   }
-  return parseStop(body);
+  return body;
+}
+
+/** `DELETE /mgpu/api/clusters/<id>`: stop one of this user's clusters; throws with the server's message. */
+export async function stopCluster(
+  clusterId: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<StopPayload> {
+  return parseStop(
+    await clusterRequest(clusterId, [], { method: 'DELETE' }, settings)
+  );
+}
+
+/** `GET /mgpu/api/clusters/<id>/where`: every rank's stack now, as one tree; throws with the server's message. */
+export async function fetchWhere(
+  clusterId: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<IWherePayload> {
+  return parseWhere(
+    await clusterRequest(clusterId, ['where'], { method: 'GET' }, settings)
+  );
 }

@@ -6,6 +6,7 @@
  */
 import { Widget } from '@lumino/widgets';
 
+import { fetchWhere } from './api';
 import { ICurrentNotebook, ownerLabel, isCurrent } from './cluster_owner';
 import { bar, el, setBar, SVG_NS } from './dom';
 import { formatBytes, formatUsedTotal } from './format';
@@ -15,6 +16,7 @@ import { drawProfile } from './profile_view';
 import { COMPACT_AT, RankList } from './rank_list';
 import { showOtherUsers } from './other_users';
 import { History, scalePoints, toPolyline } from './sparkline';
+import { drawWhere, drawWhereError, IWherePayload } from './where_view';
 
 const SPARK_W = 220;
 const SPARK_H = 40;
@@ -24,6 +26,8 @@ export interface IPanelActions {
   insertInit(): void;
   stopCluster(cluster: ClusterInfo): void;
   togglePause(): void;
+  /** Every rank's stack now, as one tree (the card's "Where" button); the server's route by default. */
+  where?(cluster: ClusterInfo): Promise<IWherePayload>;
 }
 
 interface ClusterView {
@@ -41,6 +45,8 @@ interface ClusterView {
   info: ClusterInfo;
   /** The last profile's section (hidden until there is one). */
   profile: HTMLDivElement;
+  /** The stack tree the "Where" button asked for (hidden until then). */
+  where: HTMLDivElement;
 }
 
 export class MgpuPanel extends Widget {
@@ -187,6 +193,12 @@ export class MgpuPanel extends Widget {
     const title = el('span', 'jp-mgpu-cluster-title');
     const stop = el('button', 'jp-mgpu-button jp-mgpu-stop', 'Stop cluster');
     head.append(title, stop);
+    const ask = el(
+      'button',
+      'jp-mgpu-button jp-mgpu-where-button',
+      'Where are the ranks?'
+    );
+    ask.title = "every rank's stack now: the user's frames as one tree";
     const owner = el('div', 'jp-mgpu-owner');
     const meta = el('div', 'jp-mgpu-cluster-meta');
     const spark = document.createElementNS(SVG_NS, 'svg');
@@ -201,6 +213,8 @@ export class MgpuPanel extends Widget {
     const ranks = new RankList();
     const profile = el('div', 'jp-mgpu-profile');
     profile.hidden = true;
+    const where = el('div', 'jp-mgpu-where');
+    where.hidden = true;
     const view: ClusterView = {
       card,
       title,
@@ -212,9 +226,21 @@ export class MgpuPanel extends Widget {
       ranks,
       stop,
       info: c,
-      profile
+      profile,
+      where
     };
     stop.onclick = () => this._actions.stopCluster(view.info);
+    ask.onclick = async () => {
+      ask.disabled = true;
+      try {
+        const ask = this._actions.where ?? (c => fetchWhere(c.cluster_id));
+        drawWhere(where, await ask(view.info));
+      } catch (err) {
+        drawWhereError(where, String((err as Error).message ?? err));
+      } finally {
+        ask.disabled = false;
+      }
+    };
     card.append(
       head,
       owner,
@@ -222,6 +248,8 @@ export class MgpuPanel extends Widget {
       spark,
       sparkAxis,
       profile,
+      ask,
+      where,
       summary,
       ranks.node
     );

@@ -222,11 +222,50 @@ try {
     output: await cellOutput(5)
   });
 
+  // the card's Where button while rank 1 naps in a function: the tree of both ranks, inside the sidebar
   await runCell(6);
+  const card = page.locator('#jupyter-mgpu-panel .jp-mgpu-cluster').first();
+  let where = null;
+  for (let i = 0; i < 20 && !where; i++) {
+    await card.locator('.jp-mgpu-where-button').click();
+    await page.waitForSelector('#jupyter-mgpu-panel .jp-mgpu-where-caption', {
+      timeout: T
+    });
+    const got = await page.evaluate(() => {
+      const view = document.querySelector('#jupyter-mgpu-panel .jp-mgpu-where');
+      const right =
+        document.getElementById('jupyter-mgpu-panel').getBoundingClientRect()
+          .right + 1;
+      const lines = Array.from(view.querySelectorAll('.jp-mgpu-where-line'));
+      return {
+        caption: view.querySelector('.jp-mgpu-where-caption').textContent,
+        lines: lines.map(l => [
+          Math.round(parseFloat(l.style.paddingLeft) / 0.9),
+          l.querySelector('.jp-mgpu-where-frame').textContent,
+          l.querySelector('.jp-mgpu-where-ranks').textContent
+        ]),
+        wide: Array.from(view.querySelectorAll('*')).filter(
+          e => e.getBoundingClientRect().right > right
+        ).length
+      };
+    });
+    if (got.lines.some(([, frame]) => frame.includes('nap()'))) {
+      where = got;
+    } else {
+      await page.waitForTimeout(150);
+    }
+  }
+  await page.screenshot({
+    path: path.join(cfg.artifacts, 'sidebar_where.png'),
+    fullPage: true
+  });
+  report('where', where ?? { caption: '', lines: [], wide: -1 });
+
+  await runCell(7);
   await page.waitForFunction(
     () =>
       /engines stopped/.test(
-        window.jupyterapp.shell.currentWidget.content.widgets[6].node.innerText
+        window.jupyterapp.shell.currentWidget.content.widgets[7].node.innerText
       ),
     null,
     { timeout: T, polling: 200 }
@@ -239,7 +278,7 @@ try {
   });
 
   // 64 ranks on 4 hosts, synthetic samples: folded, within the cell; then two hosts opened: it scrolls
-  await runCell(7);
+  await runCell(8);
   await page.waitForFunction(
     () => document.querySelectorAll('.mgpu-mem').length === 3,
     null,

@@ -23,6 +23,8 @@ CELLS = [
     "import os, signal, time\ns = mg.current()\nos.kill(s.cluster.engine_pids[1], signal.SIGKILL)\n"
     "t0 = time.monotonic()\nwhile 1 not in s.cluster.exits() and time.monotonic() - t0 < 10:\n    time.sleep(0.05)",
     "%mgpu_restart --rank 1",
+    # the sidebar's stack view while rank 1 naps in a function and rank 0 is idle
+    "%%mgpu --noblock\nimport time\ndef nap():\n    time.sleep(4 if rank == 1 else 0)\nnap()",
     "%mgpu_shutdown",
     # 64 ranks on 4 hosts, a minute of samples in the telemetry record's format: no cluster needed
     "import time\nfrom jupyter_mgpu.widgets.memory_dashboard import MemoryDashboard\n"
@@ -96,6 +98,15 @@ def test_a_restarted_rank_reads_restarting_then_idle_and_its_timeline_marks_the_
     assert all(m.startswith("rank 1 restarted at ") for v in r["after"] for m in v["marks"]), r["after"]
     assert r["noMarksOnRank0"] is True
     assert "rank 1 started again in " in r["output"], r["output"]
+
+
+def test_the_sidebar_s_where_button_draws_every_rank_s_frames_as_one_tree(steps):
+    w = steps["where"]
+    assert w["caption"].startswith("where ranks 0, 1 are, at "), w
+    lines = [(depth, frame, ranks) for depth, frame, ranks in w["lines"]]
+    assert (0, "idle", "rank 0") in lines, lines
+    assert any(depth >= 1 and "nap()" in frame and ranks == "rank 1" for depth, frame, ranks in lines), lines
+    assert w["wide"] == 0, w  # nothing past the sidebar's edge
 
 
 def test_freeing_and_shutdown_show(steps):

@@ -11,8 +11,18 @@ from pathlib import Path
 import pytest
 from import_graph import PACKAGE, Import, graph, modules, part, rule_part
 
-LEAVES = {"_version", "errors", "units", "rundir", "devices", "deferred_interrupt", "init_options", "wait_line"}
-PURE = {"layout", "units", "errors", "_version", "init_options"}  # and the pure planners in PURE_MODULES
+LEAVES = {
+    "_version",
+    "errors",
+    "units",
+    "rundir",
+    "devices",
+    "deferred_interrupt",
+    "init_options",
+    "wait_line",
+    "stack_merge",
+}
+PURE = {"layout", "units", "errors", "_version", "init_options", "stack_merge"}  # and the pure planners in PURE_MODULES
 
 # importer part -> what it may import: parts, or single modules written "part.module". An engine module's part
 # is its seam, "engine.<seam>"; "engine" is the leaves they share (state, cuda_device, rank_traceback). Every
@@ -25,6 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "init_options": {"errors"},  # the options of %mgpu_init / mg.init, declared once
     "deferred_interrupt": set(),
     "wait_line": set(),  # the line that says what a wait is for
+    "stack_merge": set(),  # every rank's stack as one tree: the session's and the sidebar's
     "devices": {"errors", "units"},
     "layout": set(),
     # the rank side runs in the engines: it never imports the controller side. The engine's seams, bottom up
@@ -103,6 +114,7 @@ ALLOWED: dict[str, set[str]] = {
         "devices",
         "errors",
         "init_options",
+        "stack_merge",
         "units",
         "engine.execution.calls",
         "engine.execution.cell_value",  # a travelled value formatted in the notebook as on a rank
@@ -176,6 +188,8 @@ ALLOWED: dict[str, set[str]] = {
     # the telemetry record format; collective_watch.describe: how a rank's activity reads in the sidebar
     "server": {
         "rundir",
+        "stack_merge",  # the sidebar's stack view: every rank's stack as one tree
+        "engine.watch.collective_guard",  # each rank's guard answers where it is (as for mg.where)
         "engine.records.telemetry",
         "engine.records.memory_figures",
         "engine.watch.collective_watch",

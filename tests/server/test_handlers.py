@@ -115,3 +115,15 @@ async def test_the_last_profile_is_served_when_there_is_one(jp_fetch, fake_clust
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("mgpu", "api", "clusters", "222-bbbb0009", "profile", headers=NO_AUTH)
     assert err.value.code == 403
+
+
+async def test_the_where_route_needs_auth_names_a_missing_cluster_and_says_who_did_not_answer(jp_fetch, fake_clusters):
+    fake_clusters.make("222-bbbb0009", world_size=2)  # no engine behind it: no guard answers
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("mgpu", "api", "clusters", "222-bbbb0009", "where", headers=NO_AUTH)
+    assert err.value.code == 403
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("mgpu", "api", "clusters", "222-bbbb0404", "where")
+    assert err.value.code == 404
+    body = json.loads((await jp_fetch("mgpu", "api", "clusters", "222-bbbb0009", "where")).body)
+    assert body["ranks"] == "ranks 0, 1" and body["lines"] == [[0, "unknown", "ranks 0, 1"]], body

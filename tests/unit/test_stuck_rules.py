@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from jupyter_mgpu import stack_merge
 from jupyter_mgpu.engine.watch import collective_calls
 from jupyter_mgpu.engine.watch.collective_table import CollectiveTable, crc
 from jupyter_mgpu.session.hang_watch import diagnose, status_line
@@ -173,6 +174,7 @@ def test_a_collectives_bytes_are_counted_as_nccl_tests_counts_them():
 def test_ranks_are_said_as_ranges_with_their_count():
     from jupyter_mgpu.session.stack_tree import rank_span
 
+    assert rank_span is stack_merge.rank_span  # one way of naming ranks, in the notebook and the sidebar
     assert rank_span([4]) == "rank 4" and rank_span([1, 0]) == "ranks 0, 1"
     assert rank_span([*range(60), 62]) == "ranks 0–59, 62 (61)"
     assert rank_span([0, 2, 3, 5, 6, 7]) == "ranks 0, 2, 3, 5–7 (6)"
@@ -241,3 +243,12 @@ def test_a_hang_of_more_than_four_ranks_says_them_as_ranges_and_draws_the_tree()
     for w in four.values():
         w["group"] = [0, 1, 2, 3]
     assert diagnose(four, set(), now, "the cell").tree == ""  # four ranks: the sentence says it all
+
+
+def test_the_sidebar_s_tree_lines_are_the_notebook_s_and_idle_ranks_end_at_the_root():
+    rows = [_row(0, "idle", []), _row(1, "running", ["line 3 of the cell: wait_here()", "line 2 of wait_here()"])]
+    assert stack_merge.lines(stack_merge.merge(rows)) == [
+        (0, "idle", "rank 0"),
+        (0, "line 3 of the cell: wait_here()", "rank 1"),
+        (1, "line 2 of wait_here()  ·  running", "rank 1"),
+    ]

@@ -231,3 +231,17 @@ def ask(
         return reply
     except (OSError, ValueError):
         return None
+
+
+def ask_all(
+    rundir: str | Path, ranks: list[int], command: str, timeout: float = REQUEST_TIMEOUT, body: str | None = None
+) -> dict[int, dict[str, Any] | None]:
+    """Kernel or server side: :func:`ask` every rank of ``ranks`` at once (up to 16 at a time), so that 64
+    ranks with some silent take ``timeout`` once, not once each; rank -> its reply, or None."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not ranks:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(ranks))) as pool:
+        replies = pool.map(lambda r: ask(rundir, r, command, timeout, body), ranks)
+        return dict(zip(ranks, replies))
