@@ -285,14 +285,17 @@ def test_a_cast_line_names_its_ranks_and_a_bad_one_says_what_is_wrong():
     import pytest
 
     from jupyter_mgpu.errors import MgpuError
-    from jupyter_mgpu.session.debug_cast import grouped_answers, parse_group, prompt_of
+    from jupyter_mgpu.session.debug_cast import asks_tree, grouped_answers, parse_group, prompt_of
 
     assert parse_group("p x", 4) is None and parse_group(" :all ", 4) == [0, 1, 2, 3]
     assert parse_group(":ranks 0-2, 5", 8) == [0, 1, 2, 5] and parse_group(":rank 3", 4) == [3]
     with pytest.raises(MgpuError, match=r"^ranks 4, 5 are not in this session \(0 to 3\)$"):
         parse_group(":ranks 2-5", 4)
-    with pytest.raises(MgpuError, match=r"^':some' is not a cast: write :all, :ranks 0-3 or :rank 2$"):
+    with pytest.raises(
+        MgpuError, match=r"^':some' is not a cast: write :all, :ranks 0-3 or :rank 2 \(:where draws the tree\)$"
+    ):
         parse_group(":some", 4)
     assert prompt_of([0, 1, 2, 3]) == "(Pdb ranks 0–3 (4)) "
+    assert asks_tree(" :where ") and asks_tree(":tree") and not asks_tree("where") and not asks_tree(":all")
     assert grouped_answers({2: "5\n", 0: "4\n", 1: "4\n"}) == "ranks 0, 1: 4 · rank 2: 5"
     assert grouped_answers({0: "> a\n-> b\n", 1: "> a\n-> b\n"}) == "ranks 0, 1:\n> a\n-> b"
