@@ -287,6 +287,28 @@ def test_the_killed_remote_rank_is_started_again_on_its_host(started, kernel, ss
     test_nothing_listens_beyond_the_cluster_interface(started, ssh_lab)  # the restart's store is closed again
 
 
+def test_a_rank_whose_host_vanished_is_not_restarted_and_that_is_said_in_one_sentence(started, kernel, ssh_lab):
+    c = ssh_lab.hosts[2]
+    (engine,) = _engines(c)
+    engine.kill()
+    kernel.ok(
+        "end = time.monotonic() + 10\nwhile 2 not in mg.current().cluster.exits() and time.monotonic() < end:\n"
+        "    time.sleep(0.05)"
+    )
+    c.sh(f"ip link set {c.iface} down")  # hostc leaves the segment
+    try:
+        reply, out = kernel.execute("%mgpu_restart --rank 2", timeout=120)
+    finally:
+        c.sh(f"ip link set {c.iface} up")
+    assert reply["status"] == "error", out
+    assert re.search(
+        r"rank 2's host hostc is gone \(cannot reach hostc over SSH: .*\); run %mgpu_init --restart", out
+    ), out
+    assert len([ln for ln in out.strip().splitlines() if ln.strip()]) == 1, out  # one sentence, no traceback
+    assert _engines(c) == []
+    assert kernel.value("mg.current().run(lambda: 1, targets=[0, 1])") == [1, 1]  # the survivors carry on
+
+
 def test_shutdown_leaves_nothing_on_any_host(started, kernel, ssh_lab):
     kernel.ok("%mgpu_shutdown")
     assert wait_quiet(ssh_lab.hosts[1:]) == {}
