@@ -75,6 +75,19 @@ def test_sixteen_ranks_at_one_breakpoint_drawn_as_a_tree_cast_p_n_and_c(kernel):
     assert "Out[rank 6]: 2.0" in out and "Out[rank 7]: nan" in out and "Out[rank 8]: 2.0" in out, out
 
 
+def test_a_cast_to_four_of_sixteen_then_to_the_rest(kernel):
+    """``:ranks 12-15`` asks four ranks and lets them go; the other twelve are then served, and ``:all`` names
+    the four that already went on."""
+    answers = [":ranks 12-15", "p rank * 10", "c", ":all", "p rank < 12", "c"]
+    reply, prompts, out = debug(kernel, "%%mgpu\nbreakpoint()\nseen = rank", answers, timeout=120)
+    assert reply["status"] == "ok", out
+    assert prompts[1:3] == ["(Pdb ranks 12–15 (4)) "] * 2 and prompts[3] == "(Pdb rank 0) ", prompts
+    assert prompts[4:] == ["(Pdb ranks 0–11 (12)) "] * 2, prompts
+    assert "rank 12: 120 · rank 13: 130 · rank 14: 140 · rank 15: 150" in out, out
+    assert "mgpu: ranks 12, 13, 14, 15 of the group are not at a prompt" in out, out
+    assert "ranks 0–11 (12): True" in out and "False" not in out, out
+
+
 def test_mgpu_debug_all_after_a_failure_on_five_ranks_answers_a_cast_for_all(kernel):
     failing = (3, 7, 11, 12, 13)
     reply, _, out = debug(
