@@ -48,11 +48,13 @@ def check(cluster: HostCluster, chosen: list[int]) -> None:
             f"launcher and {why}; {AGAIN}"
         )
     if opts.launcher == "ssh":
-        for r in chosen:
+        for r in {cluster.hosts[r]: r for r in reversed(chosen)}.values():  # each host asked once
             entry = next((h for h, _ in opts.hosts if h.split("@", 1)[-1] == cluster.hosts[r]), cluster.hosts[r])
             problem = ipp_cluster.ssh_problem(opts, entry)
-            if problem:
+            if problem and problem.startswith("cannot reach"):
                 raise MgpuError(f"rank {r}'s host {cluster.hosts[r]} is gone ({problem}); {AGAIN}")
+            if problem:  # it answers, but cannot run an engine any more
+                raise MgpuError(f"rank {r} cannot be started again on {cluster.hosts[r]}: {problem}")
 
 
 def start_again(session: Any, chosen: list[int], survivors: list[int], timeout: float) -> dict[int, int]:
