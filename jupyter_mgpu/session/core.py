@@ -58,6 +58,7 @@ class Session:
         self.debug_desk = DebugDesk(self)
         # seconds the slowest rank spent inside calls, summed over calls: wall time minus this is dispatch
         self.engine_seconds = 0.0
+        self.cells_run = 0  # numbers each cell the same on every rank (``<mgpu-cell-N>``), whichever ranks run it
         # (function, names) already said to be defined both in the notebook and on the ranks
         self.said_both_sides: set[tuple[str, tuple[str, ...]]] = set()
         # how a blocking cell reaches the ranks: "direct" (one hop, flat in the ranks) or "ipyparallel"
@@ -222,7 +223,8 @@ class Session:
         (``engine/execution/panel_breaks.py``); ``first_line``: the
         editor's number of ``code``'s first line (2 under a ``%%mgpu`` line), which every message uses."""
         ranks = parse_targets(targets, self.world_size)
-        args = (code, None, lent, rich, breaks, first_line)
+        self.cells_run += 1
+        args = (code, None, lent, rich, breaks, first_line, self.cells_run)
         if block and self.alive and self.cell_channel == "direct" and self._direct_ok(ranks):
             shows = (lambda streamed: OutputRelay(streamed, ranks, prefix=True, show=show)) if stream else None
             return call_paths.run_direct(self, calls.run_cell, args, ranks, "%%mgpu cell", timeout, shows)

@@ -144,6 +144,7 @@ def run_cell(
     rich: bool = False,
     breaks: Any = None,
     first_line: int = 1,
+    number: int | None = None,
 ) -> dict[str, Any]:
     """Run ``%%mgpu`` cell source in this engine's user namespace, IPython syntax allowed.
 
@@ -153,10 +154,12 @@ def run_cell(
     ``first_line``: the editor's number of the code's first line (2 under a ``%%mgpu`` line), so that every
     traceback, ``where``, status line and pdb prompt names the line the editor's gutter shows.
     ``breaks``: lines (the editor's numbers) with a breakpoint of JupyterLab's debugger panel.
+    ``number``: the session's number of the cell, the same on every rank that runs it (a ``--targets`` cell
+    skips the others), so that its frames read alike on every rank and equal answers group; else this rank's.
     """
     global _cell_counter
-    _cell_counter += 1
-    filename = CELL_FILENAME.format(n=_cell_counter)
+    _cell_counter = max(_cell_counter + 1, number or 0)
+    filename = CELL_FILENAME.format(n=_cell_counter if number is None else number)
     shell = None
     try:
         from IPython import get_ipython
