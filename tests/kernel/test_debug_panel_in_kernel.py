@@ -164,6 +164,28 @@ def test_a_breakpoint_in_a_helper_file_with_a_condition_stops_that_rank_there(ke
         panel.request("setBreakpoints", source={"path": str(helper)}, breakpoints=[], sourceModified=False)
 
 
+def test_a_breakpoint_given_a_condition_after_a_cell_stopped_there_stops_only_that_rank_next_time(kernel, tmp_path):
+    """The ranks' pdb keeps no breakpoint of an earlier cell: the same line, now ``rank == 1``, stops rank 1
+    alone (pdb's breakpoints are process-wide; a stale one would stop rank 0 too)."""
+    panel = kernel.panel
+    helper = tmp_path / "mgpu_panel_again.py"
+    helper.write_text("def scaled(v):\n    out = v * 7\n    return out\n")
+    code = f"%%mgpu\nimport sys\nsys.path.insert(0, {str(tmp_path)!r})\nimport mgpu_panel_again\nmgpu_panel_again.scaled(rank)"
+    try:
+        for marks, stops in (([{"line": 3}], 2), ([{"line": 3, "condition": "rank == 1"}], 1)):
+            assert panel.request("setBreakpoints", source={"path": str(helper)}, breakpoints=marks)["success"]
+            seen = len(panel.events)
+            msg_id = kernel.kc.execute(code)
+            for _ in range(stops):
+                thread = panel.wait_event("stopped")["body"]["threadId"]
+                assert panel.request("continue", threadId=thread)["success"]
+            assert kernel.reply(msg_id)["content"]["status"] == "ok"
+            shown = [e["body"]["threadId"] - THREADS for e in panel.events[seen:] if e["event"] == "stopped"]
+            assert sorted(shown) == ([0, 1] if stops == 2 else [1]), (marks, shown)
+    finally:
+        panel.request("setBreakpoints", source={"path": str(helper)}, breakpoints=[], sourceModified=False)
+
+
 def test_a_breakpoint_in_a_script_run_with_mgpu_run_stops_every_rank_there_in_turn(kernel, tmp_path):
     panel = kernel.panel
     script = tmp_path / "mgpu_panel_script.py"

@@ -344,6 +344,7 @@ def breakpoints(filename: str, breaks: Any) -> Iterator[None]:
         yield
     finally:
         sys.settrace(None)
+        dbg.clear_all_breaks()  # pdb keeps breakpoints process-wide: the next cell's would stop here too
 
 
 def tidy(namespace: dict[str, Any]) -> None:
