@@ -184,8 +184,8 @@ class PanelBridge:
         args = message.get("arguments") or {}
         if command == "setBreakpoints":
             path = (args.get("source") or {}).get("path")
-            if path:
-                self.breaks[path] = [
+            if path:  # a file's path from the labextension (file_breakpoints.ts) may start with ~
+                self.breaks[os.path.expanduser(path)] = [
                     [int(b["line"]), b.get("condition") or None, panel_breaks.hit_count(b.get("hitCondition"))]
                     for b in args.get("breakpoints") or []
                 ]

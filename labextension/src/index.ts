@@ -1,5 +1,7 @@
 /**
- * jupyter-mgpu:plugin: the Multi-GPU sidebar, the status-bar item, their commands and settings.
+ * jupyter-mgpu:plugin: the Multi-GPU sidebar, the status-bar item, their commands and settings; and
+ * jupyter-mgpu:continue-all-ranks, the debugger panel's "Continue all ranks" button (continue_all.ts); and
+ * jupyter-mgpu:file-breakpoints, breakpoints in .py files for the ranks (file_breakpoints.ts).
  */
 import {
   ILayoutRestorer,
@@ -17,6 +19,8 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { stopCluster } from './api';
+import { continueAllRanks } from './continue_all';
+import { fileBreakpoints } from './file_breakpoints';
 import { ICurrentNotebook } from './cluster_owner';
 import { initCommand } from './format';
 import { MgpuPanel } from './panel';
@@ -222,4 +226,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, continueAllRanks, fileBreakpoints];

@@ -5,6 +5,7 @@ request is for (JupyterLab sends ``continue`` for thread 1), and the kernel's ow
 from __future__ import annotations
 
 import asyncio
+import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -168,3 +169,9 @@ def test_continue_all_ranks_with_none_stopped_says_so_and_without_ranks_goes_to_
     bridge.cell = None  # no %%mgpu cell with breakpoints: DAP's continue of all the kernel's threads
     assert _request(bridge, "continue", threadId=1, singleThread=False, allRanks=True)["success"]
     assert bridge.debugger.forwarded == ["continue"]
+
+
+def test_a_files_path_from_the_labextension_may_start_with_the_home_folder(bridge):
+    """file_breakpoints.ts names a file by the server's root, which JupyterLab may give as ``~/...``."""
+    _request(bridge, "setBreakpoints", source={"path": "~/work/helper.py"}, breakpoints=[{"line": 2}])
+    assert bridge.breaks == {os.path.expanduser("~/work/helper.py"): [[2, None, None]]}
