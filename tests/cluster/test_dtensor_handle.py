@@ -59,7 +59,7 @@ def _shown_boxes(data):
     return out
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])  # 4: the 2-d meshes
 def test_from_dtensor_sees_every_mesh_and_gathers_the_global_tensor(session_of, n):
     s = session_of(n)
     for (mesh_shape, names), shape in itertools.product(MESHES[n], [(8, 6), (5, 7)]):
