@@ -127,11 +127,14 @@ class DebugDesk:
         return p
 
     def _follow(self, rank: int) -> dict[str, Any] | None:
+        """``rank``'s next prompt, if it stops again within ``FOLLOW_S`` (not waited for once its call ended)."""
         end = time.monotonic() + FOLLOW_S
         while time.monotonic() < end:
             p = self._take(rank)
             if p is not None:
                 return p
+            if self._call_ended([rank]):
+                return None
             time.sleep(0.01)
         return None
 
@@ -190,16 +193,24 @@ class DebugDesk:
         return True
 
     def _gather(self, group: list[int]) -> dict[int, dict[str, Any]]:
-        """The group's ranks at a prompt, waiting up to ``FOLLOW_S`` for those still on their way."""
+        """The group's ranks at a prompt, waiting up to ``FOLLOW_S`` for those still on their way; a rank whose
+        call has ended (a ``c`` that ran it to the end) is not waited for."""
         end = time.monotonic() + FOLLOW_S
         at: dict[int, dict[str, Any]] = {}
+        ended: set[int] = set()
         while True:
             for r in group:
                 if r not in at and (p := self._take(r)) is not None and not p.get("panel"):
                     at[r] = p
-            if len(at) == len(group) or time.monotonic() >= end:
+            if len(at) + len(ended) >= len(group) or time.monotonic() >= end:
                 return at
+            ended |= self._call_ended([r for r in group if r not in at and r not in ended])
             time.sleep(0.01)
+
+    def _call_ended(self, ranks: list[int]) -> set[int]:
+        """Of ``ranks``, those no longer inside a call (nothing there will stop at a prompt again)."""
+        replies = collective_guard.ask_all(self.s.cluster.path, ranks, "progress")
+        return {r for r, p in replies.items() if p is not None and not p.get("in_call")}
 
     def _cast(self, relay: OutputRelay | None) -> None:
         """Serve the group's prompts together, one line for all of them, their answers grouped, until none
