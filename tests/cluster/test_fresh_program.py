@@ -218,6 +218,9 @@ def test_a_scripts_own_timeout_is_honoured_for_its_run_only(s2, tmp_path):
 
 def test_a_site_packages_module_fails_naming_its_own_file_and_line(s2, tmp_path):
     _cell(s2, f"import os\n_cwd = os.getcwd()\nos.chdir({str(tmp_path)!r})")  # it writes its checkpoint here
+    # its imports first on every rank (no main runs): a rank still importing accelerate's modules cold while
+    # the other waits in FSDP's first collective would hit the pool session's 5 s timeout (seen once, a fresh clone)
+    _cell(s2, "import accelerate.test_utils.scripts.test_merge_weights")
     try:
         with pytest.raises(RankError) as err:
             s2.run_script("accelerate.test_utils.scripts.test_merge_weights", module=True)
