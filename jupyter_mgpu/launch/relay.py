@@ -1,7 +1,7 @@
 """The relay on the kernel's host for engines on other hosts (one process per cluster).
 
 Run as ``python -m jupyter_mgpu.launch.relay RUNDIR``. It reads ``relay.json`` (0600: the link key,
-the address to listen on, the kernel's pid), listens on that address only (a port the OS picks,
+the address to listen on, the kernel's pid, how long a silent link lives), listens on that address only (a port the OS picks,
 written to ``relay.port``) and accepts one authenticated link per rank (``engine/wire/link.py``). For each
 linked rank it makes the cluster directory look as it does on one host, so the kernel, its memory
 monitor, trace and metrics readers and the server extension need no second code path:
@@ -39,7 +39,8 @@ CONFIG_FILE = "relay.json"
 SOCKET_NAME = "relay.sock"
 CONTROL_POLL = 0.05
 PING_EVERY = 1.0  # the relay pings every link this often; each engine pings too
-SILENCE = 10.0  # a link silent this long is lost (a host that vanished without closing its connections)
+SILENCE = 10.0  # a link silent this long is lost (a host that vanished without closing its connections);
+# the kernel writes it into relay.json (``silence``), so a test can shorten it
 
 
 class Mirror:
@@ -170,6 +171,7 @@ class Relay:
         self.rundir = rundir
         self.key = bytes.fromhex(config["key"])
         self.world_size = int(config["world_size"])
+        self.silence = float(config.get("silence", SILENCE))
         self.links: dict[int, RankLink] = {}
         self.lock = threading.Lock()
         self.stopping = False
@@ -205,7 +207,7 @@ class Relay:
         except (OSError, EOFError, lk.AuthError, ValueError):
             conn.close()
             return
-        conn.settimeout(SILENCE)  # every engine pings each second: silence means its host is gone
+        conn.settimeout(self.silence)  # every engine pings each second: silence means its host is gone
         rl = RankLink(self, int(hello["rank"]), lk.Link(conn, session_key, is_client=False), hello)
         with self.lock:
             if self.stopping:

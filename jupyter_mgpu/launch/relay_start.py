@@ -32,6 +32,7 @@ def start_relay(cluster: HostCluster, key: bytes) -> None:
             "world_size": cluster.opts.n or len(cluster.client.ids),
             "kernel_pid": kernel_pid,
             "kernel_create_time": kernel_ctime,
+            "silence": relay.SILENCE,
         },
     )
     cluster.supervisor = spawn(cluster.path, ["jupyter_mgpu.launch.relay", str(cluster.path)])

@@ -68,7 +68,6 @@ UNTESTED: set[str] = {
     "jupyter_mgpu.launch.host_cluster",
     "jupyter_mgpu.launch.ipp_cluster",
     "jupyter_mgpu.launch.rank_setup",
-    "jupyter_mgpu.launch.relay",
     "jupyter_mgpu.launch.relay_start",
     "jupyter_mgpu.selftest",
 }
