@@ -11,6 +11,7 @@ from lab_server import lab  # noqa: F401  (the one JupyterLab the browser tests 
 from processes import cluster_pids, wait_gone
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under `-n` (addopts); None in a serial run
 
 # tiers slow by nature, marked `slow` as a whole here (the one place): a browser and the shared JupyterLab,
 # a JupyterHub, namespace hosts; a test elsewhere that is over 20 s, or too long for the quick tier's 3 minutes,
@@ -19,14 +20,42 @@ SLOW_TIERS = ("browser", "notebooks", "hub", "multihost")
 HERE = Path(__file__).resolve().parent
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers on a 2-core machine (the suite waits on engines, kernels and browsers about
+    half its time), up to four on bigger ones; ``PYTEST_XDIST_AUTO_NUM_WORKERS`` or ``-n N`` overrides,
+    ``-n 0`` runs serially."""
+    wanted = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    return int(wanted) if wanted else max(2, min(4, (os.cpu_count() or 2) // 2))
+
+
+def _tier(item: pytest.Item) -> str:
+    path = Path(item.path).resolve()
+    return path.relative_to(HERE).parts[0] if path.is_relative_to(HERE) else ""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own choice
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadscope`` (addopts): whole groups to a worker, longest tiers first (``worker_groups.py``)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from worker_groups import TierScheduling
+
+    return TierScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under a slow tier's directory ``slow`` (``-m "not slow"`` is the quick tier)."""
+    """Mark every test under a slow tier's directory ``slow`` (``-m "not slow"`` is the quick tier); on a
+    worker, put the longest tiers first (``worker_groups.FIRST``)."""
     for item in items:
-        path = Path(item.path).resolve()
-        if path.is_relative_to(HERE) and path.relative_to(HERE).parts[0] in SLOW_TIERS:
+        if _tier(item) in SLOW_TIERS:
             item.add_marker(pytest.mark.slow)
+    if WORKER:
+        from worker_groups import first
+
+        items.sort(key=lambda i: first(_tier(i)))
 
 
+@pytest.hookimpl(tryfirst=True)  # on the controller too, before the workers start
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Build the allocator shim before any cluster starts, as installing ahead of time would: a cluster
     started while it is still compiling uses the OS limit for all its ranks, and the shared clusters
