@@ -51,7 +51,7 @@ def test_a_compile_begun_by_this_start_is_not_waited_for(empty_cache):
     try:
         t = time.monotonic()
         ab.settle(grace=2.0, start_time=time.time() - 1)  # the lock is newer than the start
-        assert time.monotonic() - t < 0.5
+        assert time.monotonic() - t < 2.0  # not the grace
         assert ab._settled_reason == ab.STILL_BUILDING
         with pytest.raises(ab.BuildError, match="still being compiled"):  # what each engine then says
             ab.load()

@@ -183,7 +183,7 @@ def test_every_key_of_the_legend_says_what_it_stands_for(name, n):
 def test_all_gather_on_32_ranks_is_light_and_quick():
     c, _ = sent(result("all_gather", 32))
     assert c["figure"] + c["player"] < 2e6  # was 265 MB: a full SVG of every rank's holdings per frame
-    assert c["seconds"] < 3  # 0.5 s on a 2-core machine; whole frames took 10 s
+    # how long it takes is benchmarks/collective_pictures.py's to say (0.5 s on a 2-core machine; whole frames took 10 s)
 
 
 def test_the_schedule_s_frames_share_what_a_step_left_alone():
