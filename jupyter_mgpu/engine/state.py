@@ -31,6 +31,8 @@ class EngineState:
     pg_generation: int = 0  # bumped each time the process group is rebuilt; keys caches of subgroups
     call_depth: int = 0  # calls from the kernel now running (a call may run another)
     call_seq0: int | None = None  # collectives started before the outermost running call
+    # numbered collectives that raised before the group's backend ran them (collective_numbers.left_unrun)
+    unrun_collectives: int = 0
     call_started: float | None = None  # epoch seconds the outermost running call began
     call_ended: float | None = None  # epoch seconds the last outermost call ended
     host: str | None = None  # set when the cluster spans hosts (a launcher's engines): labels read host:kind:index

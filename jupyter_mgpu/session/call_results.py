@@ -30,6 +30,8 @@ def results(s: Session, reports: list[dict[str, Any]], ranks: list[int]) -> list
         cell_names.say_both_sides(s.said_both_sides, function, names)
     group_notes.say(reports)
     failures = {r: res for r, res in zip(ranks, reports) if not res.get("ok")}
+    if not failures and any(res.get("unrun") for res in reports):  # one caught in the cell: before the next
+        s.recovery.mark_dirty("a collective that failed before it ran")
     if failures:
         raise error(s, failures, ranks, dict(zip(ranks, reports)))
     return [res["value"] for res in reports]

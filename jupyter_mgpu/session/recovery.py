@@ -105,8 +105,14 @@ class GroupRecovery:
             self.release(stuck)
 
     def needs_rebuild(self, results: dict[int, dict[str, Any]]) -> bool:
-        """After a failed call: whether the ranks may disagree on which collectives they ran."""
-        if self.released or any(r.get("collective_failure") or r.get("interrupted") for r in results.values()):
+        """After a failed call: whether the ranks may disagree on which collectives they ran, or a rank left a
+        record of a collective it never ran (``unrun``: a mismatch it found, torch's check of the arguments)
+        in the table under the number its next one takes again: the ranks all agree (no sequence number
+        moved), yet a peer's next call would be compared with that record and fail. The new generation of
+        a rebuilt group is what no old record matches."""
+        if self.released or any(
+            r.get("collective_failure") or r.get("interrupted") or r.get("unrun") for r in results.values()
+        ):
             return True
         deltas = {r.get("seq_delta") for r in results.values() if r.get("seq_delta") is not None}
         return len(deltas) > 1

@@ -56,6 +56,30 @@ def test_collectives_the_watch_did_not_see_mark_the_group():
     assert collective_numbers.begin(FakeGroup(3, name="1"), other) == 4 and other in collective_numbers.unseen
 
 
+def test_a_call_that_raised_before_its_backend_ran_it_is_counted_as_unrun(monkeypatch):
+    """Its record stays in the table under the number the rank's next collective takes again: the call
+    reports it and the kernel rebuilds the group (session/recovery.py), whose generation no old record has."""
+    from jupyter_mgpu.session.recovery import GroupRecovery
+
+    st = SimpleNamespace(unrun_collectives=0)
+    monkeypatch.setattr(rank_state, "STATE", st)
+    pg, key = FakeGroup(4), (0, "0")
+    info = {"gen": 0, "g": "0", "n": collective_numbers.begin(pg, key)}
+    pg.done = 5  # it ran, then raised (a released collective): not unrun
+    collective_numbers.raised(pg, info)
+    collective_numbers.raised(None, None)  # one the watch could not read
+    assert st.unrun_collectives == 0
+    info["n"] = collective_numbers.begin(pg, key)
+    collective_numbers.raised(pg, info)  # torch's own check of the arguments raised: the number did not move
+    assert st.unrun_collectives == 1
+    recovery = GroupRecovery("", 2, 1.0, lambda *a: None, lambda reason: None)
+    every_rank_found_it = {
+        r: {"ok": False, "ename": "CollectiveMismatchError", "seq_delta": 0, "unrun": 1} for r in (0, 1)
+    }
+    assert recovery.needs_rebuild(every_rank_found_it)  # no sequence number moved, yet the records are stale
+    assert not recovery.needs_rebuild({r: {"ok": False, "ename": "NameError", "seq_delta": 0} for r in (0, 1)})
+
+
 def test_the_counting_wrapper_notes_send_and_recv_on_their_group(monkeypatch):
     monkeypatch.setattr(rank_state, "STATE", SimpleNamespace(pg_generation=3))
     calls = []

@@ -63,6 +63,7 @@ class _CallScope:
         self.label = label
         self.st = rank_state.STATE
         self.seq0: int | None = None
+        self.unrun0 = 0
         self.started_ns = 0
 
     def __enter__(self) -> _CallScope:
@@ -71,6 +72,7 @@ class _CallScope:
             self.previous = st.current_op
             st.current_op = self.label
             self.seq0 = rank_state.sequence_number()
+            self.unrun0 = st.unrun_collectives
             if not st.call_depth:
                 st.call_seq0 = self.seq0
                 st.call_started = time.time()
@@ -97,6 +99,8 @@ class _CallScope:
         what the user's own init/destroy_process_group did (said once by the controller)."""
         seq1 = rank_state.sequence_number() if self.seq0 is not None else None
         result["seq_delta"] = None if self.seq0 is None or seq1 is None else seq1 - self.seq0
+        if self.st is not None and self.st.unrun_collectives > self.unrun0:  # its stale record: rebuild
+            result["unrun"] = self.st.unrun_collectives - self.unrun0
         notes = user_process_group.take_notes()
         if notes:
             result["group_notes"] = notes

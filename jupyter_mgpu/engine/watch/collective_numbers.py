@@ -90,6 +90,24 @@ def end(pg: Any, key: Key) -> None:
     _next_after[key] = next_number(pg, key)
 
 
+def raised(pg: Any, info: dict[str, Any] | None) -> None:
+    """A watched call raised (``info``: its group ``g``, generation ``gen`` and number ``n``, None where the
+    watch could not read it): if the number is still the group's next one, the backend never ran it."""
+    if pg is not None and info is not None and next_number(pg, (info["gen"], info["g"])) == info["n"]:
+        left_unrun()
+
+
+def left_unrun() -> None:
+    """A call numbered and written to the host's table raised before the group's backend ran it (a mismatch
+    this rank found, torch's own check of the arguments): its record stays in the table under the number
+    this rank's next collective takes again, and a peer's next call, there before this rank's, would be
+    compared with it (a wrong mismatch). The call reports it (``unrun``) and the kernel rebuilds the group
+    (``session/recovery.py``): no record of the old generation matches a call of the new one."""
+    st = rank_state.STATE
+    if st is not None:
+        st.unrun_collectives += 1
+
+
 def note_point_to_point(key: Key) -> None:
     """This process ran a send or recv on the group."""
     _point_to_point[key] = _point_to_point.get(key, 0) + 1

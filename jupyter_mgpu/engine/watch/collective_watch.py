@@ -202,12 +202,11 @@ def _wrap(op: str, original: Any) -> Any:
         global _current, _last_end
         if threading.get_ident() != _main_ident or _nested.depth:
             return original(*args, **kwargs)
-        bound = dict(defaults)
-        bound.update(zip(names, args))
-        bound.update(kwargs)
+        bound = {**defaults, **dict(zip(names, args)), **kwargs}
         try:
             info = _begin(op, bound, sys._getframe(1))
         except CollectiveMismatchError:
+            collective_numbers.left_unrun()  # written to the table, never run
             raise
         except Exception:  # the watch never stops a collective it could not read
             info = None
@@ -225,6 +224,9 @@ def _wrap(op: str, original: Any) -> Any:
             if waits and info is not None and _on_gpu and "async_op" in bound:
                 return _issue_and_keep(original, bound, info)
             return original(*args, **kwargs)
+        except BaseException:
+            collective_numbers.raised(pg, info)  # before the backend ran it? then its record is stale
+            raise
         finally:
             _nested.depth = 0
             if pg is not None and info is not None:
@@ -307,9 +309,8 @@ def _in_backward(frame: Any) -> bool:
 
 
 def _importing(frame: Any) -> tuple[str, Any] | None:
-    """The module the main thread's outermost import is loading, and the frame of the statement that
-    started it, if it is inside one (a first import of a big package takes seconds: the live status line
-    says so)."""
+    """The module the main thread's outermost import is loading, and the frame of the statement that started
+    it, if it is inside one (a first import of a big package takes seconds: the live status line says so)."""
     found = None
     while frame is not None:
         code = frame.f_code
@@ -383,9 +384,8 @@ def where(st: Any) -> dict[str, Any]:
 
 def describe(where: dict[str, Any] | None, now: float) -> str | None:
     """``waiting in barrier #7 for 44 s``, ``waiting in all_reduce #8 (DDP bucket) for 12 s, from line 4 of the
-    cell``, ``running line 3 of the cell for 45 s`` or ``at a pdb prompt at
-    line 3 of the cell for 9 s``; None when idle. The live status line and the sidebar say a rank's
-    activity in these words."""
+    cell``, ``running line 3 of the cell for 45 s`` or ``at a pdb prompt at line 3 of the cell for 9 s``;
+    None when idle. The live status line and the sidebar say a rank's activity in these words."""
     if not where or where.get("state") not in ("collective", "running", "debugging"):
         return None
     seconds = max(0.0, now - float(where.get("since") or now))
