@@ -16,7 +16,7 @@ from jupyter_mgpu.errors import CollectiveHangError, CollectiveMismatchError
 
 pytestmark = pytest.mark.cluster
 
-NAMED_WITHIN = 5.0
+NAMED_WITHIN = 20.0  # "within seconds": far from torch's 30 min collective timeout, yet a loaded machine (another worker, a busy node) passes
 
 
 @pytest.fixture(scope="module")
