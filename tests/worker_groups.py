@@ -1,4 +1,4 @@
-"""How ``python -m pytest`` shares the suite among its workers (``-n auto --dist loadscope`` in addopts).
+"""How ``python -m pytest -n auto`` shares the suite among its workers (``--dist loadscope`` is in addopts).
 
 A worker takes a whole group at a time: a test file, except the tiers in :data:`ONE_GROUP_TIERS`, whose
 files share one expensive set-up (the hub's package fixture) or names the machine has once (the namespace

@@ -203,12 +203,12 @@ def test_a_rank_blocked_in_a_collective_is_released_and_the_group_rebuilt(local2
     t0 = time.monotonic()
     with pytest.raises(Interrupted, match="rebuilt"):
         local2.run(_stuck_on_rank0)
-    assert time.monotonic() - t0 < 8  # the session timeout is 20 s: the rank was released
+    assert time.monotonic() - t0 < 15  # the session timeout is 20 s: the rank was released
     assert [v[1] for v in local2.run(_rank_and_sum)] == [[3.0] * 3, [3.0] * 3]
     t0 = time.monotonic()
     with pytest.raises(RankError, match="released at once"):
         local2.run(_raise_on_rank1)
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 15  # released, not the 20 s timeout
     assert [v[1] for v in local2.run(_rank_and_sum)] == [[3.0] * 3, [3.0] * 3]
 
 
@@ -276,7 +276,7 @@ def test_a_killed_engine_is_named_and_nothing_is_left():
         t0 = time.monotonic()
         with pytest.raises(EngineDiedError, match=r"rank 1 died"):
             s.run(_rank_and_sum)
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 30  # named when it died, not after the 60 s timeout
     finally:
         s.shutdown()
     assert _gone(pids) == []

@@ -224,7 +224,7 @@ after = mg.current().run(total)
 """
     kernel.ok(code)
     assert "ValueError on rank 2" in kernel.value("message") and "released at once" in kernel.value("message")
-    assert kernel.value("took") < 10  # not the 30 s collective timeout
+    assert kernel.value("took") < 20  # not the 30 s collective timeout
     assert kernel.value("after") == [[6.0, 6.0]] * 3
 
 
@@ -240,7 +240,7 @@ def stuck_on_hostc():
 """)
     reply, out, took = run_and_interrupt(kernel, "mg.current().run(stuck_on_hostc)", after=2.0)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", out
-    assert "rebuilt" in out and took < 8, (took, out)
+    assert "rebuilt" in out and took < 20, (took, out)  # released, not the 30 s timeout
     assert kernel.value("mg.current().run(total)") == [[6.0, 6.0]] * 3
 
 
