@@ -178,7 +178,7 @@ try {
   );
   await page.evaluate(() => {
     window.__mgpuStates = { sidebar: [], dashboard: [] };
-    window.__mgpuWatch = setInterval(() => {
+    window.__mgpuSample = () => {
       const row = document.querySelector(
         '#jupyter-mgpu-panel .jp-mgpu-cluster .jp-mgpu-rank[data-rank="1"]'
       );
@@ -187,7 +187,8 @@ try {
         '.mgpu-mem .mgpu-mem-row[data-rank="1"] .mgpu-mem-badge'
       );
       window.__mgpuStates.dashboard.push(badge?.textContent ?? null);
-    }, 50);
+    };
+    window.__mgpuWatch = setInterval(window.__mgpuSample, 50);
   });
   await runCell(4);
   await runCell(5);
@@ -202,6 +203,7 @@ try {
   );
   const watched = await page.evaluate(() => {
     clearInterval(window.__mgpuWatch);
+    window.__mgpuSample(); // what the wait saw, even if a busy page's timer had not fired since
     return window.__mgpuStates;
   });
   const after = await views();

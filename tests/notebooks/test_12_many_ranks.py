@@ -33,7 +33,7 @@ def test_the_all_gather_picture_of_32_ranks_is_light(run):
     cell = "%%time\n%mgpu_collective all_gather"
     assert re.search(r"Wall time: ([\d.]+) (m?s)", run.text[cell])  # the cell ran and the notebook shows its time
     _, sent = _cell_traffic(run, cell)
-    assert sent < 10e6, sent
+    assert 0 < sent < 10e6, sent
     # how quick it is is benchmarks/collective_pictures.py's to say (drawing ~0.04 s), not this test's: a ratio to
     # the notebook's own empty cells (about 0.45 s against 20 ms on 2 cores) passed alone but not beside another
     # worker's Chromium, whose load comes and goes within the run

@@ -1,44 +1,61 @@
 // 12_many_ranks: while Run All runs, count the bytes the page receives on its websockets and when each
-// code cell starts (the first cell without an execution count), so the test knows what each cell sent and
-// how long it took; with the Multi-GPU sidebar open, read its 32-rank card once the cluster runs.
+// code cell starts (the first cell without an execution count, recorded in the page whenever a count is
+// set, so a cell of half a second is not missed between two polls of a busy machine), so the test knows
+// what each cell sent and how long it took; with the Multi-GPU sidebar open, read its 32-rank card once
+// the cluster runs.
 import path from 'node:path';
 
 export async function during({ page, context, report, cfg }) {
   const cdp = await context.newCDPSession(page);
   await cdp.send('Network.enable');
   let received = 0;
+  const frames = []; // [Date.now(), bytes received so far] at each frame
   cdp.on('Network.webSocketFrameReceived', e => {
     const data = e.response.payloadData ?? '';
     // binary frames come base64-encoded: count the bytes they carry
     received +=
       e.response.opcode === 2 ? Math.floor((data.length * 3) / 4) : data.length;
+    frames.push([Date.now(), received]);
+  });
+  const bytesAt = t => {
+    let n = 0;
+    for (const [when, total] of frames) {
+      if (when > t) {
+        break;
+      }
+      n = total;
+    }
+    return n;
+  };
+  await page.evaluate(() => {
+    const cells = window.jupyterapp.shell.currentWidget.content.widgets;
+    const running = () => {
+      const i = cells.findIndex(
+        c => c.model.type === 'code' && c.model.executionCount === null
+      );
+      return i < 0
+        ? { index: -1 }
+        : { index: i, source: cells[i].model.sharedModel.getSource() };
+    };
+    window.__mgpuMarks = [{ ...running(), t: Date.now() }];
+    for (const c of cells) {
+      c.model.stateChanged?.connect((_, change) => {
+        if (change.name !== 'executionCount') {
+          return;
+        }
+        const now = running();
+        if (now.index !== window.__mgpuMarks.at(-1).index) {
+          window.__mgpuMarks.push({ ...now, t: Date.now() });
+        }
+      });
+    }
   });
   await page.click('.jp-mgpu-status');
   await page.waitForSelector('#jupyter-mgpu-panel:not(.lm-mod-hidden)', {
     timeout: 10000
   });
-  const marks = [];
-  let last = null;
   let sidebar = null;
   while (!(await page.evaluate(() => window.__mgpuDone))) {
-    const running = await page.evaluate(() => {
-      const cells = window.jupyterapp.shell.currentWidget.content.widgets;
-      const i = cells.findIndex(
-        c => c.model.type === 'code' && c.model.executionCount === null
-      );
-      return i < 0
-        ? null
-        : { index: i, source: cells[i].model.sharedModel.getSource() };
-    });
-    const key = running ? running.index : -1;
-    if (key !== last) {
-      marks.push({
-        ...(running ?? { index: -1 }),
-        t: Date.now(),
-        bytes: received
-      });
-      last = key;
-    }
     if (!sidebar) {
       sidebar = await page.evaluate(() => {
         const card = Array.from(
@@ -84,6 +101,10 @@ export async function during({ page, context, report, cfg }) {
     }
     await page.waitForTimeout(50);
   }
+  const marks = (await page.evaluate(() => window.__mgpuMarks)).map(m => ({
+    ...m,
+    bytes: bytesAt(m.t)
+  }));
   marks.push({ index: -1, t: Date.now(), bytes: received });
   report('traffic', { marks, sidebar });
 }
