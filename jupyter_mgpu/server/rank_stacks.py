@@ -23,24 +23,10 @@ ASK_TIMEOUT = 2.0
 def where(path: Path, state: dict[str, Any], timeout: float = ASK_TIMEOUT) -> dict[str, Any]:
     """``{"time", "ranks": "ranks 0–3 (4)", "lines": [[depth, frame or what the ranks do, their ranks], ...]}``
     for the cluster in ``path`` (its state file's ``state``)."""
-    world = int(state.get("world_size") or 0)
-    dead = rd.exit_records(path)
-    restarting = {int(r) for r in state.get("restarting") or ()}
-    asked = [r for r in range(world) if r not in dead and r not in restarting]
-    replies = collective_guard.ask_all(path, asked, "where", timeout)
-    rows: list[dict[str, Any]] = []
-    for r in range(world):
-        reply = replies.get(r) or {}
-        fallback = "restarting" if r in restarting else "dead" if r in dead else "unknown"
-        rows.append(
-            {
-                "rank": r,
-                "state": reply.get("state") or fallback,
-                "collective": reply.get("collective"),
-                "line": reply.get("line"),
-                "stack": list(reply.get("stack") or []),
-            }
-        )
+    restarting = state.get("restarting") or ()
+    rows = collective_guard.where_rows(
+        path, int(state.get("world_size") or 0), rd.exit_records(path), restarting, timeout
+    )
     root = merge(rows)
     return {
         "time": time.time(),

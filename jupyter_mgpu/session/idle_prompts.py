@@ -14,6 +14,7 @@ block=False)``): nothing waits for the call, so nothing would serve a rank that 
 from __future__ import annotations
 
 import contextvars
+import re
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,13 @@ if TYPE_CHECKING:
     from jupyter_mgpu.session.pending import PendingResult
 
 POLL_S = 0.5
-LOOKS = ("%mgpu_where", "%mgpu_status", ".where(")  # cells that only look at the ranks: not served before
+# the lines of a cell that only looks at the ranks: not served before it
+LOOKS = (
+    re.compile(r"%mgpu_(where|status)\b"),
+    re.compile(r".*\b(_?mg|jupyter_mgpu|\w*session|s\d*)\.where\("),
+    re.compile(r"import jupyter_mgpu( as \w+)?\s*(#.*)?$"),
+    re.compile(r"\w+\s*=\s*\w+\s*(#.*)?$"),
+)
 _watches: list[IdleWatch] = []
 _lock = threading.Lock()
 
@@ -89,8 +96,12 @@ def watch(p: PendingResult) -> None:
 
 
 def looks_only(code: str) -> bool:
-    """Whether a cell only looks at the ranks (``%mgpu_where``, ``mg.where(...)``): run before any prompt."""
-    return any(word in code for word in LOOKS)
+    """Whether a cell only looks at the ranks (``%mgpu_where``, ``%mgpu_status``, ``mg.where(...)``, a
+    session's ``.where(...)``, a name bound to another): run before any prompt. ``torch.where(...)`` or any
+    other line makes it a cell of work, served after the prompts."""
+    lines = [ln.strip() for ln in code.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    return bool(lines) and all(any(look.match(ln) for look in LOOKS) for ln in lines)
 
 
 def serve_pending(code: str = "") -> int:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 POLL_S = 0.1  # how often the wait loop looks for a rank at a prompt
 ASK_GUARD_S = 1.0  # how often a rank with no fresh telemetry (telemetry off, busy in C++) is asked
 FOLLOW_S = 0.5  # after a line, how long the desk waits for that rank's next prompt before looking round
+MAX_NAP = 0.1  # s: the longest pause between two looks for a rank's next prompt
 # JupyterLab's debugger panel, when the kernel has one (``magics/debug_panel.py``): a rank stopped at one of
 # its breakpoints is announced to it instead of asking in the input box
 panel: Any = None
@@ -128,14 +129,15 @@ class DebugDesk:
 
     def _follow(self, rank: int) -> dict[str, Any] | None:
         """``rank``'s next prompt, if it stops again within ``FOLLOW_S`` (not waited for once its call ended)."""
-        end = time.monotonic() + FOLLOW_S
+        end, nap = time.monotonic() + FOLLOW_S, 0.01
         while time.monotonic() < end:
             p = self._take(rank)
             if p is not None:
                 return p
             if self._call_ended([rank]):
                 return None
-            time.sleep(0.01)
+            time.sleep(nap)
+            nap = min(nap * 1.5, MAX_NAP)  # a step's next prompt comes at once; a long run is asked less often
         return None
 
     def _answer(self, rank: int, p: dict[str, Any], others: list[int], relay: OutputRelay | None) -> bool:
@@ -198,6 +200,7 @@ class DebugDesk:
         end = time.monotonic() + FOLLOW_S
         at: dict[int, dict[str, Any]] = {}
         ended: set[int] = set()
+        nap = 0.01
         while True:
             for r in group:
                 if r not in at and (p := self._take(r)) is not None and not p.get("panel"):
@@ -205,7 +208,8 @@ class DebugDesk:
             if len(at) + len(ended) >= len(group) or time.monotonic() >= end:
                 return at
             ended |= self._call_ended([r for r in group if r not in at and r not in ended])
-            time.sleep(0.01)
+            time.sleep(nap)
+            nap = min(nap * 1.5, MAX_NAP)
 
     def _call_ended(self, ranks: list[int]) -> set[int]:
         """Of ``ranks``, those no longer inside a call (nothing there will stop at a prompt again)."""

@@ -59,41 +59,10 @@ def where(cluster: Any, world_size: int, timeout: float = 2.0) -> list[dict[str,
     (``barrier #7``), ``line`` (the innermost line of the user's code) and ``stack`` (their frames,
     outermost first). Each rank's guard thread answers, so a busy rank answers too; the ranks are asked
     at once, so 64 ranks with some silent take ``timeout`` once, not once each."""
-    import time
-
     from jupyter_mgpu.engine.watch import collective_guard
 
-    dead, restarting = cluster.exits(), set(getattr(cluster, "restarting", ()) or ())
-    alive = [r for r in range(world_size) if r not in dead and r not in restarting]
-    answers = collective_guard.ask_all(cluster.path, alive, "where", timeout)
-    out: list[dict[str, Any]] = []
-    for r in range(world_size):
-        w = answers.get(r)
-        if not w or "state" not in w:
-            out.append(
-                {
-                    "rank": r,
-                    "state": "restarting" if r in restarting else "dead" if r in dead else "unknown",
-                    "seconds": None,
-                    "collective": None,
-                    "line": None,
-                    "stack": [],
-                }
-            )
-            continue
-        since = float(w.get("since") or 0)
-        seconds = round(time.time() - since, 1) if since else None
-        out.append(
-            {
-                "rank": r,
-                "state": w["state"],
-                "seconds": seconds,
-                "collective": w.get("collective"),
-                "line": w.get("line"),
-                "stack": list(w.get("stack") or []),
-            }
-        )
-    return out
+    restarting = getattr(cluster, "restarting", ()) or ()
+    return collective_guard.where_rows(cluster.path, world_size, cluster.exits(), restarting, timeout)
 
 
 def dump_recorders(cluster: Any, world_size: int, folder: str, timeout: float = 10.0) -> list[str]:

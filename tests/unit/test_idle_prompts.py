@@ -28,6 +28,11 @@ def test_cells_that_only_look_at_the_ranks_run_before_the_prompts_are_served():
     assert idle_prompts.looks_only("mg.where(merge=True)")
     assert not idle_prompts.looks_only("pending.get()")
     assert not idle_prompts.looks_only("%%mgpu\nx = 1")
+    assert idle_prompts.looks_only("s.where()  # the session's own")
+    assert idle_prompts.looks_only("import jupyter_mgpu as _mg\nprint(_mg.where()[0]['line'])")
+    assert not idle_prompts.looks_only("y = torch.where(x > 0, x, 0)")  # work, though it says where(
+    assert not idle_prompts.looks_only("%mgpu_where\nmg.matmul(a, b)")  # a look, then work
+    assert not idle_prompts.looks_only("")
     assert idle_prompts.serve_pending("%mgpu_status") == 0  # a look: nothing is served, whatever waits
 
 

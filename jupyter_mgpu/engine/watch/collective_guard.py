@@ -245,3 +245,32 @@ def ask_all(
     with ThreadPoolExecutor(max_workers=min(16, len(ranks))) as pool:
         replies = pool.map(lambda r: ask(rundir, r, command, timeout, body), ranks)
         return dict(zip(ranks, replies))
+
+
+def where_rows(
+    rundir: str | Path, world_size: int, dead: Any, restarting: Any, timeout: float = REQUEST_TIMEOUT
+) -> list[dict[str, Any]]:
+    """Kernel or server side: what every rank does now, in rank order (``mg.where``'s rows and the sidebar's
+    tree): ``state`` (``running``, ``collective``, ``idle``; ``dead`` and ``restarting`` ranks are not asked,
+    a silent one reads ``unknown``), ``seconds`` in it, ``collective`` (``barrier #7``), ``line`` (the
+    innermost line of the user's code) and ``stack`` (their frames, outermost first)."""
+    import time
+
+    dead, restarting = set(dead), set(restarting)
+    asked = [r for r in range(world_size) if r not in dead and r not in restarting]
+    answers = ask_all(rundir, asked, "where", timeout)
+    rows: list[dict[str, Any]] = []
+    for r in range(world_size):
+        w = answers.get(r) or {}
+        since = float(w.get("since") or 0) if "state" in w else 0
+        rows.append(
+            {
+                "rank": r,
+                "state": w.get("state") or ("restarting" if r in restarting else "dead" if r in dead else "unknown"),
+                "seconds": round(time.time() - since, 1) if since else None,
+                "collective": w.get("collective"),
+                "line": w.get("line"),
+                "stack": list(w.get("stack") or []),
+            }
+        )
+    return rows
