@@ -89,6 +89,18 @@ def _comm_parent(s: Session) -> dict[str, str] | None:
         return None
 
 
+def abort_queued(s: Session, ar: Any, ranks: list[int], wait: float = 2.0) -> None:
+    """Take ``ar``'s task off the queues of ``ranks`` that have not started it (ipyparallel's ``abort``), before
+    they are interrupted: a rank busy with an earlier task ignores the signal, and would run this one later
+    for nobody. Engines answer on their control channel while they run a task; one that does not within
+    ``wait`` is left to the interrupt."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        targets = [s.cluster.rank_to_engine[r] for r in ranks]
+        s.cluster.client.abort(ar, targets=targets, block=False).wait(wait)
+
+
 def await_exit_record(s: Session, ranks: list[int], wait: float = 5.0) -> None:
     """How an engine ended is written (supervisor, or relay) a moment after its socket closes."""
     end = time.monotonic() + wait
@@ -121,6 +133,7 @@ def collect(
             )
     except KeyboardInterrupt:
         pending = pending_ranks(s.cluster.client, ar, ranks)
+        abort_queued(s, ar, pending)
         s.cluster.interrupt(pending)
         try:
             interrupted = s.recovery.after_interrupt(pending)

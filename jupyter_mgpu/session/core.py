@@ -48,7 +48,7 @@ class Session:
         )  # blocking calls skip the controller (engine/execution/direct_channel.py)
         # no stale collective outlives an interrupt or a failed call
         self.recovery = GroupRecovery(
-            self.runtime_dir, self.world_size, self.timeout, self._run_on_all, self._mark_broken
+            self.runtime_dir, self.world_size, self.timeout, self._run_on_all, self._mark_broken, cluster.interrupt
         )
         # stuck ranks and mismatched collectives named while a call waits (what each rank does: its telemetry)
         self.hang_watch = HangWatch(

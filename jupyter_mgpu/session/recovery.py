@@ -41,12 +41,14 @@ class GroupRecovery:
         timeout: float,
         run_on_all: Callable[..., Any],
         mark_broken: Callable[[str], None],
+        interrupt: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.runtime_dir = runtime_dir
         self.world_size = world_size
         self.timeout = timeout
         self.run_on_all = run_on_all  # ``run_on_all(fn, *args)``: an ipyparallel AsyncResult over every rank
         self.mark_broken = mark_broken  # the session refuses every later call, with this reason
+        self.interrupt = interrupt  # ``interrupt(ranks)``: SIGINT to their engines
         self.dirty: str | None = None  # why the group must be rebuilt before the next call
         self.released: set[int] = set()  # ranks released during the call being waited on
         self._failure_seen: float | None = None
@@ -67,6 +69,21 @@ class GroupRecovery:
         while busy and time.monotonic() < end:
             time.sleep(0.02)
             busy = self.busy(busy)
+        return busy
+
+    def stop_running(self, ranks: list[int], seconds: float) -> list[int]:
+        """Wait up to ``seconds`` for ``ranks`` to leave their calls, signalling again every
+        ``INTERRUPT_GRACE`` those still running Python code: a signal that came while a rank was between two
+        tasks went to ipykernel's ignore, and the next task, the one the stop was for, ran on. Ranks
+        waiting in a collective are not signalled again (SIGINT cannot reach them there); the ranks still busy."""
+        end = time.monotonic() + seconds
+        busy = self.wait_idle(ranks, min(INTERRUPT_GRACE, seconds))
+        while busy and self.interrupt is not None and time.monotonic() < end:
+            running = [r for r, w in self._ask(busy, "where").items() if (w or {}).get("state") == "running"]
+            if not running:
+                break
+            self.interrupt(running)
+            busy = self.wait_idle(busy, min(INTERRUPT_GRACE, max(0.0, end - time.monotonic())))
         return busy
 
     def release(self, ranks: list[int]) -> None:
@@ -130,7 +147,7 @@ class GroupRecovery:
         not reach, then rebuild. Returns the exception to raise, which says what happened."""
         everyone = list(range(self.world_size))
         self.dirty = "the interrupt"
-        busy = self.wait_idle(everyone, INTERRUPT_GRACE)
+        busy = self.stop_running(everyone, SETTLE)
         if busy:
             self.release(everyone)
             busy = self.wait_idle(everyone, SETTLE)
@@ -151,9 +168,10 @@ class GroupRecovery:
         if self.dirty is None:
             return
         everyone = list(range(self.world_size))
-        if self.busy(everyone):
+        busy = self.stop_running(everyone, SETTLE)  # a call the stop was for, still running for nobody
+        if busy:
             self.release(everyone)
-        if self.wait_idle(everyone, self.timeout):
+        if self.wait_idle(busy, self.timeout):
             self._give_up("a rank stayed busy")
         reason = self.dirty
         if not self.rebuild():
@@ -163,7 +181,9 @@ class GroupRecovery:
     def _give_up(self, why: str) -> None:
         broken = f"its process group could not be rebuilt after {self.dirty} ({why})"
         self.mark_broken(broken)
-        raise MgpuError(f"this session's {broken}; run %mgpu_init --restart")
+        raise MgpuError(
+            f"this session's process group could not be rebuilt after {self.dirty} ({why}); run %mgpu_init --restart"
+        )
 
     # -- rebuilding ---------------------------------------------------------------------------
     def rebuild(self) -> bool:

@@ -6,6 +6,7 @@ the stop button interrupts them, and the session stays usable with no stale repl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -105,3 +106,15 @@ def test_calls_from_two_threads_get_their_own_answers(s2):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(s2.run, _sleep, 0.01 * (i % 3)) for i in range(24)]
         assert all(f.result(timeout=60) == [0, 1] for f in futures)
+
+
+def test_a_call_stopped_before_its_ranks_read_it_never_runs(s2):
+    # the ranks are busy with a --noblock cell, so the request waits unread in their sockets when the stop comes
+    # (ipykernel ignores SIGINT between tasks): read later, it must not run for a caller that has gone
+    pending = s2.run_cell("import time\ntime.sleep(2)", block=False)
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        s2.run(_spin)
+    with contextlib.suppress(Exception):
+        pending.get()
+    assert s2.run(_rank, timeout=10) == [0, 1]  # not queued behind a _spin nobody waits for

@@ -134,3 +134,34 @@ def test_the_engine_drops_a_peer_that_stops_mid_frame_either_way_and_still_serve
             sock.close()
         loop.close()
         asyncio.set_event_loop(None)
+
+
+@pytest.mark.timeout(60)
+def test_a_call_whose_caller_hung_up_before_it_was_read_never_runs(tmp_path):
+    """The kernel closes its connection on the stop button, then signals the ranks; a rank busy elsewhere reads
+    the request only later, when nobody waits for it: it must not run (it could spin forever, or write)."""
+    import asyncio
+
+    from ipyparallel.serialize import pack_apply_message
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    server = direct_channel.Server(str(tmp_path), 0, {})
+    gone, kept = (socket.socket(socket.AF_UNIX) for _ in range(2))
+    try:
+        for sock, rid in ((gone, 1), (kept, 2)):
+            sock.connect(str(server.path))
+            request = pack_apply_message((tmp_path / f"ran{rid}").touch, (), {})
+            direct_channel.send_frames(sock, [b'{"id": %d}' % rid, *request])
+        gone.close()  # the stop button, before the engine looked
+        kept.settimeout(10)
+        end = loop.time() + 5
+        while not (tmp_path / "ran2").exists() and loop.time() < end:  # the engine's loop, once it is free
+            loop.run_until_complete(asyncio.sleep(0.05))
+        assert direct_channel.recv_frames(kept)[0] == b'{"id": 2}'
+        assert sorted(p.name for p in tmp_path.glob("ran*")) == ["ran2"]  # the abandoned call did not run
+    finally:
+        for sock in (gone, kept, server.listener):
+            sock.close()
+        loop.close()
+        asyncio.set_event_loop(None)

@@ -106,6 +106,9 @@ class Server:
         except (EOFError, OSError):
             self._drop(conn)
             return
+        if _hung_up(conn):  # the stop came before this rank read the call: nobody waits for it, so it never runs
+            self._drop(conn)
+            return
         header = json.loads(bytes(parts[0]))
         rid = json.dumps({"id": header["id"]}).encode()
         output = None
@@ -131,6 +134,18 @@ class Server:
             send_frames(conn, [rid, *reply])
         except OSError:
             self._drop(conn)
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the kernel closed ``conn`` after sending the request just read (it does on an interrupt,
+    then signals the ranks: a rank still busy with an ipyparallel task then ignores the signal, and would
+    run the call later, for nobody). The kernel sends nothing more before the reply, so any byte is EOF."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def run_request(bufs: list[Any], user_ns: dict[str, Any], output: StreamedOutput | None = None) -> list[Any]:
