@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -59,7 +60,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Build the allocator shim before any cluster starts, as installing ahead of time would: a cluster
     started while it is still compiling uses the OS limit for all its ranks, and the shared clusters
-    live for the whole run (the first-start test checks that path with a cache of its own)."""
+    live for the whole run (the first-start test checks that path with a cache of its own).
+
+    The test process stands in for a kernel, whose stop button raises KeyboardInterrupt: a suite started
+    in the background by a shell without job control (``pytest &`` in a script) inherits SIGINT ignored,
+    and the stop-button tests would wait for an interrupt that never comes."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.environ.get("JUPYTER_MGPU_BUDGET_SHIM", "1") == "0":
         return
     from jupyter_mgpu.engine.shards import allocator_budget
