@@ -12,7 +12,7 @@ from lab_server import lab  # noqa: F401  (the one JupyterLab the browser tests 
 from processes import cluster_pids, wait_gone
 
 os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
-WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under `-n auto`; None in a serial run (the default)
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under `-n` (addopts); None in a serial run (-n 0)
 
 # tiers slow by nature, marked `slow` as a whole here (the one place): a browser and the shared JupyterLab,
 # a JupyterHub, namespace hosts; a test elsewhere that is over 20 s, or too long for the quick tier's 3 minutes,
