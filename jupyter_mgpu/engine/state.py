@@ -34,6 +34,7 @@ class EngineState:
     # numbered collectives that raised before the group's backend ran them (collective_numbers.left_unrun)
     unrun_collectives: int = 0
     call_started: float | None = None  # epoch seconds the outermost running call began
+    calls_begun: int = 0  # outermost calls begun so far: the kernel tells a call begun after its stop button
     call_ended: float | None = None  # epoch seconds the last outermost call ended
     host: str | None = None  # set when the cluster spans hosts (a launcher's engines): labels read host:kind:index
     local_rank: int | None = None

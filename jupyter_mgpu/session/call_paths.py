@@ -65,9 +65,9 @@ def run_direct(
         check(ranks, {})
         raise MgpuError(f"{label}: lost contact with rank {closed.rank} (its direct channel closed)") from None
     except KeyboardInterrupt:
-        s.cluster.interrupt(ranks)
+        before = s.recovery.interrupt_ranks(ranks)
         try:
-            raise s.recovery.after_interrupt(ranks) from None
+            raise s.recovery.after_interrupt(ranks, before) from None
         finally:
             if shown is not None:
                 shown.flush()
@@ -134,9 +134,9 @@ def collect(
     except KeyboardInterrupt:
         pending = pending_ranks(s.cluster.client, ar, ranks)
         abort_queued(s, ar, pending)
-        s.cluster.interrupt(pending)
+        before = s.recovery.interrupt_ranks(pending)
         try:
-            interrupted = s.recovery.after_interrupt(pending)
+            interrupted = s.recovery.after_interrupt(pending, before)
         finally:
             s.hang_watch.end_call()
             if relay is not None:

@@ -71,19 +71,28 @@ class GroupRecovery:
             busy = self.busy(busy)
         return busy
 
-    def stop_running(self, ranks: list[int], seconds: float) -> list[int]:
-        """Wait up to ``seconds`` for ``ranks`` to leave their calls, signalling again every
-        ``INTERRUPT_GRACE`` those still running Python code: a signal that came while a rank was between two
-        tasks went to ipykernel's ignore, and the next task, the one the stop was for, ran on. Ranks
-        waiting in a collective are not signalled again (SIGINT cannot reach them there); the ranks still busy."""
+    def interrupt_ranks(self, ranks: list[int]) -> dict[int, dict[str, Any] | None]:
+        """The stop button: SIGINT to ``ranks``. Returns what every rank was doing just before (its
+        ``progress``), so that :meth:`after_interrupt` can tell a call begun after the signal."""
+        before = guard.ask_all(self.runtime_dir, list(range(self.world_size)), "progress")
+        if self.interrupt is not None:
+            self.interrupt(ranks)
+        return before
+
+    def stop_running(self, ranks: list[int], seconds: float, before: dict[int, dict[str, Any] | None]) -> list[int]:
+        """Wait up to ``INTERRUPT_GRACE`` for ``ranks`` to leave their calls, signalling again those in a call
+        begun after the stop (``before``: :meth:`interrupt_ranks`'s answer), up to ``seconds``: a signal that
+        came while a rank was between two tasks went to ipykernel's ignore, and the next task, the one the stop
+        was for, would run on for nobody. A rank still in the call the signal reached (a long C++ operation)
+        is not signalled again. The ranks still busy."""
         end = time.monotonic() + seconds
-        busy = self.wait_idle(ranks, min(INTERRUPT_GRACE, seconds))
+        busy = self.wait_idle(ranks, INTERRUPT_GRACE)
         while busy and self.interrupt is not None and time.monotonic() < end:
-            running = [r for r, w in self._ask(busy, "where").items() if (w or {}).get("state") == "running"]
-            if not running:
+            late = [r for r, p in self._ask(busy, "progress").items() if p and _begun_after(before.get(r), p)]
+            if not late:
                 break
-            self.interrupt(running)
-            busy = self.wait_idle(busy, min(INTERRUPT_GRACE, max(0.0, end - time.monotonic())))
+            self.interrupt(late)
+            busy = self.wait_idle(busy, INTERRUPT_GRACE)
         return busy
 
     def release(self, ranks: list[int]) -> None:
@@ -142,12 +151,13 @@ class GroupRecovery:
         return self.rebuild()  # if the ranks do not meet now, the next call tries again first
 
     # -- after the stop button ----------------------------------------------------------------
-    def after_interrupt(self, ranks: list[int]) -> Interrupted:
-        """Bring the group back after an interrupt of a call on ``ranks``: release what SIGINT could
-        not reach, then rebuild. Returns the exception to raise, which says what happened."""
+    def after_interrupt(self, ranks: list[int], before: dict[int, dict[str, Any] | None] | None = None) -> Interrupted:
+        """Bring the group back after an interrupt of a call on ``ranks`` (``before``: what
+        :meth:`interrupt_ranks` read): release what SIGINT could not reach, then rebuild. Returns the
+        exception to raise, which says what happened."""
         everyone = list(range(self.world_size))
         self.dirty = "the interrupt"
-        busy = self.stop_running(everyone, SETTLE)
+        busy = self.stop_running(everyone, SETTLE, before or {})
         if busy:
             self.release(everyone)
             busy = self.wait_idle(everyone, SETTLE)
@@ -168,10 +178,9 @@ class GroupRecovery:
         if self.dirty is None:
             return
         everyone = list(range(self.world_size))
-        busy = self.stop_running(everyone, SETTLE)  # a call the stop was for, still running for nobody
-        if busy:
+        if self.busy(everyone):
             self.release(everyone)
-        if self.wait_idle(busy, self.timeout):
+        if self.wait_idle(everyone, self.timeout):
             self._give_up("a rank stayed busy")
         reason = self.dirty
         if not self.rebuild():
@@ -202,3 +211,11 @@ class GroupRecovery:
         self.dirty = None
         self.released = set()
         return True
+
+
+def _begun_after(before: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+    """Whether a rank's call now (``progress``) began after the stop (``before``, read just ahead of it):
+    the rank was between calls then, or has begun another since. Unknown (no answer then): no."""
+    if before is None or not now.get("in_call"):
+        return False
+    return not before.get("in_call") or int(now.get("begun") or 0) > int(before.get("begun") or 0)

@@ -76,6 +76,7 @@ class _CallScope:
             if not st.call_depth:
                 st.call_seq0 = self.seq0
                 st.call_started = time.time()
+                st.calls_begun += 1
                 self.started_ns = time.time_ns()
                 held_failure.settle()  # what a %px failure left in sys.last_* is not this call's memory
             st.call_depth += 1

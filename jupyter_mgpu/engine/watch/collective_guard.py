@@ -136,6 +136,7 @@ def progress(state: EngineState) -> dict[str, Any]:
         "in_call": bool(getattr(state, "call_depth", 0)),
         "collectives": None if seq0 is None or seq is None else seq - seq0,
         "generation": state.pg_generation,
+        "begun": getattr(state, "calls_begun", 0),
     }
 
 
