@@ -4,6 +4,7 @@ events recorded live, out-of-memory as a row, bad input refused before any rank 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -204,7 +205,15 @@ def test_out_of_memory_is_a_row_and_the_session_stays_usable(own_session):
         (single,) = [x for x in r.table if x["strategy"] == "single"]
         assert single["status"] == "oom"
         assert single["note"].startswith("OOM on rank 0: needs ≥ ") and single["note"].endswith("budget 96.0 MiB)")
-        assert all(x["status"] == "oom" for x in r.table if x["strategy"] == "ddp")
+        # DDP needs as much on each rank: one runs out; a rank whose budget left it a little more room (its
+        # process's own memory counts) may get past that point and be stopped waiting for the first, as said
+        ddp = [x for x in r.table if x["strategy"] == "ddp"]
+        assert any(x["status"] == "oom" for x in ddp), ddp
+        assert all(
+            x["status"] == "oom"
+            or (x["status"] == "peer" and re.match(r"stopped: rank \d ran out of memory$", x["note"]))
+            for x in ddp
+        ), ddp
         assert r.ok("fsdp")  # the strategy that fits still ran, after two that did not
         fsdp = [x for x in r.table if x["strategy"] == "fsdp"]
         assert all(x["device_peak"] < 96 * 2**20 for x in fsdp)
