@@ -11,6 +11,7 @@ ranks still running, and turn a lost engine into one sentence; the reports becom
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -94,8 +95,6 @@ def abort_queued(s: Session, ar: Any, ranks: list[int], wait: float = 2.0) -> No
     they are interrupted: a rank busy with an earlier task ignores the signal, and would run this one later
     for nobody. Engines answer on their control channel while they run a task; one that does not within
     ``wait`` is left to the interrupt."""
-    import contextlib
-
     with contextlib.suppress(Exception):
         targets = [s.cluster.rank_to_engine[r] for r in ranks]
         s.cluster.client.abort(ar, targets=targets, block=False).wait(wait)

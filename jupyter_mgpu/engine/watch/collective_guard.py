@@ -257,7 +257,7 @@ def where_rows(
     innermost line of the user's code) and ``stack`` (their frames, outermost first)."""
     import time
 
-    dead, restarting = set(dead), set(restarting)
+    dead, restarting = {int(r) for r in dead}, {int(r) for r in restarting}  # a state file's JSON may say "1"
     asked = [r for r in range(world_size) if r not in dead and r not in restarting]
     answers = ask_all(rundir, asked, "where", timeout)
     rows: list[dict[str, Any]] = []
