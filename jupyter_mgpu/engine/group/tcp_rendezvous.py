@@ -2,7 +2,7 @@
 
 torch's TCPStore has no authentication and, left to itself, listens on every interface. Rank 0 binds
 the listening socket itself, on its address of the chosen interface, and hands it to the store
-(``master_listen_fd``). Once every rank has connected, :func:`close_listener` shuts that socket: the
+(``master_listen_fd``). Once every rank has connected, :func:`close_listener` closes that socket: the
 store keeps serving the ranks' open connections (later process groups and rebuilds use them through
 a prefix per generation), and nobody else can connect any more. A rank started again on its host
 (``launch/host_restart.py``) meets the survivors in a fresh store a survivor opens the same way, closed
@@ -44,6 +44,7 @@ def open_master(address: str, world_size: int, timeout: float) -> int:
             timedelta(seconds=timeout),
             wait_for_workers=False,
             master_listen_fd=sock.fileno(),
+            use_libuv=True,  # serves on this very descriptor, which close_listener swaps
         )
     except BaseException:
         sock.close()
@@ -99,17 +100,30 @@ def store_socket_inodes() -> set[int]:
 
 
 def close_listener() -> bool:
-    """Rank 0: refuse new connections to the store from now on; True if there was a listener to close."""
+    """Rank 0: refuse new connections to the store from now on; True if there was a listener to close.
+
+    The store's event loop watches the listening descriptor, so it is neither closed under the loop nor
+    shut down (a shut-down listener reads as ready forever: libuv's accept loop then spins a core at 100 %
+    for the session's life). The descriptor is swapped at once (``dup2``) for an idle listener nobody is
+    told of: the real socket is closed (newcomers are refused), the loop hears no more from it, and an
+    accept it had already begun finds nothing waiting."""
     global _listen_fd
     fd, _listen_fd = _listen_fd, None
     if fd is None:
         return False
-    with socket.socket(fileno=os.dup(fd)) as s:
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+    with _unreachable_listener() as idle:
+        os.dup2(idle.fileno(), fd, inheritable=False)
     return True
+
+
+def _unreachable_listener() -> socket.socket:
+    """A non-blocking listening socket nobody is told of: a Unix socket under a name Linux picks for it
+    (autobind, abstract), on which an accept finds nothing waiting."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind("")
+    s.listen(1)
+    s.setblocking(False)
+    return s
 
 
 def listening() -> bool:
