@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_mgpu import rundir as rd
+from jupyter_mgpu.cluster import missed_registrations as registrations
 from jupyter_mgpu.cluster.processes import kernel_identity, kill_group, spawn, spawn_controller
 from jupyter_mgpu.cluster.spare import take as take_spare
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.devices import DeviceInfo
-from jupyter_mgpu.engine.records.startup_marks import mark
+from jupyter_mgpu.engine.records.startup_marks import CONTROLLER_LISTENING, mark
 from jupyter_mgpu.engine.records.startup_marks import read as read_marks
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 from jupyter_mgpu.wait_line import WaitLine
@@ -191,7 +192,10 @@ class Cluster:
     def _wait_for_engines(self, line: WaitLine) -> None:
         deadline = time.monotonic() + max(30.0, self.spec.timeout)
         client_file = self.path / "profile" / "security" / "ipcontroller-client.json"
-        while not rd.complete_json(client_file):
+        # the file is written before the controller binds most of its ports and answers: a client made
+        # at once would wait its whole timeout for a controller that died binding ("Hub connection
+        # request timed out"); here such a death is told with the controller's last words
+        while not (rd.complete_json(client_file) and CONTROLLER_LISTENING in read_marks(self.path)):
             line.tick("the controller")
             self._check_alive("while starting")
             if time.monotonic() > deadline:
@@ -206,9 +210,13 @@ class Cluster:
         self.client = ipp.Client(str(client_file), timeout=max(10, self.spec.timeout))
         mark(self.path, "client.connected")
         n = self.world_size
+        next_check = time.monotonic() + registrations.CHECK_EVERY_S
         while len(self.client.ids) < n:
             line.tick(f"{len(self.client.ids)} of {n} ready")
             self._check_alive("while starting")
+            if time.monotonic() > next_check:  # an engine that registered while the client connected
+                self.client = registrations.caught_up(self.client, client_file, max(10, self.spec.timeout))
+                next_check = time.monotonic() + registrations.CHECK_EVERY_S
             if time.monotonic() > deadline:
                 missing = sorted(set(range(n)) - set(self.client.ids))
                 raise MgpuError(
@@ -244,17 +252,33 @@ class Cluster:
     def _check_alive(self, when: str) -> None:
         exits = self.exits()
         if exits:
-            raise EngineDiedError(describe_exit(min(exits), exits[min(exits)], when), ranks=sorted(exits))
+            first = exits[min(exits)]
+            # a rank that merely exited (its engine crashed, or gave up registering) said why in a log
+            words = None if first.get("error") or first.get("signal_name") else self._exit_words(min(exits))
+            raise EngineDiedError(describe_exit(min(exits), first, when, words), ranks=sorted(exits))
         failure = self.infrastructure_failure()
         if failure:
             raise MgpuError(f"{failure} {when}; its last words: {self._last_log_line()}")
 
     def _last_log_line(self) -> str:
+        return self._log_tail() or "(no log)"
+
+    def _exit_words(self, rank: int) -> str | None:
+        """Why ``rank`` exited: the supervisor's note of its crash, else the last line of the processes' log."""
+        try:
+            notes = (self.path / "launcher.log").read_text(errors="replace").splitlines()
+        except OSError:
+            notes = []
+        crashed = [ln.split(" ", 1)[-1] for ln in notes if f" rank {rank} crashed: " in f" {ln}"]
+        return crashed[-1][:300] if crashed else self._log_tail()
+
+    def _log_tail(self) -> str | None:
+        """The last line the cluster's processes wrote to their log, if any."""
         try:
             lines = [ln for ln in (self.path / "processes.log").read_text(errors="replace").splitlines() if ln.strip()]
         except OSError:
-            return "(no log)"
-        return lines[-1].strip()[:300] if lines else "(empty log)"
+            return None
+        return lines[-1].strip()[:300] if lines else None
 
     def interrupt(self, ranks: list[int] | None = None) -> None:
         """Send SIGINT to the engines of ``ranks`` (all by default): a KeyboardInterrupt in their code."""
@@ -309,8 +333,9 @@ class Cluster:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def describe_exit(rank: int, record: dict[str, Any], when: str = "") -> str:
-    """``rank 2 died (killed by SIGKILL) while ...`` from an exits record."""
+def describe_exit(rank: int, record: dict[str, Any], when: str = "", last_words: str | None = None) -> str:
+    """``rank 2 died (killed by SIGKILL) while ...`` from an exits record (``last_words``: what a log says of
+    the rank's end, added to a plain exit code, which names no reason by itself)."""
     if record.get("lost"):  # an engine on another host: its link to this host ended
         host = f" on {record['host']}" if record.get("host") else ""
         how = f"died{host} (its connection to the notebook's host closed: the engine or its host is gone)"
@@ -322,6 +347,8 @@ def describe_exit(rank: int, record: dict[str, Any], when: str = "") -> str:
             how = "died (segmentation fault, SIGSEGV)"
     else:
         how = f"exited with code {record.get('returncode')}"
+        if last_words:
+            how += f" (the log says: {last_words})"
     tail = f" {when}" if when else ""
     return (
         f"rank {rank} {how}{tail}; run %mgpu_init --restart (or mg.init(..., restart=True)) to start a new cluster, "

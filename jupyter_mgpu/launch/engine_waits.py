@@ -9,8 +9,10 @@ ended says so instead of waiting out its timeout.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_mgpu.cluster import missed_registrations as registrations
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.launch import ipp_cluster
 
@@ -25,15 +27,20 @@ def check_controller(cluster: HostCluster, when: str) -> None:
         raise MgpuError(f"{failure} {when}")
 
 
-def wait_for_engines(cluster: HostCluster, timeout: float, host: str) -> list[int]:
-    """The ids of the engines once ``n`` registered (``--connect``: those running)."""
+def wait_for_engines(cluster: HostCluster, timeout: float, host: str, client_file: Path) -> list[int]:
+    """The ids of the engines once ``n`` registered (``--connect``: those running); ``client_file``: the
+    controller's connection file, for a client that missed a registration (``cluster/missed_registrations.py``)."""
     want = cluster.opts.n
     deadline = time.monotonic() + timeout
     if cluster.opts.launcher == "connect":
         return _running_engines(cluster, want, timeout)
     assert want is not None  # parse() gives every launcher its engine count
+    next_check = time.monotonic() + registrations.CHECK_EVERY_S
     while len(cluster.client.ids) < want:
         check_controller(cluster, "while the engines started")
+        if time.monotonic() > next_check:  # an engine that registered while the client connected
+            cluster.client = registrations.caught_up(cluster.client, client_file, 10)
+            next_check = time.monotonic() + registrations.CHECK_EVERY_S
         ended = ipp_cluster.launcher_stopped(cluster.ipp)
         if ended or time.monotonic() > deadline:
             got = len(cluster.client.ids)

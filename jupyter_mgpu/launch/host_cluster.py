@@ -114,7 +114,7 @@ class HostCluster:
             )
         self._phase("waiting for the engines to register")
         self.client = ipp.Client(str(client_file), timeout=max(10, timeout))
-        engine_ids = engine_waits.wait_for_engines(self, max(REGISTER_TIMEOUT, timeout), host)
+        engine_ids = engine_waits.wait_for_engines(self, max(REGISTER_TIMEOUT, timeout), host, client_file)
         self.link_key = link.derive_key(bytes(self.client.session.key), self.cluster_id)
         relay_start.start_relay(self, self.link_key)
         self._phase("asking the engines where they run")

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -17,9 +21,13 @@ from processes import cluster_pids, wait_gone
 import jupyter_mgpu.cluster.spare as cl
 import jupyter_mgpu.session.lifecycle as sm
 from jupyter_mgpu import rundir as rd
-from jupyter_mgpu.errors import EngineDiedError
+from jupyter_mgpu.cluster.local import Cluster, ClusterSpec
+from jupyter_mgpu.cluster.processes import kernel_identity, kill_group, spawn
+from jupyter_mgpu.devices import DeviceInfo
+from jupyter_mgpu.errors import EngineDiedError, MgpuError
 
 pytestmark = pytest.mark.cluster
+CONTROLLER = "jupyter_mgpu.engine.startup.controller"
 
 
 @pytest.fixture
@@ -49,7 +57,8 @@ def _processes_naming(path) -> list[int]:
 
 
 def _new_dirs(before: set) -> list:
-    return [p for p in rd.base_dir().iterdir() if p.name not in before]
+    """This process's cluster directories made since ``before`` (another worker's are named by its pid)."""
+    return [p for p in rd.base_dir().iterdir() if p.name not in before and p.name.startswith(f"{os.getpid()}-")]
 
 
 def _stop_rank_then_kill(rank: int, before: set, found: dict, stop: threading.Event) -> None:
@@ -123,6 +132,52 @@ def test_the_spare_is_taken_over_and_nothing_is_left(no_current):
         s.shutdown()
     assert wait_gone(pids) == []
     assert not spare.path.exists()
+
+
+def test_a_controller_that_dies_binding_its_ports_is_told_at_once():
+    """ipyparallel writes the client's connection file before it binds most ports: a controller that then
+    dies (here a port another process listens on) is told with its own words, not by a client that waited
+    its whole timeout for an answer ("Hub connection request timed out", as CI saw once)."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    # the controller's first ports, held here as held_ports holds them (bound, never listening), so this
+    # test takes no port from another process; its next ports are its own held random ones
+    held = []
+    for _ in range(3):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        held.append(sock)
+    ports = [*(h.getsockname()[1] for h in held), taken.getsockname()[1]]  # registration binds, the 4th fails
+    path = rd.create(rd.new_cluster_id())
+    pid, ctime = kernel_identity()
+    args = ["--usethreads", "--ip=127.0.0.1", f"--profile-dir={path / 'profile'}", "--log-level=WARN"]
+    controller = spawn(
+        path, [CONTROLLER, str(pid), repr(ctime), *args, f"--IPController.ports={','.join(map(str, ports))}"]
+    )
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a live one, no engines
+    cluster = Cluster(
+        ClusterSpec([DeviceInfo("cpu", 0, "cpu", 1 << 20)], "gloo", 30), path.name, path, controller, supervisor
+    )
+    began = time.monotonic()
+    try:
+        with pytest.raises(
+            MgpuError,
+            match=r"^the cluster's ipyparallel controller exited with code 1 while "
+            r"starting; its last words: zmq\.error\.ZMQError: Address already in use",
+        ):
+            cluster._connect()
+        assert time.monotonic() - began < 8  # the client's own wait: 10 s
+        assert (path / "profile" / "security" / "ipcontroller-client.json").exists()  # the file was there
+    finally:
+        for sock in (taken, *held):
+            sock.close()
+        supervisor.kill()
+        supervisor.wait()
+        kill_group(controller.pid)
+        controller.wait()
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -211,3 +266,23 @@ def test_first_start_after_install_does_not_wait_for_the_compiler(no_current, tm
     assert target.exists() and not ab.building(target)
     with sm.init(2, cpu=True, timeout=30) as s:
         assert all(m.startswith("('allocator'") for m in _budget_modes(s))
+
+
+def test_an_engine_whose_registration_the_client_missed_is_found(s2):
+    """ipyparallel's client hears of an engine from a notification it subscribes to only after connecting: one
+    that registered in between is missing from ``client.ids`` (simulated: forgotten by a second client)."""
+    import ipyparallel as ipp
+
+    from jupyter_mgpu.cluster.missed_registrations import caught_up
+
+    client_file = s2.cluster.path / "profile" / "security" / "ipcontroller-client.json"
+    full = ipp.Client(str(client_file), timeout=10)
+    assert caught_up(full, client_file, 10) is full  # nothing missed: the same client
+    full._ids.remove(1)  # the notification of rank 1's engine never came
+    full._engines.pop(1)
+    fresh = caught_up(full, client_file, 10)
+    try:
+        assert fresh is not full and fresh.ids == [0, 1]
+        assert fresh[:].apply_sync(lambda: 1) == [1, 1]  # and it reaches both engines
+    finally:
+        fresh.close()

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 FILE = "startup.log"
+CONTROLLER_LISTENING = "controller.listening"  # the controller's loop runs: the kernel's client connects now
 
 
 def mark(rundir: str | os.PathLike[str], name: str, when: float | None = None) -> None:
