@@ -182,6 +182,9 @@ def load_ipython_extension(ipython: Any) -> None:
     from jupyter_mgpu.session.idle_prompts import install as install_idle_prompts
 
     install_idle_prompts(ipython)  # a --noblock call's pdb prompts served before the next cell runs
+    from jupyter_mgpu.tensors.handles import free_after_each_cell
+
+    free_after_each_cell(ipython)  # a cell's dropped tensors freed when it ends
     if not os.environ.get("JUPYTER_MGPU_NO_PREWARM") and current(required=False) is None:
         prewarm()
     if getattr(ipython, "kernel", None) is not None:  # a notebook: the first tensor or figure shows at once

@@ -31,6 +31,9 @@ from jupyter_mgpu.session.targets import parse_targets
 _ids = itertools.count(1)
 # called with every new Session (e.g. the memory monitor starts its reader); errors are ignored
 session_start_hooks: list[Callable[[Session], None]] = []
+# called before every call reaches the ranks (e.g. the shards of tensors dropped since the last call are
+# freed first: tensors/handles.py); errors propagate, as the call's own would
+before_call_hooks: list[Callable[[Session], None]] = []
 
 
 class Session:
@@ -142,6 +145,8 @@ class Session:
             r = min(dead)
             raise EngineDiedError(describe_exit(r, dead[r]), ranks=sorted(dead))
         self.recovery.ensure_clean()
+        for hook in before_call_hooks:
+            hook(self)
 
     def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], ranks: list[int]) -> Any:
         self._check_ready(ranks)

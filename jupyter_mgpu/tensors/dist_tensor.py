@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.ops import shard_exchange
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors import transfer_paths
-from jupyter_mgpu.tensors.handles import check_out, flush_frees, placement_of, queue_free, run_creating
+from jupyter_mgpu.tensors.handles import check_out, placement_of, queue_free, run_creating
 from jupyter_mgpu.units import format_bytes
 
 _ids = itertools.count(1)
@@ -148,13 +147,14 @@ class DistTensor:
             self.session.run(rank_tensor.free, [self.handle_id], label="free")
 
     def __del__(self) -> None:
+        # only queued: the shards go with the session's next call, or when the cell ends. A finalizer
+        # that made the round trip itself would swallow a stop pressed meanwhile (Python ignores what
+        # ``__del__`` raises), and ``for ...: Z = mg.matmul(X, Y); del Z`` then ran on to its end
         try:
             if self._state != "live" or sys.is_finalizing() or not self.session.alive:
                 return
             self._state = "freed"
             queue_free(self.session, self.handle_id)
-            if threading.current_thread() is threading.main_thread():
-                flush_frees(self.session, block=False)
         except Exception:  # never raise from a finalizer
             pass
 
@@ -168,7 +168,6 @@ class DistTensor:
         """
         self.check()
         check_out(out, self.shape, self.dtype_name)
-        flush_frees(self.session)
         return transfer_paths.fetch(self, out)
 
     def redistribute(self, placement: Any) -> DistTensor:
@@ -177,7 +176,6 @@ class DistTensor:
         target = placement_of(placement, self.ndim, self.world_size)
         if target == self.placement:
             return self
-        flush_frees(self.session)
         new = new_handle(self.session, self.shape, self.dtype_name, target)
         run_creating(
             new,

@@ -14,7 +14,7 @@ from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors import shared_blocks, transfer_paths
 from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle
-from jupyter_mgpu.tensors.handles import dtype_name, flush_frees, placement_of, run_creating, shape_of
+from jupyter_mgpu.tensors.handles import dtype_name, placement_of, run_creating, shape_of
 
 
 def _split_args(args: Sequence[Any], placement: Any, dtype: Any, seed: Any) -> tuple[Any, ...]:
@@ -58,7 +58,6 @@ def _create(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise MgpuError(f"seed must be a non-negative whole number, got {seed!r}")
     target = placement_of(placement, len(shape), s.world_size)
-    flush_frees(s)
     h = new_handle(s, shape, dt, target)
     run_creating(h, rank_tensor.create, h.handle_id, kind, shape, target, dt, seed, label=f"mg.{kind}")
     return h
@@ -104,7 +103,6 @@ def scatter(tensor: Any, placement: Any = None, session: Any = None) -> DistTens
     s.check_alive()
     dt = dtype_name(tensor.dtype)
     target = placement_of(placement, tensor.dim(), s.world_size)
-    flush_frees(s)
     h = new_handle(s, tuple(tensor.shape), dt, target)
     placed: DistTensor = transfer_paths.place(h, tensor)
     return placed

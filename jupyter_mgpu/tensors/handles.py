@@ -7,9 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
+from jupyter_mgpu.session import core as session_core
+from jupyter_mgpu.session.lifecycle import current
 
 DTYPES = ("float64", "float32", "bfloat16", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
 
@@ -59,12 +62,14 @@ def placement_of(placement: Any, ndim: int, world_size: int) -> pl.Placement:
 
 
 def queue_free(session: Any, handle_id: str) -> None:
-    """Free ``handle_id``'s shards with the session's next call (from ``__del__``, or after the stop button)."""
+    """Free ``handle_id``'s shards before the session's next call, or when the cell ends (from ``__del__``, or
+    after the stop button)."""
     session.__dict__.setdefault("_mgpu_pending_free", []).append(handle_id)
 
 
 def flush_frees(session: Any, block: bool = True) -> None:
-    """Free shards of handles that were garbage-collected (queued by ``__del__``)."""
+    """Free shards of handles that were garbage-collected (queued by ``__del__``): run before every call of the
+    session (``session.core.before_call_hooks``) and when a cell ends, so no caller needs to."""
     pending = session.__dict__.get("_mgpu_pending_free")
     if not pending or not session.alive:
         return
@@ -74,6 +79,24 @@ def flush_frees(session: Any, block: bool = True) -> None:
         session.run(rank_tensor.free, ids, block=block, label="free")
     except Exception:
         pass
+
+
+def free_after_each_cell(ipython: Any) -> None:
+    """Free the shards of tensors a cell dropped when it ends (IPython's ``post_execute``), not only with
+    the next call: ``del big`` alone in a cell gives its memory back at once."""
+    if _free_dropped not in ipython.events.callbacks.get("post_execute", []):
+        ipython.events.register("post_execute", _free_dropped)
+
+
+def _free_dropped() -> None:
+    session = current(required=False)
+    if session is None:
+        return
+    try:
+        with deferred_interrupt():  # a free is not cut in half
+            flush_frees(session, block=False)
+    except KeyboardInterrupt:
+        pass  # pressed as the cell ended: nothing of it is left to stop
 
 
 def run_creating(handle: Any, fn: Any, *args: Any, label: str) -> list[Any]:
@@ -112,3 +135,7 @@ def check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
             f"out= must be a contiguous CPU tensor of shape {shape} and dtype "
             f"{dtype}, got {getattr(out, 'shape', type(out).__name__)}"
         )
+
+
+if flush_frees not in session_core.before_call_hooks:  # every call frees what was dropped before it
+    session_core.before_call_hooks.append(flush_frees)

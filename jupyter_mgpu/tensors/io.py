@@ -19,7 +19,7 @@ from jupyter_mgpu.ops import io as rank_io
 from jupyter_mgpu.session import lifecycle as sessmod
 from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle, session_of
 from jupyter_mgpu.tensors.factories import scatter
-from jupyter_mgpu.tensors.handles import dtype_name, flush_frees, placement_of, run_creating
+from jupyter_mgpu.tensors.handles import dtype_name, placement_of, run_creating
 
 SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 _NUMPY_OK = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
@@ -166,7 +166,6 @@ def load(
     s = session or sessmod.current()
     s.check_alive()
     target = placement_of(placement, len(shape), s.world_size)
-    flush_frees(s)
     h = new_handle(s, shape, dt, target)
     label = f"mg.load {os.path.basename(path)}"
     if kind == ".npy":

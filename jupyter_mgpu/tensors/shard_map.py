@@ -21,7 +21,7 @@ from jupyter_mgpu.layout import placement as pl
 from jupyter_mgpu.ops import dist_tensor as rank_tensor
 from jupyter_mgpu.ops import shard_map as rank_map
 from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle, session_of
-from jupyter_mgpu.tensors.handles import dtype_name, flush_frees
+from jupyter_mgpu.tensors.handles import dtype_name
 
 REDUCTIONS = (None, "sum", "mean", "concat")
 
@@ -156,7 +156,6 @@ def map(
         if not isinstance(t.placement, pl.Replicate) or (t.ndim > target.dim and t.shape[target.dim] == length)
     }
     table = pl.shard_table(first.shape, target, s.world_size)
-    flush_frees(s)
     temporary: list[DistTensor] = []
     inputs = []
     try:

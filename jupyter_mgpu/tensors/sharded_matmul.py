@@ -17,7 +17,7 @@ from jupyter_mgpu.ops import matmul_plan as mp
 from jupyter_mgpu.ops import sharded_matmul as mm
 from jupyter_mgpu.tensors import dist_tensor
 from jupyter_mgpu.tensors.dist_tensor import DistTensor, new_handle, session_of
-from jupyter_mgpu.tensors.handles import dtype_name, flush_frees, run_creating
+from jupyter_mgpu.tensors.handles import dtype_name, run_creating
 from jupyter_mgpu.units import format_bytes
 
 STRATEGY_NAMES = ("auto",) + mp.STRATEGIES
@@ -115,7 +115,6 @@ def matmul(A: DistTensor, B: DistTensor, strategy: str = "auto", *, grid: Any = 
     Inputs in other placements are redistributed first (counted in the plan and the report).
     """
     s, shapes, grid = _validate(A, B, strategy, grid)
-    flush_frees(s)
     free = [st["free"] for st in s.run(rank_tensor.memory_status, label="memory")]
     plan = plan_matmul(
         shapes,

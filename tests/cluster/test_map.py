@@ -48,7 +48,7 @@ def test_cosine_similarity_of_loaded_pairs_equals_one_process(session_of, pairs,
     ref = F.cosine_similarity(torch.from_numpy(a), torch.from_numpy(b), dim=1)
     torch.testing.assert_close(sims.gather(), ref, rtol=1e-5, atol=1e-6)
     del A, B, sims
-    mg.tensors.dist_tensor.flush_frees(s)
+    mg.tensors.handles.flush_frees(s)
     no_leaks(s, before)
 
 

@@ -103,6 +103,8 @@ def test_del_frees_the_shards_and_their_memory(s2):
     assert all(d - b > 60 * 2**20 for b, d in zip(before, during))
     assert all(hid in ids for ids in s2.run(_shard_ids))
     del A
+    # queued, not sent from the finalizer (whose round trip could swallow a stop pressed meanwhile)
+    assert hid in s2.__dict__["_mgpu_pending_free"]
     after = s2.run(_rss)  # the free was queued before this call, so it ran first
     assert all(hid not in ids for ids in s2.run(_shard_ids))
     assert all(d - a > 60 * 2**20 for a, d in zip(after, during)), (before, during, after)
@@ -112,6 +114,17 @@ def test_del_frees_the_shards_and_their_memory(s2):
     B.free()
     with pytest.raises(MgpuError, match="was freed"):
         B.gather()
+
+
+def test_a_tensor_a_cell_drops_is_freed_when_the_cell_ends(s2):
+    from ipshell import shell
+
+    ip = shell()
+    assert ip.run_cell("import jupyter_mgpu as mg\n_dropped = mg.zeros(64, 64)").success
+    hid = ip.user_ns["_dropped"].handle_id
+    assert ip.run_cell("del _dropped").success
+    assert hid not in s2.__dict__.get("_mgpu_pending_free", [])  # sent when the cell ended, no call since
+    assert all(hid not in ids for ids in s2.run(_shard_ids))
 
 
 def test_bad_input_is_one_sentence_and_allocates_nothing(s2):

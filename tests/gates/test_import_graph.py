@@ -151,6 +151,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "tensors": {
         "cluster",
+        "deferred_interrupt",  # a cell's dropped tensors freed as it ends, the free not cut in half
         "errors",
         "layout",
         "ops",
