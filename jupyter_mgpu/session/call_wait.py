@@ -66,7 +66,9 @@ def check_waiting(
     waiting = pending()
     if done:
         s.recovery.watch(done, waiting)
-    s.hang_watch.watch(waiting, set(done or {}), what_runs(label), live=relay is not None and relay.live, label=label)
+    if not s.recovery.failure_first():  # a rank failed: the ranks it left waiting are released, not a hang
+        live = relay is not None and relay.live
+        s.hang_watch.watch(waiting, set(done or {}), what_runs(label), live=live, label=label)
     s.debug_desk.serve(waiting, relay)
     if deadline is not None and time.monotonic() > deadline + s.debug_desk.paused_s:
         waiting = pending()

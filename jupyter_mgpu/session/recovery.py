@@ -28,6 +28,7 @@ from jupyter_mgpu.session.rank_errors import REBUILT_NOTE, held_note
 
 INTERRUPT_GRACE = 0.5  # ranks in Python code answer SIGINT well within this
 FAILURE_GRACE = 0.3  # after a rank failed, how long the others may still finish on their own
+FAILURE_FIRST = FAILURE_GRACE + 1.0  # how long after a rank failed its failure, not a hang, is what is reported
 SETTLE = 3.0  # how long released ranks get to leave their call
 
 
@@ -129,6 +130,13 @@ class GroupRecovery:
         stuck = [r for r, p in progress.items() if p and p.get("in_call") and (p.get("collectives") or 0) > fewest]
         if stuck:
             self.release(stuck)
+
+    def failure_first(self) -> bool:
+        """Whether a rank's failure came back less than :data:`FAILURE_FIRST` ago while others still ran: the
+        ranks it left waiting in a collective are :meth:`watch`'s to release, and the call then reports that
+        failure; a hang watch that looked first (they may have waited past ``--hang-after`` before the
+        failed rank's report came, on a busy machine) would report a hang instead."""
+        return self._failure_seen is not None and time.monotonic() - self._failure_seen < FAILURE_FIRST
 
     def needs_rebuild(self, results: dict[int, dict[str, Any]]) -> bool:
         """After a failed call: whether the ranks may disagree on which collectives they ran, or a rank left a
