@@ -29,8 +29,9 @@ POLL_S = 0.5
 LOOKS = (
     re.compile(r"%mgpu_(where|status)\b"),
     re.compile(r".*\b(_?mg|jupyter_mgpu|\w*session|s\d*)\.where\("),
-    re.compile(r"import jupyter_mgpu( as \w+)?\s*(#.*)?$"),
+    re.compile(r"import [\w.]+( as \w+)?(\s*,\s*[\w.]+( as \w+)?)*\s*(#.*)?$"),
     re.compile(r"\w+\s*=\s*\w+\s*(#.*)?$"),
+    re.compile(r"(time\.)?sleep\([\d.]+\)\s*(#.*)?$"),  # a wait for the ranks to get somewhere
 )
 _watches: list[IdleWatch] = []
 _lock = threading.Lock()
@@ -97,9 +98,10 @@ def watch(p: PendingResult) -> None:
 
 def looks_only(code: str) -> bool:
     """Whether a cell only looks at the ranks (``%mgpu_where``, ``%mgpu_status``, ``mg.where(...)``, a
-    session's ``.where(...)``, a name bound to another): run before any prompt. ``torch.where(...)`` or any
-    other line makes it a cell of work, served after the prompts."""
-    lines = [ln.strip() for ln in code.splitlines()]
+    session's ``.where(...)``, a name bound to another, an import, a ``time.sleep`` that lets the ranks get
+    to their prompt): run before any prompt. ``torch.where(...)`` or any other statement makes it a cell of
+    work, served after the prompts."""
+    lines = [part.strip() for ln in code.splitlines() for part in ln.split(";")]
     lines = [ln for ln in lines if ln and not ln.startswith("#")]
     return bool(lines) and all(any(look.match(ln) for look in LOOKS) for ln in lines)
 

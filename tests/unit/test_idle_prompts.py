@@ -33,6 +33,10 @@ def test_cells_that_only_look_at_the_ranks_run_before_the_prompts_are_served():
     assert not idle_prompts.looks_only("y = torch.where(x > 0, x, 0)")  # work, though it says where(
     assert not idle_prompts.looks_only("%mgpu_where\nmg.matmul(a, b)")  # a look, then work
     assert not idle_prompts.looks_only("")
+    # notebook 11's look: it waits for rank 2 to reach its prompt, which must not be answered first
+    assert idle_prompts.looks_only("pending = _\nimport time; time.sleep(1.5)   # let the ranks get there\n%mgpu_where")
+    assert not idle_prompts.looks_only("import time; x = work()")
+    assert not idle_prompts.looks_only("time.sleep(n)")  # a wait on a notebook value: its own cell of work
     assert idle_prompts.serve_pending("%mgpu_status") == 0  # a look: nothing is served, whatever waits
 
 
