@@ -7,12 +7,17 @@ import { chromium } from 'playwright-core';
 
 export const cfg = JSON.parse(process.argv[2]);
 
+const started = Date.now();
+
+// one JSON line per step; `at`: seconds since the script started (steps.json says where a run's time went)
 export function report(step, data = {}) {
-  process.stdout.write(JSON.stringify({ step, ...data }) + '\n');
+  const at = (Date.now() - started) / 1000;
+  process.stdout.write(JSON.stringify({ step, at, ...data }) + '\n');
 }
 
-// A fresh persistent context in cfg.profile; console errors and uncaught page errors of every page
-// of the context are collected into consoleErrors (the tests fail on any).
+// A fresh persistent context in cfg.profile (its caches in cfg.diskCache when given: the runs on one lab share
+// them); console errors and uncaught page errors of every page of the context are collected into
+// consoleErrors (the tests fail on any).
 export async function openBrowser({
   viewport = { width: 1280, height: 900 },
   extraArgs = []
@@ -30,6 +35,7 @@ export async function openBrowser({
       '--disable-component-update',
       '--disable-sync',
       '--disable-dev-shm-usage',
+      ...(cfg.diskCache ? [`--disk-cache-dir=${cfg.diskCache}`] : []),
       ...extraArgs
     ]
   });
@@ -273,8 +279,17 @@ export async function offlinePage(context) {
   return { page, requests };
 }
 
-// Play the one player of a standalone page at speed 8 and wait until it shows its last step.
-export async function playToEnd(page, timeout) {
+// Play the one player of a standalone page at speed 8 and wait until it shows its last step. With
+// `lastSteps`, its slider is moved that many steps before the end first (a 640-step schedule takes 20 s
+// to play whole, and its first steps are stepped through in the notebook already).
+export async function playToEnd(page, timeout, lastSteps = null) {
+  if (lastSteps !== null) {
+    await page.evaluate(k => {
+      const slider = document.querySelector('.mgpu-player-slider');
+      slider.value = String(Math.max(0, Number(slider.max) - k));
+      slider.dispatchEvent(new Event('input'));
+    }, lastSteps);
+  }
   await page.selectOption('.mgpu-player-speed', '8');
   await page.click('.mgpu-player-play');
   await untilLastStep(page, '.mgpu-player-counter', timeout);
@@ -382,18 +397,26 @@ export async function shotCell(page, index, file) {
     node.setAttribute('data-mgpu-shot', '1');
     return node.getBoundingClientRect().height;
   }, index);
-  if (height + 160 > vp.height) {
+  const taller = height + 160 > vp.height;
+  if (taller) {
     await page.setViewportSize({
       width: vp.width,
       height: Math.min(6000, Math.ceil(height + 200))
     });
+    await page.waitForTimeout(400); // widgets (plotly) lay themselves out again for the new size
   }
-  await page.evaluate(() =>
-    document
-      .querySelector('[data-mgpu-shot]')
-      .scrollIntoView({ block: 'center' })
+  // scrolled, then two frames: the one that lays the cell out where it now is, and one painted after it
+  await page.evaluate(
+    () =>
+      new Promise(done => {
+        document
+          .querySelector('[data-mgpu-shot]')
+          .scrollIntoView({ block: 'center' });
+        requestAnimationFrame(() => requestAnimationFrame(done));
+      })
   );
-  await page.waitForTimeout(400);
   await page.locator('[data-mgpu-shot]').screenshot({ path: file });
-  await page.setViewportSize(vp);
+  if (taller) {
+    await page.setViewportSize(vp);
+  }
 }

@@ -6,6 +6,10 @@
 // `cell` is a prefix of a code cell's source. An optional hooks module may export
 // `during(ctx)` (runs while the cells execute, until window.__mgpuDone is true) and `after(ctx)`
 // (after they finished, before the screenshots); both report their observations with ctx.report(step, data).
+// cfg.load {from, until, perCore}: every core kept busy by `perCore` spinning processes each (as on a shared
+// node) from when the cell starting with `from` starts until the one starting with `until` has run.
+import { spawn } from 'node:child_process';
+import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import {
@@ -55,6 +59,39 @@ async function shotCell(index, name) {
 const layout = () => notebookLayout(page);
 
 const ctx = { page, context, cfg, report, cellIndex, shotCell, consoleErrors };
+
+// each spinner also ends by itself once this script is gone (a timeout's SIGKILL kills no children)
+const SPIN =
+  'const p = process.ppid; for (let i = 0; ; i++) if (!(i & 0xfffff) && process.ppid !== p) process.exit(0);';
+const spinners = [];
+const stopSpinners = () => spinners.splice(0).forEach(s => s.kill('SIGKILL'));
+process.on('exit', stopSpinners);
+
+// cfg.load's window: a code cell has started once every code cell before it has its count
+async function loadWindow({ from, until, perCore }) {
+  const [first, last] = [await cellIndex(from), await cellIndex(until)];
+  const counted = (i, upTo) =>
+    page.waitForFunction(
+      ([i, upTo]) =>
+        window.__mgpuDone ||
+        window.jupyterapp.shell.currentWidget.content.widgets
+          .slice(i, upTo + 1)
+          .every(
+            c => c.model.type !== 'code' || c.model.executionCount !== null
+          ),
+      [i, upTo],
+      { timeout: T, polling: 100 }
+    );
+  await counted(0, first - 1);
+  const t0 = Date.now();
+  const n = perCore * os.availableParallelism();
+  for (let k = 0; k < n; k++) {
+    spinners.push(spawn(process.execPath, ['-e', SPIN], { stdio: 'ignore' }));
+  }
+  await counted(first, last);
+  stopSpinners();
+  report('load', { spinners: n, seconds: (Date.now() - t0) / 1000 });
+}
 const hooks = cfg.hooks ? await import(pathToFileURL(cfg.hooks).href) : {};
 
 try {
@@ -78,6 +115,12 @@ try {
       });
   });
   const during = hooks.during ? hooks.during(ctx) : null; // watches the page until window.__mgpuDone
+  const loaded = cfg.load
+    ? loadWindow(cfg.load).then(
+        () => null,
+        e => e
+      )
+    : null;
   await page.waitForFunction(() => window.__mgpuRunAll !== null, null, {
     timeout: T,
     polling: 250
@@ -108,6 +151,10 @@ try {
   });
   if (during) {
     await during;
+  }
+  const loadFailed = loaded ? await loaded : null;
+  if (loadFailed) {
+    throw loadFailed;
   }
   // executed means a count; an error output outside cells tagged raises-exception is a failure
   const cells = await page.evaluate(() =>
@@ -148,5 +195,6 @@ try {
   await reportError(err, page, 'error.png', consoleErrors);
   await shutdownKernel(page);
 } finally {
+  stopSpinners();
   await context.close();
 }

@@ -14,7 +14,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import requests
+from held_port import HeldPort
 
 from .user_python import UserPython, build_user_python
 
@@ -47,12 +47,6 @@ def per_user_environment(spawner):
     spawner.environment = env
 
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 USER_NAME = re.compile(r"^mgpu-[a-z]-[0-9a-f]{6}$")  # what add_user names users; the root is /tmp/mh…
@@ -174,7 +168,8 @@ class HubRun:
         self.proc: subprocess.Popen | None = None
         self.password = secrets.token_urlsafe(PASSWORD_LENGTH)
         self.api_token = secrets.token_hex(24)
-        self.port = free_port()
+        self._held = [HeldPort(), HeldPort(), HeldPort()]  # the hub's, its API's and the proxy's API, till it answers
+        self.port = self._held[0].port
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.private / "jupyterhub.log"
         self._log = None
@@ -217,8 +212,8 @@ class HubRun:
                 [
                     f"c.JupyterHub.bind_url = {self.url + '/'!r}",
                     "c.JupyterHub.hub_ip = '127.0.0.1'",
-                    f"c.JupyterHub.hub_port = {free_port()}",
-                    f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{free_port()}'",
+                    f"c.JupyterHub.hub_port = {self._held[1].port}",
+                    f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{self._held[2].port}'",
                     f"c.ConfigurableHTTPProxy.command = [{str(proxy)!r}]",
                     f"c.ConfigurableHTTPProxy.auth_token = {secrets.token_hex(24)!r}",
                     f"c.ConfigurableHTTPProxy.pid_file = {str(self.private / 'proxy.pid')!r}",
@@ -239,6 +234,8 @@ class HubRun:
                     "c.Spawner.env_keep = ['LANG', 'LC_ALL']",
                     "c.Spawner.pre_spawn_hook = per_user_environment",
                     "c.Spawner.start_timeout = 180",
+                    # a spawn request answers at once (202): the servers start together, not one after another
+                    "c.JupyterHub.tornado_settings = {'slow_spawn_timeout': 0}",
                     "c.Spawner.http_timeout = 180",
                     "c.LocalProcessSpawner.interrupt_timeout = 15",
                     "c.LocalProcessSpawner.term_timeout = 10",
@@ -267,15 +264,19 @@ class HubRun:
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if requests.get(f"{self.url}/hub/api/", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"JupyterHub did not start within {timeout:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.3)
+        try:
+            while True:
+                try:
+                    if requests.get(f"{self.url}/hub/api/", timeout=5).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"JupyterHub did not start within {timeout:.0f} s:\n{self.log_tail()}")
+                time.sleep(0.3)
+        finally:
+            for held in self._held:
+                held.release()
         for user in self.users.values():
             user.token = self.api("POST", f"users/{user.name}/tokens", json={"note": "mgpu tests"}).json()["token"]
 

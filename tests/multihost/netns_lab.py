@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pwd
+import select
 import shlex
 import shutil
 import signal
@@ -36,6 +37,7 @@ USER, UID = "mgpu", 4242
 REAPER = (
     "import os, signal, time\n"
     "signal.signal(signal.SIGTERM, lambda *a: os._exit(0))\n"
+    "os.write(1, b'ready\\n'); os.close(1)\n"  # imports done: the host's set-up may hide the interpreter now
     "while True:\n"
     "    try:\n"
     "        os.waitpid(-1, 0)\n"
@@ -123,6 +125,7 @@ class Host:
         self.address = f"{SUBNET}.{index + 1}"
         self.workdir = workdir
         self.procs: list[subprocess.Popen] = []
+        err_log = open(workdir / f"unshare-{name}.log", "wb")
         self.proc = subprocess.Popen(
             [
                 "unshare",
@@ -142,18 +145,23 @@ class Host:
             ],
             preexec_fn=_die_with_parent,
             stdin=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err_log,
         )
-        deadline = time.monotonic() + 10
-        self.pid = None
-        while self.pid is None:
-            kids = psutil.Process(self.proc.pid).children()
-            if kids:
-                self.pid = kids[0].pid
-            elif time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"unshare did not start host {name}")
-            else:
-                time.sleep(0.01)
+        err_log.close()
+        # wait for the reaper's word, not only for unshare's child: prepare() mounts over /root, /tmp and the
+        # like, and a reaper still importing its stdlib from there dies, and the whole namespace with it
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
+        said = self.proc.stdout.readline() if ready else b""
+        self.proc.stdout.close()
+        kids = psutil.Process(self.proc.pid).children() if said == b"ready\n" else []
+        if not kids:
+            self.proc.kill()
+            self.proc.wait(5)
+            err = (workdir / f"unshare-{name}.log").read_text(errors="replace")[-1000:]
+            raise RuntimeError(f"unshare did not start host {name}: {err or 'no word from its reaper in 30 s'}")
+        self.pid = kids[0].pid
         self.pid_ns = os.stat(f"/proc/{self.pid}/ns/pid").st_ino
 
     # -- running things inside -----------------------------------------------------------------
@@ -166,8 +174,19 @@ class Host:
         argv = ["sh", "-c", script] if user is None else ["su", "-s", "/bin/sh", user, "-c", script]
         run = subprocess.run(self.cmd(argv), capture_output=True, text=True, timeout=timeout)
         if check and run.returncode != 0:
-            raise RuntimeError(f"on {self.name}: {script[:200]!r} failed ({run.returncode}): {run.stderr[-2000:]}")
+            raise RuntimeError(
+                f"on {self.name}: {script[:200]!r} failed ({run.returncode}): {run.stderr[-2000:]}{self._state()}"
+            )
         return run.stdout
+
+    def _state(self) -> str:
+        """Said when a command in the host fails: whether the host itself ended, and what unshare wrote."""
+        try:
+            self.proc.wait(1)
+        except subprocess.TimeoutExpired:
+            return ""
+        log = (self.workdir / f"unshare-{self.name}.log").read_text(errors="replace")[-1000:]
+        return f"; the host itself ended (unshare exit {self.proc.returncode}): {log}"
 
     def popen(self, argv: list[str], log: str, **kwargs) -> subprocess.Popen:
         """A long-running process inside the host (logging to ``log`` in the lab's directory)."""

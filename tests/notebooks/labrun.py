@@ -17,7 +17,6 @@ import nbformat
 import pytest
 from lab_server import ARTIFACTS, BROWSER, run_script
 from nbrun import by_source
-from processes import busy_machine
 
 
 @dataclass
@@ -40,10 +39,15 @@ class LabRun:
         return [o for o in cells[0].outputs if o.get("data") != {"text/plain": ""}]
 
 
-def run_in_lab(lab: dict[str, Any], name: str, shots: dict[str, str], timeout_s: int = 900) -> LabRun:
+def run_in_lab(
+    lab: dict[str, Any], name: str, shots: dict[str, str], timeout_s: int = 900, loaded: tuple[str, str] | None = None
+) -> LabRun:
     """Run All of ``notebooks/<name>`` in ``lab``; ``shots`` maps a screenshot name to a cell's source prefix.
 
     ``tests/browser/notebook_hooks/<stem>.mjs``, when present, observes the page during and after the run.
+    ``loaded``: the source prefixes of the first and last cells that run with every core kept busy by other
+    processes (four spinning processes per core, a load average of 8 here), as on a shared node; the Run All's
+    ``load`` step says for how long.
     """
     stem = Path(name).stem
     hooks = BROWSER / "notebook_hooks" / f"{stem}.mjs"
@@ -56,6 +60,7 @@ def run_in_lab(lab: dict[str, Any], name: str, shots: dict[str, str], timeout_s:
         timeoutMs=timeout_s * 1000,
         shots=[{"name": k, "cell": v} for k, v in shots.items()],
         hooks=str(hooks) if hooks.exists() else None,
+        load={"from": loaded[0], "until": loaded[1], "perCore": 4} if loaded else None,
     )
     nb = nbformat.read(lab["root"] / "notebooks" / name, as_version=4)
     return LabRun(nb, steps, ARTIFACTS / "notebooks" / stem)
@@ -78,18 +83,15 @@ def assert_page_is_clean(run: LabRun) -> None:
 
 
 def notebook_module(
-    name: str, shots: dict[str, str], timeout_s: int = 900, loaded: bool = False
+    name: str, shots: dict[str, str], timeout_s: int = 900, loaded: tuple[str, str] | None = None
 ) -> tuple[list[Any], Callable]:
     """What every notebook test module shares: its marks and the module-scoped ``run`` fixture, one Run All
     of ``notebooks/<name>`` (``run_in_lab``) that all its tests read. A module binds them by the names
     pytest looks for: ``pytestmark, run = notebook_module("01_quickstart.ipynb", SHOTS)``. ``loaded``: the
-    Run All with every core kept busy by other processes (``processes.busy_machine``), as on a shared node."""
+    cells that run on a busy machine (``run_in_lab``)."""
 
     @pytest.fixture(scope="module")
     def run(lab: dict[str, Any]) -> LabRun:
-        if not loaded:
-            return run_in_lab(lab, name, shots, timeout_s)
-        with busy_machine():
-            return run_in_lab(lab, name, shots, timeout_s)
+        return run_in_lab(lab, name, shots, timeout_s, loaded)
 
     return [pytest.mark.notebook, pytest.mark.browser, pytest.mark.timeout(timeout_s)], run

@@ -1,7 +1,8 @@
 // 07 parallelism: the pipeline schedule player while mg.compare trains (live: the counter grows), then the
 // replayed player of the pipeline demo after its run — step it with its buttons and read what it draws,
 // with each stage's computing | bubble | other bar — and the page that pipe.schedule("pp").save_html(...)
-// wrote, opened from file:// with every network request refused and played to the end.
+// wrote, opened from file:// with every network request refused and played through its last 24 steps to
+// the end.
 import {
   stepForward,
   lastAndBack,
@@ -11,30 +12,44 @@ import {
 
 export async function during({ page, report, cellIndex }) {
   const cell = await cellIndex('r = mg.compare(model');
-  const seen = [];
-  while (!(await page.evaluate(() => window.__mgpuDone))) {
-    const state = await page.evaluate(k => {
-      const c = window.jupyterapp.shell.currentWidget.content.widgets[k];
+  // recorded in the page whenever the cell changes (a MutationObserver), not between two round trips of a
+  // busy machine, which can miss a whole pipeline's training
+  await page.evaluate(k => {
+    const c = window.jupyterapp.shell.currentWidget.content.widgets[k];
+    const seen = (window.__mgpuSeen = []);
+    const read = () => {
       const p = c.node.querySelector('.mgpu-schedule');
       if (!p) {
-        return null;
+        return;
       }
-      return {
+      const state = {
         counter: p.querySelector('.mgpu-player-counter')?.textContent ?? '',
         title: p.querySelector('b')?.textContent ?? '',
         badge: p.querySelector('.mgpu-badge')?.textContent ?? '',
-        status: c.node.querySelector('.widget-html-content')?.innerText ?? ''
+        status: c.node.querySelector('.widget-html-content')?.textContent ?? ''
       };
-    }, cell);
-    if (
-      state &&
-      (!seen.length || seen[seen.length - 1].counter !== state.counter)
-    ) {
-      seen.push(state);
-    }
-    await page.waitForTimeout(40);
-  }
-  report('live', { seen: seen.slice(0, 60) });
+      const last = seen[seen.length - 1];
+      if (
+        !last ||
+        last.counter !== state.counter ||
+        last.title !== state.title
+      ) {
+        seen.push(state);
+      }
+    };
+    new MutationObserver(read).observe(c.node, {
+      subtree: true,
+      childList: true,
+      characterData: true
+    });
+    read();
+  }, cell);
+  await page.waitForFunction(() => window.__mgpuDone, null, {
+    timeout: 0,
+    polling: 200
+  });
+  const seen = await page.evaluate(() => window.__mgpuSeen);
+  report('live', { seen: seen.slice(0, 2000) });
 }
 
 export async function after({
@@ -112,7 +127,7 @@ export async function after({
   const start = await off.evaluate(
     () => document.querySelector('.mgpu-player-counter').textContent
   );
-  await playToEnd(off, 120000);
+  await playToEnd(off, 120000, 24);
   const end = await off.evaluate(() => ({
     counter: document.querySelector('.mgpu-player-counter').textContent,
     play: document.querySelector('.mgpu-player-play, .mgpu-player-pause')
