@@ -19,11 +19,23 @@ def run_and_interrupt(
     timeout: float = 60,
     until: Callable[[], bool] | None = None,
 ) -> tuple[dict, str, float]:
-    """Run ``code``, press stop ``presses`` times from ``after`` seconds on (counted from when
-    ``until()`` first holds, if given); returns the reply content, everything printed, and the
-    seconds from the first press to the reply."""
+    """Run ``code``, press stop ``presses`` times from ``after`` seconds on (counted from when the kernel
+    began the cell, or from when ``until()`` first holds after that, if given); returns the reply content,
+    everything printed, and the seconds from the first press to the reply.
+
+    The count starts at the cell's ``execute_input``, as a person presses stop on a cell seen running:
+    ipykernel ignores SIGINT between cells, so a press that came before the cell began (a busy machine
+    can take seconds to start it) would be lost and the cell would run to its end."""
     msg_id = kc.execute(code)
     end = time.monotonic() + timeout
+    early = []  # the cell's messages read while waiting for it to begin
+    while not any(m["msg_type"] == "execute_input" for m in early):
+        try:
+            msg = kc.get_iopub_msg(timeout=max(0.0, end - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"the kernel did not begin the cell within {timeout:.0f} s") from None
+        if msg["parent_header"].get("msg_id") == msg_id:
+            early.append(msg)
     while until is not None and not until() and time.monotonic() < end:
         time.sleep(0.005)
     time.sleep(after)
@@ -35,7 +47,7 @@ def run_and_interrupt(
     out = []
     while True:
         try:
-            msg = kc.get_iopub_msg(timeout=timeout)
+            msg = early.pop(0) if early else kc.get_iopub_msg(timeout=timeout)
         except queue.Empty:
             raise AssertionError(
                 f"the kernel was not idle {time.monotonic() - pressed:.0f} s after the stop button; "

@@ -43,6 +43,12 @@ class Kernel:
         reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
         return reply["content"], "".join(out)
 
+    def execute_after_an_error(self, code: str, timeout: float = 120) -> tuple[dict, str]:
+        """``execute`` the moment after a cell failed: ipykernel aborts a request that comes in while it
+        flushes its queue after an error, as a person's next cell never does; an aborted one is sent again."""
+        reply, out = self.execute(code, timeout)
+        return self.execute(code, timeout) if reply["status"] == "aborted" else (reply, out)
+
     def reply(self, msg_id: str, timeout: float = 60) -> dict:
         """The shell reply to the request ``msg_id`` (replies to other requests are passed over)."""
         while True:

@@ -24,7 +24,7 @@ STUCK = "%%mgpu\nx = torch.ones(3)\nif rank == 0:\n    dist.all_reduce(x)\nprint
 def _check_collective(kernel: Kernel, n: int) -> float:
     """The ordinary all_reduce is right on every rank; returns how long it took."""
     start = time.monotonic()
-    reply, out = kernel.execute(CHECK, timeout=60)
+    reply, out = kernel.execute_after_an_error(CHECK, timeout=60)
     took = time.monotonic() - start
     assert reply["status"] == "ok", out
     total = float(n * (n + 1) // 2)
@@ -95,7 +95,7 @@ def test_interrupt_during_mg_collective(kernel):
         "    return torch.full((4,), float(rank))"
     )
     reply, out, took = kernel.run_and_interrupt("r = mg.collective('all_reduce', late)", after=1.5)
-    assert reply["ename"] == "KeyboardInterrupt", out
+    assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
     _check_back(kernel, took, 5, out)
     _check_tensor(kernel)
 
@@ -110,7 +110,7 @@ def test_interrupt_during_mg_matmul(kernel, strategy):
     assert reply["status"] == "ok", out
     code = "for _ in range(20):\n    Z = mg.matmul(X, Y, strategy=%r)\n    del Z" % strategy
     reply, out, took = kernel.run_and_interrupt(code, after=1.5)
-    assert reply["ename"] == "KeyboardInterrupt", out
+    assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
     _check_back(kernel, took, 8, out)  # a C++ matmul block finishes first
     _check_tensor(kernel)
     reply, out = kernel.execute(
@@ -130,7 +130,7 @@ def test_interrupt_during_mg_map(kernel):
         "    return rows * 2"
     )
     reply, out, took = kernel.run_and_interrupt("B = mg.map(slow, A)", after=1.5)
-    assert reply["ename"] == "KeyboardInterrupt", out
+    assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
     _check_back(kernel, took, 5, out)
     _check_tensor(kernel)
 
@@ -147,7 +147,7 @@ def test_interrupt_during_ddp_training(kernel):
         "    opt.step()"
     )
     reply, out, took = kernel.run_and_interrupt(code, after=2.0)
-    assert reply["ename"] == "KeyboardInterrupt", out
+    assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
     _check_back(kernel, took, 5, out)
     _check_tensor(kernel)
 
@@ -155,7 +155,7 @@ def test_interrupt_during_ddp_training(kernel):
 @pytest.mark.slow
 def test_five_quick_presses_never_leave_a_wrong_number(kernel):
     reply, out, took = kernel.run_and_interrupt(STUCK, after=1.0, presses=5, gap=0.15)
-    assert reply["ename"] == "KeyboardInterrupt", out
+    assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
     reply, out = kernel.execute(CHECK, timeout=60)
     if reply["status"] != "ok":  # a clear refusal is allowed, a wrong number never
         assert "run %mgpu_init --restart" in out, out

@@ -54,6 +54,8 @@ def test_stop_button_interrupts_the_engines_and_session_stays_usable(kernel):
     assert msg["content"]["status"] == "error"
     assert msg["content"]["ename"] == "KeyboardInterrupt"
     assert time.monotonic() - start < 10
-    reply, out = kernel.execute("%%mgpu\nx = torch.ones(1) * (rank + 1)\ndist.all_reduce(x)\nprint(x.item())")
+    reply, out = kernel.execute_after_an_error(
+        "%%mgpu\nx = torch.ones(1) * (rank + 1)\ndist.all_reduce(x)\nprint(x.item())"
+    )
     assert reply["status"] == "ok", out
     assert "[rank 0] 3.0" in out and "[rank 1] 3.0" in out
