@@ -101,7 +101,10 @@ def cluster_pool():
     pool = {}
 
     def get(n: int):
-        if n not in pool or not pool[n].alive:
+        reason = _unusable(pool[n]) if n in pool else "not started"
+        if reason is not None:
+            if n in pool and pool[n].alive:  # a test that failed left it so: that test's failure says why
+                pool[n].shutdown()
             pool[n] = start_session(n, cpu=True, timeout=5)
         return pool[n]
 
@@ -110,6 +113,17 @@ def cluster_pool():
     for s in pool.values():
         s.shutdown()
     assert wait_gone(pids) == []
+
+
+def _unusable(s) -> str | None:
+    """Why a pool session can serve no more tests (shut down, broken, a rank dead), or None: a test that broke
+    it fails itself, and the tests after it get a new one rather than failing one after another."""
+    if not s.alive:
+        return "shut down"
+    if s.broken or s.cluster.infrastructure_failure():
+        return f"broken ({s.broken or s.cluster.infrastructure_failure()})"
+    dead = s.cluster.exits()
+    return f"ranks {sorted(dead)} ended" if dead else None
 
 
 def _make_current(s):
