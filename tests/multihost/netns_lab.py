@@ -2,7 +2,7 @@
 
 A :class:`Host` is a process tree in its own network, PID, mount, IPC and UTS namespaces (``unshare``):
 its own hostname, loopback, ``/proc``, ``/dev/shm``, ``/tmp``, ``/run`` and ``/home`` (fresh tmpfs),
-its own ``/etc/passwd`` and ``/etc/hosts`` (copies bind-mounted over the real ones inside it), and
+its own ``/etc`` (a copy bind-mounted over the real one inside it, its user and hosts added), and
 ``/root`` replaced by an empty home in which only the paths this Python needs are bound back. So
 shared memory, ``process_vm_*``, PIDs and hostnames do not leak between hosts. :class:`Lab` joins
 hosts with veth pairs on a bridge inside the first host, private ``10.77.0.x/24`` addresses that
@@ -260,12 +260,12 @@ class Host:
                 group=f"{USER}:x:{UID}:\n",
                 shadow=f"{USER}:*:19000:0:99999:7:::\n",
             )
-        for name, add in extra.items():
-            lines += [
-                f"cp -p /etc/{name} /run/lab/etc/{name}",
-                f"printf %s {shlex.quote(add)} >> /run/lab/etc/{name}",
-                f"mount --bind /run/lab/etc/{name} /etc/{name}",
-            ]
+        # a copy of the whole of /etc, bound over it: a file bound over /etc/passwd alone is unmounted in here
+        # the moment anything outside replaces that file (useradd and userdel rename a new one over it: the hub
+        # tier's users on the other worker), and sshd then found no such user
+        lines.append("cp -a /etc/. /run/lab/etc/")
+        lines += [f"printf %s {shlex.quote(add)} >> /run/lab/etc/{name}" for name, add in extra.items()]
+        lines.append("mount --bind /run/lab/etc /etc")
         if user:
             lines += [
                 f"mkdir -p /home/{USER}/.ssh",
