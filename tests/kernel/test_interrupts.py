@@ -34,8 +34,10 @@ def _check_collective(kernel: Kernel, n: int) -> float:
 
 
 def _check_back(kernel: Kernel, took: float, limit: float, out: str = "") -> None:
-    """The next all_reduce is right, and the call's end plus that all_reduce took under ``limit`` s;
-    ``out``, what the stopped cell printed (what recovery said), goes in the failure."""
+    """The next all_reduce is right, and the call's end plus that all_reduce took under ``limit`` s: far below
+    the session's 30 s --hang-after and 120 s timeout that a stop which did not release the ranks would wait
+    out, and loose enough for 4 ranks on 2 cores beside another worker (5.8 s seen for DDP where 5 was the
+    bound); ``out``, what the stopped cell printed (what recovery said), goes in the failure."""
     check = _check_collective(kernel, kernel.n)
     assert took + check < limit, (
         f"the call came back {took:.2f} s after the stop and the next all_reduce "
@@ -71,7 +73,7 @@ def test_the_two_cells_of_the_report_give_the_right_sum(kernel):
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", out
     assert "the process group was rebuilt; tensors kept, in-flight collectives dropped" in out
     assert took < 4, f"the interrupt took {took:.1f} s to come back"
-    _check_back(kernel, took, 5, out)
+    _check_back(kernel, took, 15, out)
     _check_tensor(kernel)
 
 
@@ -84,7 +86,7 @@ def test_a_rank_raising_while_others_wait_in_a_collective(kernel):
     assert reply["status"] == "error", out
     assert "ValueError on rank 1: bad shard" in out
     assert "left waiting in a collective and released at once" in out
-    _check_back(kernel, took, 5, out)
+    _check_back(kernel, took, 15, out)
     _check_tensor(kernel)
 
 
@@ -96,7 +98,7 @@ def test_interrupt_during_mg_collective(kernel):
     )
     reply, out, took = kernel.run_and_interrupt("r = mg.collective('all_reduce', late)", after=1.5)
     assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
-    _check_back(kernel, took, 5, out)
+    _check_back(kernel, took, 15, out)
     _check_tensor(kernel)
 
 
@@ -111,7 +113,7 @@ def test_interrupt_during_mg_matmul(kernel, strategy):
     code = "for _ in range(20):\n    Z = mg.matmul(X, Y, strategy=%r)\n    del Z" % strategy
     reply, out, took = kernel.run_and_interrupt(code, after=1.5)
     assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
-    _check_back(kernel, took, 8, out)  # a C++ matmul block finishes first
+    _check_back(kernel, took, 24, out)  # a C++ matmul block finishes first
     _check_tensor(kernel)
     reply, out = kernel.execute(
         "Z = mg.matmul(X, Y, strategy=%r)\n"
@@ -131,7 +133,7 @@ def test_interrupt_during_mg_map(kernel):
     )
     reply, out, took = kernel.run_and_interrupt("B = mg.map(slow, A)", after=1.5)
     assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
-    _check_back(kernel, took, 5, out)
+    _check_back(kernel, took, 15, out)
     _check_tensor(kernel)
 
 
@@ -148,7 +150,7 @@ def test_interrupt_during_ddp_training(kernel):
     )
     reply, out, took = kernel.run_and_interrupt(code, after=2.0)
     assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
-    _check_back(kernel, took, 5, out)
+    _check_back(kernel, took, 15, out)
     _check_tensor(kernel)
 
 
