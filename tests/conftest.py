@@ -101,8 +101,7 @@ def cluster_pool():
     pool = {}
 
     def get(n: int):
-        reason = _unusable(pool[n]) if n in pool else "not started"
-        if reason is not None:
+        if n not in pool or _unusable(pool[n]) is not None:
             if n in pool and pool[n].alive:  # a test that failed left it so: that test's failure says why
                 pool[n].shutdown()
             pool[n] = start_session(n, cpu=True, timeout=5)
@@ -120,8 +119,9 @@ def _unusable(s) -> str | None:
     it fails itself, and the tests after it get a new one rather than failing one after another."""
     if not s.alive:
         return "shut down"
-    if s.broken or s.cluster.infrastructure_failure():
-        return f"broken ({s.broken or s.cluster.infrastructure_failure()})"
+    failure = s.broken or s.cluster.infrastructure_failure()
+    if failure:
+        return f"broken ({failure})"
     dead = s.cluster.exits()
     return f"ranks {sorted(dead)} ended" if dead else None
 
