@@ -262,8 +262,13 @@ class Host:
             )
         # a copy of the whole of /etc, bound over it: a file bound over /etc/passwd alone is unmounted in here
         # the moment anything outside replaces that file (useradd and userdel rename a new one over it: the hub
-        # tier's users on the other worker), and sshd then found no such user
-        lines.append("cp -a /etc/. /run/lab/etc/")
+        # tier's users on the other worker), and sshd then found no such user. Files that vanish while it copies
+        # (useradd's passwd.lock, passwd+) are no loss; any other error of cp is
+        lines.append(
+            "if ! cp -a /etc/. /run/lab/etc/ 2>/run/lab/cp.err; then"
+            " if grep -v 'No such file or directory' /run/lab/cp.err >&2; then exit 1; fi; fi"
+        )
+        lines.append("test -s /run/lab/etc/passwd")
         lines += [f"printf %s {shlex.quote(add)} >> /run/lab/etc/{name}" for name, add in extra.items()]
         lines.append("mount --bind /run/lab/etc /etc")
         if user:
