@@ -337,17 +337,27 @@ class MgpuMagics(Magics):
         return run_compare_magic(args, self._user_ns)
 
 
-def _wait_for_fresh_samples(s: Any, timeout: float = 0.5) -> None:
-    """Wait until every rank has published a telemetry sample taken after now, and no rank looks busy (at most
-    ``timeout`` s): a rank's main thread tidying up after the last cell (its reply sent, the engine's own
-    bookkeeping) is sampled as busy for a moment; one busy for longer is shown busy."""
-    since, deadline = time.time(), time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = s.memory()
-        fresh = all(r.get("state") == "dead" or (r.get("time") or 0) > since for r in rows)  # dead ranks never do
-        if fresh and not any(r.get("state") == "busy" for r in rows):
-            return
+def _wait_for_fresh_samples(s: Any, settle: float = 0.5, timeout: float = 10.0) -> None:
+    """Wait until every rank has published a telemetry sample since this call (at most ``timeout`` s), then
+    until no rank looks busy (at most ``settle`` s more): a rank's main thread tidying up after the last cell
+    (its reply sent, the engine's own bookkeeping) is sampled as busy for a moment; one busy for longer is
+    shown busy. The first wait is long because 32 ranks' samplers on two loaded cores can take seconds to be
+    scheduled, and a stale sample would show a rank still starting or busy. A sample is new when its
+    sequence number changed, so another host's clock does not matter."""
+    if not getattr(getattr(s.cluster, "spec", None), "telemetry_period", None):
+        return  # telemetry off: no sampler will write
+    before = {r["rank"]: r.get("seq") for r in s.memory()}
+    start, fresh_at = time.monotonic(), None
+    while time.monotonic() - start < timeout:
         time.sleep(0.02)
+        rows = s.memory()
+        # dead and restarting ranks write nothing new
+        if all(
+            r.get("state") in ("dead", "restarting") or r.get("seq") not in (None, before.get(r["rank"])) for r in rows
+        ):
+            fresh_at = time.monotonic() if fresh_at is None else fresh_at
+            if not any(r.get("state") == "busy" for r in rows) or time.monotonic() - fresh_at >= settle:
+                return
 
 
 def register(ipython: Any) -> None:
