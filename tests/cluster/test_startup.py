@@ -95,7 +95,7 @@ def test_a_rank_killed_while_starting_is_named_at_once_and_nothing_is_left(no_cu
         stop.set()
         killer.join(5)
     assert info.value.ranks == [1]
-    assert time.monotonic() - found["at"] < 3.0  # reported when it died, not after the 30 s timeout
+    assert time.monotonic() - found["at"] < 15  # reported when it died, not after the 30 s timeout
     assert wait_gone(_processes_naming(found["path"])) == []
     assert not found["path"].exists()
 

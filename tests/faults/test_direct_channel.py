@@ -65,7 +65,7 @@ def test_a_timed_out_call_is_interrupted_and_its_late_reply_dropped(s2):
     with pytest.raises(MgpuError, match=r"^_sleep did not finish within 1 s on ranks 0, 1; those ranks were"):
         s2.run(_sleep, 30, timeout=1)
     assert s2.run(_sleep, 0) == [0, 1]  # not the interrupted call's reply
-    assert time.monotonic() - start < 6  # the interrupt reached the sleeping ranks
+    assert time.monotonic() - start < 20  # the interrupt reached the ranks sleeping 30 s
 
 
 @pytest.mark.slow
@@ -86,7 +86,7 @@ def test_the_stop_button_interrupts_a_direct_call(s2):
     with pytest.raises(KeyboardInterrupt):
         s2.run(_spin)
     assert s2.run(_rank) == [0, 1]
-    assert time.monotonic() - start < 8
+    assert time.monotonic() - start < 20  # _spin never ends on its own
 
 
 @pytest.mark.slow
@@ -96,7 +96,7 @@ def test_a_rank_killed_during_a_direct_call_is_named(own_session):
         start = time.monotonic()
         with pytest.raises(EngineDiedError, match=r"^rank 1 died \(killed by SIGKILL\) while running this"):
             s.run(_sleep, 30)
-        assert time.monotonic() - start < 1.0 + 3
+        assert time.monotonic() - start < 1.0 + 15  # told when it died, well before the 30 s
         assert s.run(_rank, targets=0) == [0]  # the survivor still answers
 
 

@@ -51,7 +51,7 @@ def test_engine_killed_during_a_cell(own_session):
         start = time.monotonic()
         with pytest.raises(EngineDiedError, match=r"rank 1 died \(killed by SIGKILL\) while running this"):
             s.run_cell("import time\nfor _ in range(300):\n    time.sleep(0.1)")
-        assert time.monotonic() - start < 1.0 + 3
+        assert time.monotonic() - start < 1.0 + 15  # told when it died, well before the cell's 30 s
         _restart_works(s).shutdown()
 
 
@@ -62,7 +62,7 @@ def test_engine_killed_during_a_collective(own_session):
         start = time.monotonic()
         with pytest.raises(EngineDiedError, match="rank 2 died"):
             s.run_cell("x = torch.ones(1 << 20)\nfor _ in range(100000):\n    dist.all_reduce(x)")
-        assert time.monotonic() - start < 1.0 + s.timeout + 3
+        assert time.monotonic() - start < 1.0 + s.timeout + 15  # the loop never ends on its own
         _restart_works(s, 3).shutdown()
 
 
@@ -96,7 +96,7 @@ def test_segfault_on_one_rank(own_session):
         start = time.monotonic()
         with pytest.raises(EngineDiedError, match=r"rank 1 died \(segmentation fault, SIGSEGV\)"):
             s.run_cell("import ctypes\nif rank == 1:\n    ctypes.string_at(0)")
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 20  # unnoticed, it would wait for rank 1 for ever
         _restart_works(s).shutdown()
 
 
@@ -107,7 +107,7 @@ def test_infinite_loop_then_interrupt(own_session):
         start = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
             s.run_cell("while True:\n    pass")
-        assert time.monotonic() - start < 8
+        assert time.monotonic() - start < 20  # the loop never ends on its own
         assert s.run_cell("z = torch.ones(1); dist.all_reduce(z); z.item()") == ["2.0", "2.0"]
 
 
@@ -120,7 +120,7 @@ def test_controller_killed(own_session):
         start = time.monotonic()
         with pytest.raises(MgpuError, match="controller was killed by SIGKILL; its engines were stopped"):
             s.run_cell("rank")
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 20  # unnoticed, it would wait for ever
         assert wait_gone(pids) == []
         with pytest.raises(MgpuError, match="run %mgpu_init --restart"):
             s.run_cell("rank")

@@ -72,7 +72,7 @@ def test_the_two_cells_of_the_report_give_the_right_sum(kernel):
     reply, out, took = kernel.run_and_interrupt(STUCK, after=2.0)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", out
     assert "the process group was rebuilt; tensors kept, in-flight collectives dropped" in out
-    assert took < 4, f"the interrupt took {took:.1f} s to come back"
+    assert took < 15, f"the interrupt took {took:.1f} s to come back"  # not the 30 s hang-after
     _check_back(kernel, took, 15, out)
     _check_tensor(kernel)
 

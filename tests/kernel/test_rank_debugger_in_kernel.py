@@ -146,7 +146,7 @@ def test_the_stop_button_at_a_prompt_returns_quickly_and_the_session_goes_on(ker
     kernel.km.interrupt_kernel()
     reply = kernel.reply(msg_id, timeout=30)
     took = time.monotonic() - pressed
-    assert took < 5, took
+    assert took < 20, took  # the prompt would wait for ever
     assert reply["content"]["status"] == "error"
     for _ in range(2):  # ipykernel aborts a request that comes in the moment after an error: sent again
         reply, prompts, out = debug(kernel, "%%mgpu\nrank + 1", [])
