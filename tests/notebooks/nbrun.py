@@ -1,28 +1,8 @@
-"""Execute the project's notebooks with nbclient on a kernel of this venv's Python."""
+"""A notebook's outputs read back as text: each code cell's by its source (the Run All's saved notebook)."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import nbformat
-from nbclient import NotebookClient
-
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-
-
-def execute_notebook(name: str, timeout: int = 600) -> nbformat.NotebookNode:
-    """Run ``notebooks/<name>`` top to bottom (cells tagged ``raises-exception`` may fail); returns it."""
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
-    )
-    client.km = client.create_kernel_manager()
-    client.km.kernel_spec.argv[0] = sys.executable
-    os.environ.setdefault("JUPYTER_MGPU_FORCE_CPU", "1")
-    client.execute()
-    return nb
 
 
 def cell_text(cell) -> str:
