@@ -3,8 +3,9 @@ the first (same device, budget, environment; ``engine/startup/launcher.py``), it
 generation the survivors rebuild into, and registers with the controller under its rank's engine id.
 
 Kernel side: ask the supervisor (``restart/<rank>.json``), then wait for each new engine's pid and its
-registration. The controller must first have dropped the dead engine (its heartbeat stops: about a second),
-or the new one would be given another id.
+registration. The controller must first have dropped the dead engine, or the new one would be given another
+id: the kernel asks it to at once, as the engine itself asks when it leaves, rather than wait out the
+heartbeat's silence (``cluster/processes.py``: 30 s).
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ RESTART_DIR = "restart"  # read by the supervisor (engine/startup/launcher.py)
 
 
 def forget_dead(cluster: Any, ranks: list[int], timeout: float) -> None:
-    """Wait until the controller has dropped the dead ranks' engines (their ids free for the new ones)."""
+    """Have the controller drop the dead ranks' engines (their ids free for the new ones), and wait until it has."""
     deadline = time.monotonic() + timeout
     engines = {cluster.rank_to_engine[r] for r in ranks}
+    client = cluster.client
+    for eid in sorted(engines & set(client.ids)):
+        # the request a leaving engine sends (ipyparallel's Hub.unregister_engine), on the client's own query
+        # socket: the hub answers nothing, and tells every client as when a heart stops
+        client.session.send(client._query_socket, "unregistration_request", content={"id": eid})
     while engines & set(cluster.client.ids):
         if time.monotonic() > deadline:
             raise MgpuError(f"the controller still lists the dead engine of {rank_list(ranks)} after {timeout:.0f} s")

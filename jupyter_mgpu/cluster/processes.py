@@ -12,10 +12,15 @@ from pathlib import Path
 from jupyter_mgpu.engine.records.startup_marks import mark
 
 # heartbeat period: an engine counts as registered at the first beat after it starts its heart, so a
-# shorter period is a quicker start; the misses allowed before the controller drops an engine keep its
-# tolerance at 1 s, as with ipyparallel's own 100 ms x 10
+# shorter period is a quicker start. The controller drops an engine whose heart is silent for
+# HEART_SILENCE_MS, for good (its later beats are ignored: every call through ipyparallel then fails):
+# 30 s, ipyparallel's own default (3 s x 10), since a loaded machine (two cores, a load of 8, a node
+# swapping) can leave a live engine unscheduled for over a second. A rank known dead need not wait for
+# it: its engine is dropped at once (cluster/engine_restart.forget_dead), and the session learns of
+# deaths from the supervisor, not from the heartbeat.
 CONTROLLER_PING_MS = 50
-CONTROLLER_PING_MISSES = 20
+HEART_SILENCE_MS = 30_000
+CONTROLLER_PING_MISSES = HEART_SILENCE_MS // CONTROLLER_PING_MS
 
 
 def kernel_identity() -> tuple[int, float]:

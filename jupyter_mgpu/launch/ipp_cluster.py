@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from jupyter_mgpu.cluster.processes import HEART_SILENCE_MS
 from jupyter_mgpu.errors import MgpuError
 from jupyter_mgpu.launch.launcher_options import LaunchOptions
 
@@ -209,6 +210,8 @@ def make_cluster(
         controller_args=[
             "--usethreads",
             f"--ping={CONTROLLER_PING_MS}",
+            # dropped after HEART_SILENCE_MS of silence, not ipyparallel's 10 misses (1 s at this ping)
+            f"--HeartMonitor.max_heartmonitor_misses={HEART_SILENCE_MS // CONTROLLER_PING_MS}",
             "--log-level=WARN",
             f"--profile-dir={profile_dir}",
         ],

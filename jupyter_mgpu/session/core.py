@@ -14,10 +14,11 @@ from typing import Any
 
 from jupyter_mgpu import devices as devmod
 from jupyter_mgpu.cluster.local import Cluster, describe_exit
+from jupyter_mgpu.cluster.processes import HEART_SILENCE_MS
 from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.engine.execution import calls
 from jupyter_mgpu.engine.execution.shipped_function import ship
-from jupyter_mgpu.errors import EngineDiedError, MgpuError
+from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
 from jupyter_mgpu.session import call_paths, call_wait, rank_status, scripts
 from jupyter_mgpu.session.cell_values import RankValues
 from jupyter_mgpu.session.direct_channel import DirectChannel
@@ -128,7 +129,15 @@ class Session:
 
     # -- running ----------------------------------------------------------------------------
     def _view(self, ranks: list[int]) -> Any:
-        return self.cluster.client[[self.cluster.rank_to_engine[r] for r in ranks]]
+        engines = [self.cluster.rank_to_engine[r] for r in ranks]
+        known = set(self.cluster.client.ids)
+        dropped = [r for r, e in zip(ranks, engines) if e not in known]
+        if dropped:  # not ipyparallel's bare KeyError of an engine id
+            raise MgpuError(
+                f"the ipyparallel controller dropped the engine of {rank_list(dropped)} (its heartbeat was silent "
+                f"for {HEART_SILENCE_MS // 1000} s: the process stopped or starved); run %mgpu_init --restart"
+            )
+        return self.cluster.client[engines]
 
     def _run_on_all(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on every rank through ipyparallel, no checks (the recovery's own calls)."""

@@ -3,6 +3,10 @@ slow at rest, the same silence tolerated either way; and what an engine of a rea
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 from tornado.ioloop import PeriodicCallback
 
@@ -80,3 +84,18 @@ def test_an_idle_engine_is_pinged_at_the_rest_pace(s2) -> None:
     counts = s2.run(pings_per_second)[0]
     assert counts[-1] <= 1000 // heart_pace.REST_MS + 1, counts
     assert counts[-1] >= 2, counts  # still beating
+
+
+@pytest.mark.cluster
+def test_a_rank_the_machine_leaves_unscheduled_for_seconds_keeps_its_engine(s2) -> None:
+    """A live rank not scheduled for seconds (a load of 8 on two cores, a node swapping; here SIGSTOP) is not
+    dropped by the controller: calls through ipyparallel still reach it (it was after 1 s of silence, for good,
+    and every such call then failed with ipyparallel's ``KeyError: 1``)."""
+    pid = s2.cluster.engine_pids[1]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.5)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert set(s2.cluster.rank_to_engine.values()) <= set(s2.cluster.client.ids)
+    assert s2.run_cell("rank", block=False).get() == ["0", "1"]  # through ipyparallel, not the direct channel
