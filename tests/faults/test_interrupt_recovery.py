@@ -44,18 +44,15 @@ def test_a_second_press_during_the_rebuild_leaves_it_for_the_next_call(own_sessi
         assert s.recovery.dirty is None
 
 
-def _press_stop_once_multiplying(s, rank: int, grown: int, timeout: float = 30.0) -> None:
-    """Press stop 0.3 s after ``rank``'s memory has grown by ``grown`` bytes (its operands exist, so
-    it is inside the multiplication), however long a loaded machine took to get there."""
+def _press_stop_once_there(marker, timeout: float = 60.0) -> None:
+    """Press stop 0.3 s after ``marker`` exists (a rank writes it as it enters its C++ call), however long a
+    loaded machine took to get there; a file, not the rank's telemetry, which a loaded machine delays."""
     import time
 
     def watch() -> None:
-        base = s.memory()[rank].get("resident_bytes") or 0
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if (s.memory()[rank].get("resident_bytes") or 0) - base > grown:
-                break
-            time.sleep(0.02)
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(0.3)
         os.kill(os.getpid(), signal.SIGINT)
 
@@ -63,14 +60,20 @@ def _press_stop_once_multiplying(s, rank: int, grown: int, timeout: float = 30.0
 
 
 @pytest.mark.slow
-def test_a_rank_in_a_long_cpp_op_is_rebuilt_around_before_the_next_call(own_session, capsys):
-    with own_session(2, timeout=60) as s:
-        # rank 1 multiplies in one C++ call for several seconds (SIGINT waits for it); rank 0 waits in a collective
+def test_a_rank_in_a_long_cpp_op_is_rebuilt_around_before_the_next_call(own_session, capsys, tmp_path):
+    with own_session(2, timeout=60, mem_per_device="4GiB") as s:
+        # rank 1 multiplies in one C++ call (SIGINT waits for it) of about 20 s on any machine: far past the
+        # release's 2 x SETTLE (6 s) after the stop, well within the next call's wait (the 60 s timeout);
+        # rank 0 waits in a collective
+        marker = tmp_path / "multiplying"
         long_op = (
-            "if rank == 1:\n    a = torch.randn(8000, 8000)\n    b = torch.randn(8000, 8000)\n"
+            "if rank == 1:\n    import time\n"
+            "    c = torch.randn(2000, 2000)\n    t = time.perf_counter()\n    c @ c\n"
+            "    n = min(16000, int(2000 * (20 / (time.perf_counter() - t)) ** (1 / 3)))\n"
+            f"    a, b = torch.randn(n, n), torch.randn(n, n)\n    open({str(marker)!r}, 'w').close()\n"
             "    a = a @ b\ndist.all_reduce(torch.ones(1))"
         )
-        _press_stop_once_multiplying(s, 1, grown=400 * 2**20)  # a and b: 2 × 244 MiB
+        _press_stop_once_there(marker)
         with pytest.raises(KeyboardInterrupt) as info:
             s.run_cell(long_op)
         assert (
