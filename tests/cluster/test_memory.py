@@ -21,8 +21,9 @@ pytestmark = pytest.mark.cluster
 MiB = 2**20
 
 
-def wait_for(predicate, timeout: float = 3.0, every: float = 0.02):
-    """Poll ``predicate()`` until it returns something truthy; returns it, or None after ``timeout``."""
+def wait_for(predicate, timeout: float = 10.0, every: float = 0.02):
+    """Poll ``predicate()`` until it returns something truthy; returns it, or None after ``timeout`` (long: it
+    only tells a thing that comes late on a loaded machine from one that never comes)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -36,7 +37,7 @@ def resident(rank: int) -> int:
     return mg.memory()[rank]["resident_bytes"]
 
 
-def settled(rank: int, timeout: float = 3.0) -> dict:
+def settled(rank: int, timeout: float = 10.0) -> dict:
     """The first sample of ``rank`` taken after now (older ones may predate what just happened)."""
     since = time.time()
     sample = wait_for(lambda: (r := mg.memory()[rank])["time"] and r["time"] > since and r, timeout)
@@ -101,26 +102,29 @@ def test_samples_keep_arriving_while_an_engine_is_busy_in_a_long_cpp_op(s2):
 
 
 @pytest.mark.slow
-def test_dashboard_model_follows_the_samples_while_a_cell_runs(s2):
+def test_dashboard_model_follows_the_samples_while_a_cell_runs(s2, tmp_path):
     board = mg.dashboard()
     assert mg.dashboard() is board  # one per session: every view shows the same model
     assert [d["rank"] for d in board.devices] == [0, 1]
     before = board.devices[1]["used"]
     start = board.updates
+    release = tmp_path / "release"  # the cell holds its 80 MiB until the test has looked
     pending = s2.run_cell(
-        "_hold = torch.ones(80 * 2**20, dtype=torch.uint8) + 1\nimport time as _t\n_t.sleep(1.2)\ndel _hold",
+        "_hold = torch.ones(80 * 2**20, dtype=torch.uint8) + 1\nimport os, time as _t\n_end = _t.monotonic() + 30\n"
+        f"while not os.path.exists({str(release)!r}) and _t.monotonic() < _end:\n    _t.sleep(0.02)\ndel _hold",
         targets=1,
         block=False,
         stream=False,
     )
     try:
-        seen = wait_for(lambda: board.devices[1]["used"] - before > 75 * MiB and board.devices[1], timeout=3)
+        seen = wait_for(lambda: board.devices[1]["used"] - before > 75 * MiB and board.devices[1])
         assert seen, "the dashboard did not show the 80 MiB allocated while the cell was running"
         assert seen["state"] == "busy" and not pending.ready()
         assert seen["fill"] == wm.FILL_OK and 0 < seen["fraction"] < 0.6
         assert seen["limit"] == seen["baseline"] + s2.devices[1].total_memory
         assert board.updates > start
     finally:
+        release.touch()
         pending.get(timeout=30)
     points = wait_for(lambda: len(board.timeline[1]) >= 3 and board.timeline[1])
     assert points and all(-board.window <= ago <= 0.5 for ago, _ in points)
@@ -210,8 +214,9 @@ def test_eight_ranks_a_dead_engine_and_clean_shutdown(own_session):
         rundir = Path(s.runtime_dir)
         killed = time.monotonic()
         os.kill(s.cluster.engine_pids[5], signal.SIGKILL)
-        assert wait_for(lambda: mg.memory()[5]["state"] == "dead", timeout=2.0), "rank 5 not dead within 2 s"
-        assert wait_for(lambda: board.devices[5]["state"] == "dead", timeout=2.5 - (time.monotonic() - killed))
+        # seen from the exit record, three times a second; the bound only tells it from never (a loaded machine)
+        assert wait_for(lambda: mg.memory()[5]["state"] == "dead", timeout=10), "rank 5 not dead within 10 s"
+        assert wait_for(lambda: board.devices[5]["state"] == "dead", timeout=12 - (time.monotonic() - killed))
         assert board.devices[5]["fill"] == wm.FILL_DEAD
         assert [r["state"] for r in mg.memory()].count("dead") == 1
         assert len(reader_threads()) >= 1 and board.running
