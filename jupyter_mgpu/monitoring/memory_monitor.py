@@ -197,6 +197,8 @@ class MemoryMonitor:
     def _note_restart(self, rank: int, pid: Any, sample: dict[str, Any] | None) -> bool:
         """Whether ``rank``'s engine pid changed since the last poll (``mg.restart`` started it again): its
         history gets a ``restarted`` record, before the new engine's first sample, and its rows the time.
+        A restart begun before this reader saw the death (a poll misses a rank dead for less than its
+        exit checks' 0.3 s) first records the ``dead`` one, so the history always tells the rank died.
         Called under the lock."""
         known = self._pids.get(rank)
         if pid is not None:
@@ -206,6 +208,15 @@ class MemoryMonitor:
         now = time.time()
         if sample is not None and sample.get("pid") == pid and isinstance(sample.get("time"), (int, float)):
             now = min(now, float(sample["time"]) - 1e-3)
+        ring, state = self._history[rank], HISTORY_FIELDS.index("state")
+        if not ring or ring[-1][state] != "dead":
+            last = self._latest[rank]
+            ring.append(
+                tuple(
+                    "dead" if k == "state" else now - 2e-3 if k == "time" else None if k == "op" else last.get(k)
+                    for k in HISTORY_FIELDS
+                )
+            )
         self._restarts.setdefault(rank, []).append(now)
         self._history[rank].append(
             tuple(now if k == "time" else "restarted" if k == "state" else None for k in HISTORY_FIELDS)
