@@ -92,6 +92,11 @@ def _free_dropped() -> None:
     session = current(required=False)
     if session is None:
         return
+    recovery = getattr(session, "recovery", None)
+    if recovery is not None and recovery.dirty is not None:
+        # the group is to be rebuilt first (a stop left a rank busy): the frees wait for the next call, which
+        # rebuilds where the stop button still works, not here, where the kernel could wait up to its timeout
+        return
     try:
         with deferred_interrupt():  # a free is not cut in half
             flush_frees(session, block=False)

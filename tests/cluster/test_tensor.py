@@ -127,6 +127,21 @@ def test_a_tensor_a_cell_drops_is_freed_when_the_cell_ends(s2):
     assert all(hid not in ids for ids in s2.run(_shard_ids))
 
 
+def test_a_cell_ending_after_a_stop_left_the_group_to_rebuild_leaves_its_frees_to_the_next_call(s2):
+    """The cell's end does not rebuild the group (there the kernel would wait for a busy rank up to the
+    session's timeout, past the stop button's reach): the next call rebuilds, then frees."""
+    from ipshell import shell
+
+    ip = shell()
+    assert ip.run_cell("import jupyter_mgpu as mg\n_dropped = mg.zeros(64, 64)").success
+    hid = ip.user_ns["_dropped"].handle_id
+    s2.recovery.mark_dirty("the interrupt")  # as a stop that left a rank busy does
+    assert ip.run_cell("del _dropped").success
+    assert hid in s2.__dict__["_mgpu_pending_free"] and s2.recovery.dirty == "the interrupt"
+    assert all(hid not in ids for ids in s2.run(_shard_ids))  # rebuilt, then freed, before this call
+    assert s2.recovery.dirty is None
+
+
 def test_bad_input_is_one_sentence_and_allocates_nothing(s2):
     ids_before = s2.run(_shard_ids)
     cases = [
