@@ -20,7 +20,8 @@ from jupyter_mgpu.errors import MgpuError, rank_list
 
 NAMES_SHOWN = 8  # a new rank's missing names listed (within NAMES_WIDTH characters), then counted
 NAMES_WIDTH = 60
-SETTLE_S = 3.0  # how long a survivor released from a collective with the dead rank gets to leave its call
+SETTLE_S = 15.0  # how long a survivor released from a collective with the dead rank gets to leave its call: DDP
+# unwinding its backward on 4 ranks over 2 loaded cores stayed busy past 3 s (run F of session 29); it returns once idle
 
 
 @dataclass
