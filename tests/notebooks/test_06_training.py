@@ -7,6 +7,7 @@ SHOTS = {
     "02_hand_written": "%%mgpu\ntorch.manual_seed(100 + rank)",
     "03_ddp": "%%mgpu\nfrom torch.nn.parallel",
     "04_logged": "m = mg.metrics()",
+    "05_ddp_plot": "plot.stop()",
 }
 
 pytestmark, run = notebook_module("06_data_parallel_training.ipynb", SHOTS)
@@ -56,9 +57,9 @@ def test_each_run_keeps_its_whole_curve_and_the_headers_say_what_is_drawn(run):
     hand, ddp = plots
     # the hand-written run (150 steps on 4 ranks) stays drawn to its end, under Run All too
     assert hand["header"] == "600 records, last step 150; stopped following the ranks", hand
-    assert hand["points"][:4] == [150] * 4
+    assert hand["points"][:4] == [150] * 4, hand
     assert ddp["header"] == "384 records, last step 96; stopped following the ranks", ddp
-    assert ddp["points"][:4] == [96] * 4
+    assert ddp["points"][:4] == [96] * 4, ddp
 
 
 def test_uneven_batches_are_named_in_seconds_then_fixed_with_join(run):

@@ -1,9 +1,10 @@
 // 06 training: what each live metrics plot shows once the notebook has run — its header line and
-// how many points each rank's loss line has.
+// how many points each rank's loss line has. A figure still being drawn (plotly renders a view
+// asynchronously, later on a loaded machine) is waited for, up to 20 s; one still empty then is
+// reported with what its element holds, so a failure says whether it was never drawn or wiped.
 export async function after({ page, report }) {
-  report(
-    'plots',
-    await page.evaluate(() => {
+  const read = () =>
+    page.evaluate(() => {
       const plots = [];
       for (const cell of window.jupyterapp.shell.currentWidget.content
         .widgets) {
@@ -17,11 +18,23 @@ export async function after({ page, report }) {
           const loss = graphs[0];
           plots.push({
             header,
-            points: (loss.data || []).map(t => (t.x || []).length)
+            points: (loss.data || []).map(t => (t.x || []).length),
+            graphs: graphs.length,
+            drawn: Boolean(loss._fullLayout),
+            children: loss.childElementCount,
+            connected: loss.isConnected
           });
         }
       }
       return { plots };
-    })
-  );
+    });
+  let seen = await read();
+  for (
+    const end = Date.now() + 20000;
+    Date.now() < end && seen.plots.some(p => !p.points.length);
+    seen = await read()
+  ) {
+    await page.waitForTimeout(250);
+  }
+  report('plots', seen);
 }
