@@ -51,7 +51,7 @@ def test_memory_rows_have_the_documented_keys_in_rank_order(s4):
     for r in rows:
         assert {"rank", "time", "state", "resident_bytes", "peak_resident_bytes", "budget_bytes"} <= set(r)
         assert r["state"] in ("idle", "busy")
-        assert abs(r["time"] - time.time()) < 2
+        assert abs(r["time"] - time.time()) < 60  # a wall-clock time of a recent sample (not a monotonic clock's)
         assert r["peak_resident_bytes"] >= r["resident_bytes"] > 50 * MiB
         assert r["budget_bytes"] == s4.devices[r["rank"]].total_memory
         assert r["pid"] == s4.cluster.engine_pids[r["rank"]]
@@ -165,11 +165,17 @@ def test_reset_peak_works_on_every_rank_even_while_one_is_busy(s2):
 
 
 def test_history_covers_the_recent_minutes(s2):
-    rows = mg.memory_history(minutes=0.05)
+    def recent() -> tuple[float, list[dict]] | None:
+        asked = time.time()
+        rows = mg.memory_history(minutes=0.05)
+        return (asked, rows) if len([r for r in rows if r["rank"] == 0]) >= 10 else None  # ~10 samples a second
+
+    got = wait_for(recent)  # a session just started holds fewer than 3 s of samples
+    assert got, mg.memory_history(minutes=0.05)
+    asked, rows = got
     assert {r["rank"] for r in rows} == {0, 1}
     times = [r["time"] for r in rows]
-    assert times == sorted(times) and time.time() - times[0] <= 3.5
-    assert len([r for r in rows if r["rank"] == 0]) >= 10  # ~10 samples a second
+    assert times == sorted(times) and times[0] >= asked - 3.1  # none older than the 3 s asked for
     with pytest.raises(MgpuError, match="minutes must be more than 0"):
         mg.memory_history(minutes=0)
 

@@ -35,7 +35,8 @@ def test_the_rank_that_sleeps_is_last_three_times_and_the_others_wait_for_it(s4)
     summary = p.summary()
     assert list(summary.index) == [0, 1, 2, 3]
     assert summary.loc[2, "last_to_arrive"] == 3
-    assert summary.loc[2, "wait_s"] < 0.05
+    # the straggler hardly waits: a tenth of what the others waited for it, measured in the same run
+    assert summary.loc[2, "wait_s"] < 0.1 * summary.loc[[0, 1, 3], "wait_s"].min(), summary
     for r in (0, 1, 3):
         assert summary.loc[r, "last_to_arrive"] == 0
         assert summary.loc[r, "wait_s"] == pytest.approx(3 * SLEEP, rel=0.2), summary
