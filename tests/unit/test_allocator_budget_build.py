@@ -50,8 +50,8 @@ def test_a_compile_begun_by_this_start_is_not_waited_for(empty_cache):
     proc = _hold_lock(target)
     try:
         t = time.monotonic()
-        ab.settle(grace=2.0, start_time=time.time() - 1)  # the lock is newer than the start
-        assert time.monotonic() - t < 2.0  # not the grace
+        ab.settle(grace=30.0, start_time=time.time() - 1)  # the lock is newer than the start
+        assert time.monotonic() - t < 15  # not the grace
         assert ab._settled_reason == ab.STILL_BUILDING
         with pytest.raises(ab.BuildError, match="still being compiled"):  # what each engine then says
             ab.load()
@@ -67,7 +67,7 @@ def test_a_compile_begun_at_load_ext_gets_the_grace_only(empty_cache):
         t = time.monotonic()
         ab.settle(grace=0.3, start_time=time.time() + 1)  # the lock is older than the start
         took = time.monotonic() - t
-        assert 0.25 < took < 1.5
+        assert 0.25 < took < 15  # the grace, not the compile (held until killed)
         assert ab._settled_reason == ab.STILL_BUILDING
     finally:
         proc.kill()

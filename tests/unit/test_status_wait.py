@@ -41,4 +41,4 @@ def test_telemetry_off_does_not_wait():
     s = SlowSamplers(late=60, period=0)
     t = time.monotonic()
     _wait_for_fresh_samples(s)
-    assert time.monotonic() - t < 0.5
+    assert time.monotonic() - t < 5  # not the 10 s wait for a fresh sample
