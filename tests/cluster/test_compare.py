@@ -43,7 +43,9 @@ def data(n: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(n, 12, generator=g), torch.randint(0, 5, (n,), generator=g)
 
 
-@pytest.mark.parametrize("n, optimizer", [(2, "sgd"), (2, "adam"), (4, "sgd"), (4, "adam")])
+# SGD (no optimizer state) on 2 ranks, Adam (two moments, sharded by ZeRO and FSDP) on 4: each formula at both
+# sizes and with both states would check the same arithmetic again (issue 44: 2-adam and 4-sgd removed)
+@pytest.mark.parametrize("n, optimizer", [(2, "sgd"), (4, "adam")])
 @pytest.mark.slow
 def test_every_strategy_trains_like_single_and_measures_as_the_formulas_say(session_of, n, optimizer):
     session_of(n)

@@ -65,7 +65,7 @@ def test_a_skipped_all_reduce_is_named_with_each_ranks_place(default_sessions, n
     assert "rank 1 finished the cell without calling it" in msg, msg
 
 
-@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n", [2])  # many waiting ranks are grouped in the skipped all_reduce's 4-rank case
 def test_a_barrier_skipped_inside_a_helper_names_the_helpers_line(default_sessions, n):
     s = default_sessions(n)
     code = "def sync():\n    dist.barrier()\n\nif rank != n - 1:\n    sync()\n".replace("n - 1", str(n - 1))
@@ -94,8 +94,11 @@ MISMATCHES = {
 }
 
 
-@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("case", sorted(MISMATCHES))
+# every case on 2 ranks; on 4 the op case only: the others name the same calls (and send/recv's test below
+# checks the grouping of 3 agreeing ranks in a mismatch)
+@pytest.mark.parametrize(
+    "case, n", [(c, 2) for c in sorted(MISMATCHES)] + [pytest.param("op", 4, marks=pytest.mark.slow)]
+)
 def test_ranks_calling_different_collectives_are_named_at_once(default_sessions, n, case):
     s = default_sessions(n)
     code, calls = MISMATCHES[case]
@@ -219,7 +222,9 @@ def test_the_same_in_a_script_and_in_session_run(default_sessions, tmp_path):
 DDP = "from torch.nn.parallel import DistributedDataParallel as DDP\nddp_model = DDP(torch.nn.Linear(4, 4))"
 
 
-@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "n", [2]
+)  # on 4 ranks: notebook 06's test_uneven_batches_are_named_in_seconds_then_fixed_with_join
 def test_ddp_with_uneven_batches_is_named_with_its_bucket_and_join(default_sessions, n):
     """The classic distributed hang, from C++: rank 0 runs a step more, its backward waits in DDP's bucket
     all_reduce that the others never issue. Named within seconds (torchrun: when rank 1 exits, 17 s; a rank
@@ -314,8 +319,10 @@ ONE_RANK_ONLY = {
 }
 
 
-@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("case", list(ONE_RANK_ONLY))
+# every case on 2 ranks; on 4 FSDP2 only (its parameters sharded 4 ways): the others' 4-rank runs named the same
+@pytest.mark.parametrize(
+    "case, n", [(c, 2) for c in ONE_RANK_ONLY] + [pytest.param("fsdp2", 4, marks=pytest.mark.slow)]
+)
 def test_a_collective_torch_runs_on_one_rank_only_is_named(default_sessions, n, case):
     """DTensor's full_tensor(), an FSDP2 step and an async_op all_reduce's wait() on rank 0 only: the rank waits
     in a collective the Python watch never saw block; named in seconds, released, the next collective right."""
@@ -352,8 +359,11 @@ BUCKET_AGAINST_PYTHON = {
 }
 
 
-@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("case", list(BUCKET_AGAINST_PYTHON))
+# every case on 2 ranks; on 4 the bucket issued later only (three ranks waiting for rank 0's number)
+@pytest.mark.parametrize(
+    "case, n",
+    [(c, 2) for c in BUCKET_AGAINST_PYTHON] + [pytest.param("bucket later", 4, marks=pytest.mark.slow)],
+)
 def test_a_ddp_bucket_against_a_python_all_reduce_is_a_mismatch_named_before_it_runs(default_sessions, n, case):
     """Torch's number for a collective is the watch's: rank 0's bucket all_reduce issued from C++ and the other
     ranks' own all_reduce at the same number are compared before they join (no process lost, nothing summed)."""
