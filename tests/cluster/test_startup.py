@@ -24,6 +24,7 @@ from jupyter_mgpu import rundir as rd
 from jupyter_mgpu.cluster.local import Cluster, ClusterSpec
 from jupyter_mgpu.cluster.processes import kernel_identity, kill_group, spawn
 from jupyter_mgpu.devices import DeviceInfo
+from jupyter_mgpu.engine.startup.held_ports import held_socket
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 
 pytestmark = pytest.mark.cluster
@@ -143,12 +144,7 @@ def test_a_controller_that_dies_binding_its_ports_is_told_at_once():
     taken.listen()
     # the controller's first ports, held here as held_ports holds them (bound, never listening), so this
     # test takes no port from another process; its next ports are its own held random ones
-    held = []
-    for _ in range(3):
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        held.append(sock)
+    held = [held_socket("127.0.0.1") for _ in range(3)]
     ports = [*(h.getsockname()[1] for h in held), taken.getsockname()[1]]  # registration binds, the 4th fails
     path = rd.create(rd.new_cluster_id())
     pid, ctime = kernel_identity()

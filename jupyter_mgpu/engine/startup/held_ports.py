@@ -25,10 +25,10 @@ def hold_chosen_ports() -> None:
     def select_random_ports(n: int) -> list[int]:
         ports = []
         for _ in range(n):
-            sock = _bound_socket()
+            sock = held_socket()
             while sock.getsockname()[1] in util._random_ports:
                 sock.close()
-                sock = _bound_socket()
+                sock = held_socket()
             port = sock.getsockname()[1]
             _held.append(sock)
             util._random_ports.add(port)
@@ -38,8 +38,10 @@ def hold_chosen_ports() -> None:
     util.select_random_ports = select_random_ports
 
 
-def _bound_socket() -> socket.socket:
+def held_socket(host: str = "") -> socket.socket:
+    """A socket bound to a free port of ``host`` that never listens: the port is nobody else's while it is
+    open, yet a server's own listener (``SO_REUSEADDR``, as zmq's, tornado's and libuv's have it) binds it."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("", 0))
+    sock.bind((host, 0))
     return sock
