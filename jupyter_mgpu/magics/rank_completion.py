@@ -31,8 +31,10 @@ from jupyter_mgpu.engine.records.telemetry import TELEMETRY_DIR
 from jupyter_mgpu.engine.wire import unix_socket
 
 BUDGET = 0.2  # seconds a Tab may wait for a rank, connecting included
-LOADED_BUDGET = 3.0  # seconds it may wait while the rank is seen running (its telemetry moves): a loaded machine
-STALE_S = 0.6  # a rank whose telemetry record is older than this is not seen running (stopped, hung, gone)
+LOADED_BUDGET = 5.0  # seconds it may wait while the rank is seen running (its telemetry moves): a loaded machine
+# a rank whose telemetry record is older than this, and than three of its sampling periods, is not seen running
+# (stopped, hung, gone); a rank starved of its cores on a loaded machine writes late (CI saw 0.6 s crossed)
+STALE_S = 2.0
 _TARGETS = re.compile(r"(?:--targets|-t)(?:[ \t]+|=)(\S+)")
 
 
@@ -151,12 +153,23 @@ def rank_reply(
 
 
 def _seen_running(rundir: Any, rank: int) -> bool:
-    """Whether ``rank``'s sampler wrote its telemetry record lately: the engine runs, however slowly."""
+    """Whether ``rank``'s sampler wrote its telemetry record lately: the engine runs, however slowly. Lately:
+    within :data:`STALE_S`, or three of the rank's sampling periods where it samples less often."""
+    record = Path(rundir) / TELEMETRY_DIR / f"rank{rank}.json"
     try:
-        age = time.time() - os.stat(Path(rundir) / TELEMETRY_DIR / f"rank{rank}.json").st_mtime
+        age = time.time() - os.stat(record).st_mtime
     except OSError:
         return False
-    return age < STALE_S
+    return age < STALE_S or age < 3 * _period(record)
+
+
+def _period(record: Path) -> float:
+    """The sampling period a telemetry record states (0 where it cannot be read: half written, gone)."""
+    try:
+        period = json.loads(record.read_text()).get("period")
+    except (OSError, ValueError, AttributeError):
+        return 0.0
+    return float(period) if isinstance(period, (int, float)) and not isinstance(period, bool) else 0.0
 
 
 async def _own(answer: Any) -> Any:

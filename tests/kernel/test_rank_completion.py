@@ -118,7 +118,7 @@ def _wait_stopped(pid: int, timeout: float = 10) -> None:
 def test_a_stopped_rank_0_falls_back_to_the_kernel_within_the_budget(kernel):
     # a loaded machine's budget made long, so the fallback on stale telemetry is told apart from the budget's
     # end by a wide margin, not by 0.5 s
-    reply, out = kernel.execute(SET_BUDGET.format(8.0) + "\nx_in_the_notebook = 2")
+    reply, out = kernel.execute(SET_BUDGET.format(9.0) + "\nx_in_the_notebook = 2")
     assert reply["status"] == "ok", (reply, out)
     os.kill(kernel.rank0_pid, signal.SIGSTOP)
     try:
@@ -130,7 +130,7 @@ def test_a_stopped_rank_0_falls_back_to_the_kernel_within_the_budget(kernel):
     print(f"stopped rank 0: the kernel's own answer after {took * 1e3:.0f} ms")
     # the notebook's own namespace answered (said otherwise: what the kernel alone completes)
     assert "x_in_the_notebook" in content["matches"], (content, took, complete(kernel, "x_in_the_not"))
-    assert took < 4  # once its telemetry stood still (STALE_S), not after the loaded machine's budget (8 s here)
+    assert took < 6  # once its telemetry stood still (STALE_S), not after the loaded machine's budget (9 s here)
     content, _ = complete(kernel, "%%mgpu\nonly_on_r")  # and rank 0 answers again once it runs
     assert "only_on_ranks_xyz" in content["matches"]
     reply, out = kernel.execute("%%mgpu\nprint('still', only_on_ranks_xyz)")

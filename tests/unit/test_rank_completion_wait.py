@@ -5,6 +5,7 @@ stopped rank falls back to the kernel's own answer soon. A real Unix socket and 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -75,6 +76,20 @@ def test_a_rank_whose_telemetry_stands_still_is_given_up_on(tmp_path):
     assert took < rank_completion.LOADED_BUDGET  # given up once the record was STALE_S old, not at the end
     assert took >= BUDGET
     assert STALE_S < rank_completion.LOADED_BUDGET
+
+
+def test_a_rank_sampling_slowly_is_seen_running_for_three_of_its_periods(tmp_path):
+    record = tmp_path / TELEMETRY_DIR / "rank0.json"
+    record.parent.mkdir()
+    old = time.time() - (STALE_S + 1)
+    for period, running in ((0.1, False), (STALE_S, True), ("not a number", False)):
+        record.write_text(json.dumps({"period": period}))
+        os.utime(record, (old, old))
+        assert rank_completion._seen_running(tmp_path, 0) is running, period
+    record.write_text('{"peri')  # caught mid-write
+    os.utime(record, (old, old))
+    assert rank_completion._seen_running(tmp_path, 0) is False
+    assert rank_completion._seen_running(tmp_path, 1) is False  # no record: telemetry off, or no such rank
 
 
 def test_without_telemetry_the_budget_is_all(tmp_path):
