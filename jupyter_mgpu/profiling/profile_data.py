@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,23 +142,30 @@ def _backend_bytes(e: dict[str, Any]) -> int:
     return total
 
 
-MATCH_NS = 50_000_000  # a backend event starts within this of its flight-recorder entry's creation
+MATCH_NS = 50_000_000  # a backend event may start this much before its flight-recorder entry's creation (clocks)
+LATE_NS = 5_000_000_000  # and this much after it: gloo runs a group's collectives in turn, late on a loaded machine
 
 
-def _sized(events: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
-    """Give each backend event the flight-recorder entry of the same op created nearest before it (each entry
-    used once): its group and torch's number for it (``g``, ``n``: the collective watch's numbering), and its
-    ``bytes`` unless the recorded shapes (``record_shapes``) give them."""
-    left = sorted(entries, key=lambda c: c["created_ns"])
+def _sized(
+    events: list[dict[str, Any]], entries: list[dict[str, Any]], watched: Sequence[tuple[int, int]] = ()
+) -> None:
+    """Give each backend event the flight-recorder entry of the same op issued first among those not yet
+    matched (a process group runs its collectives in the order they were issued; each entry used once):
+    its group and torch's number for it (``g``, ``n``: the collective watch's numbering), and its ``bytes``
+    unless the recorded shapes (``record_shapes``) give them. Entries of the ranks' own calls (``watched``)
+    are not candidates: their backend events are not among ``events``."""
+    left = sorted(
+        (c for c in entries if not any(a - MATCH_NS <= c["created_ns"] <= b for a, b in watched)),
+        key=lambda c: c["created_ns"],
+    )
     for e in events:
         e["bytes"] = _backend_bytes(e)
-        if not left:
-            continue
-        near = min(left, key=lambda c: abs(e["start_ns"] - c["created_ns"]))
-        if abs(e["start_ns"] - near["created_ns"]) <= MATCH_NS:
+        while left and left[0]["created_ns"] < e["start_ns"] - LATE_NS:
+            left.pop(0)  # an entry whose event the profile did not record
+        if left and left[0]["created_ns"] <= e["start_ns"] + MATCH_NS:
+            near = left.pop(0)
             e["bytes"] = e["bytes"] or int(near["bytes"])
             e["g"], e["n"] = near.get("g"), near.get("n")
-            left.remove(near)
 
 
 def _backend_instances(ranks: list[RankRecord]) -> list[tuple[str, int, dict[int, dict[str, Any]]]]:
@@ -174,7 +181,7 @@ def _backend_instances(ranks: list[RankRecord]) -> list[tuple[str, int, dict[int
             if m and not any(a <= e["start_ns"] <= b for a, b in watched):
                 found[m.group(2)].append(e)
         for op, events in found.items():
-            _sized(events, [c for c in rec.issued if c["op"] == op])
+            _sized(events, [c for c in rec.issued if c["op"] == op], watched)
         per_rank[rec.rank] = found
     numbered = all(e.get("n") for found in per_rank.values() for events in found.values() for e in events)
     out: list[tuple[str, int, dict[int, dict[str, Any]]]] = []

@@ -112,6 +112,29 @@ def test_without_recorded_shapes_the_flight_recorder_sizes_them_and_the_summary_
     assert summary[0]["compute_s"] == pytest.approx(0.1 - 0.007)
 
 
+def test_c_plus_plus_collectives_started_late_on_a_loaded_machine_get_their_own_entries_in_order():
+    """Two all-gathers issued 1 ms apart and run 80 ms later (gloo runs them in turn; the machine is busy):
+    each gets its own entry, in issue order, not the one created nearest its start; the entry of the rank's
+    own all-gather (a call the watch saw) is no candidate."""
+
+    def gloo(start_ms: float) -> dict:
+        return {"ph": "X", "name": "gloo:all_gather", "ts": start_ms * 1000, "dur": 1000, "tid": 9, "args": {}}
+
+    def rank(r: int) -> RankRecord:
+        issued = [
+            {"op": "all_gather", "created_ns": 5 * MS, "bytes": 8, "g": "0", "n": 1},  # the rank's own call
+            {"op": "all_gather", "created_ns": 20 * MS, "bytes": 4096, "g": "0", "n": 2},
+            {"op": "all_gather", "created_ns": 21 * MS, "bytes": 528, "g": "0", "n": 3},
+            {"op": "all_gather", "created_ns": 101 * MS, "bytes": 2112, "g": "0", "n": 4},  # issued as the first ran
+        ]
+        own = [{"op": "all_gather", "enter_ns": 4 * MS, "exit_ns": 7 * MS, "number": 1, "group": "0"}]
+        events = [gloo(5), gloo(100), gloo(102), gloo(104)]
+        return RankRecord(r, "h", 0, {"baseTimeNanoseconds": 0, "traceEvents": events}, [], own, issued)
+
+    rows = [row for row in collective_rows([rank(0), rank(1)]) if row["source"] == "torch (C++)"]
+    assert [(row["number"], row["bytes"]) for row in rows] == [(2, 4096), (3, 528), (4, 2112)], rows
+
+
 def test_the_merged_trace_has_a_process_per_rank_on_one_axis(ranks):
     ranks[1].trace["traceEvents"] = [{"ph": "X", "name": "aten::mm", "ts": 100.0, "dur": 5.0, "tid": 1, "pid": 777}]
     merged = merged_chrome_trace(ranks)["traceEvents"]
