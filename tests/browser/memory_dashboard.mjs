@@ -191,6 +191,16 @@ try {
     window.__mgpuWatch = setInterval(window.__mgpuSample, 50);
   });
   await runCell(4);
+  // as a person does: %mgpu_restart once the dashboard says the rank died (a restart begun in the same
+  // instant could come before the reader's next look at the engines, 0.3 s, and the badge would skip it)
+  await page.waitForFunction(
+    () =>
+      document.querySelector(
+        '.mgpu-mem .mgpu-mem-row[data-rank="1"] .mgpu-mem-badge'
+      )?.textContent === 'dead',
+    null,
+    { timeout: 20000, polling: 50 }
+  );
   await runCell(5);
   await page.waitForFunction(
     () =>
