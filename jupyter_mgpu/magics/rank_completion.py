@@ -27,7 +27,7 @@ from typing import Any
 
 from jupyter_mgpu.engine.execution import completion_server
 from jupyter_mgpu.engine.execution.direct_channel import recv_frames, send_frames
-from jupyter_mgpu.engine.records.telemetry import TELEMETRY_DIR
+from jupyter_mgpu.engine.records.telemetry import TELEMETRY_DIR, read_sample_file
 from jupyter_mgpu.engine.wire import unix_socket
 
 BUDGET = 0.2  # seconds a Tab may wait for a rank, connecting included
@@ -165,10 +165,7 @@ def _seen_running(rundir: Any, rank: int) -> bool:
 
 def _period(record: Path) -> float:
     """The sampling period a telemetry record states (0 where it cannot be read: half written, gone)."""
-    try:
-        period = json.loads(record.read_text()).get("period")
-    except (OSError, ValueError, AttributeError):
-        return 0.0
+    period = (read_sample_file(record) or {}).get("period")
     return float(period) if isinstance(period, (int, float)) and not isinstance(period, bool) else 0.0
 
 

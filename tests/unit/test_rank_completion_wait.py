@@ -83,7 +83,7 @@ def test_a_rank_sampling_slowly_is_seen_running_for_three_of_its_periods(tmp_pat
     record.parent.mkdir()
     old = time.time() - (STALE_S + 1)
     for period, running in ((0.1, False), (STALE_S, True), ("not a number", False)):
-        record.write_text(json.dumps({"period": period}))
+        record.write_text(json.dumps({"rank": 0, "time": old, "period": period}))
         os.utime(record, (old, old))
         assert rank_completion._seen_running(tmp_path, 0) is running, period
     record.write_text('{"peri')  # caught mid-write
