@@ -129,6 +129,12 @@ async function fileBreakpoint(file, line) {
       timeout: STEP_TIMEOUT
     }
   );
+  // A second after a file's text last changed (opening it sets it), JupyterLab's EditorHandler sends the
+  // breakpoints its gutter shows then (EDITOR_CHANGED_TIMEOUT, node_modules/@jupyterlab/debugger); a click
+  // within that second whose setBreakpoints reply is still on its way is not in the gutter yet, and that
+  // send removes it again (run M: the script's mark shown, then gone, and no rank stopped). A person reads
+  // the file before clicking in it.
+  await page.waitForTimeout(1500);
   await clickGutter(file, line);
   await page.waitForFunction(
     n => document.querySelectorAll('.jp-DebuggerBreakpoint').length > n,
