@@ -1,6 +1,8 @@
 """Load: many cells and big collectives without memory growth; 16 ranks on a 2-core machine.
 
-The bounds are printed with the measured growth (pytest -s shows them)."""
+The bounds are printed with the measured growth (pytest -s shows them). What they catch: a cell that
+keeps 120 KiB (24 MiB over 200 cells) and a 64 MiB collective that keeps 1 MiB (over 25; a kept buffer
+of its own size at once). 100 collectives would catch 0.25 MiB each, for 45 s more on 2 cores."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def _all_reduce_64mib() -> float:
 
 
 @pytest.mark.slow
-def test_200_cells_and_100_collectives_of_64mib_do_not_grow_memory(s4):
+def test_200_cells_and_25_collectives_of_64mib_do_not_grow_memory(s4):
     me = psutil.Process()
     engines = [s4.cluster.engine_pids[r] for r in range(4)]
     for _ in range(20):  # warm up caches, allocator pools, ipyparallel buffers
@@ -43,7 +45,7 @@ def test_200_cells_and_100_collectives_of_64mib_do_not_grow_memory(s4):
     c0, e0 = me.memory_info().rss, _rss(engines)
     for i in range(200):
         s4.run_cell(f"y = torch.ones(1000) * {i}\ndist.all_reduce(y)\nprint(rank, y[0].item())", stream=True)
-    for _ in range(100):
+    for _ in range(25):
         assert s4.run(_all_reduce_64mib) == [4.0] * 4
     gc.collect()
     c1, e1 = me.memory_info().rss, _rss(engines)
