@@ -16,6 +16,7 @@ from typing import Any
 import ipywidgets
 
 from jupyter_mgpu.widgets.colors import rank_color
+from jupyter_mgpu.widgets.figure_state import sync_figure_state
 
 CATEGORY_COLORS = {
     "params": "#1f77b4",
@@ -219,6 +220,7 @@ class CompareLive(ipywidgets.VBox):
         with self.plot.batch_update():
             self.plot.data = []
             self.plot.add_traces([t["trace"] for t in new], rows=[t["row"] for t in new], cols=[1] * len(new))
+        sync_figure_state(self.plot)
 
     def done(self) -> None:
         ran = ", ".join(f"{s} {'ok' if self.result.ok(s) else 'failed'}" for s in self.result.rows)

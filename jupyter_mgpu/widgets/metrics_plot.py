@@ -14,6 +14,7 @@ import ipywidgets
 
 from jupyter_mgpu.monitoring.metrics_log import MetricRecords, MetricsReader
 from jupyter_mgpu.widgets.colors import rank_color
+from jupyter_mgpu.widgets.figure_state import sync_figure_state
 from jupyter_mgpu.widgets.rank_names import rank_names, rank_title
 
 MEAN_COLOR = "#000000"
@@ -36,8 +37,7 @@ def _figure(name: str, world_size: int) -> Any:
         for r in range(world_size)
     ]
     traces.append(go.Scatter(x=[], y=[], mode="lines", name="mean over ranks", line={"color": MEAN_COLOR, "width": 3}))
-    fig = go.FigureWidget(data=traces)
-    fig.update_layout(
+    layout = go.Layout(
         title=name,
         xaxis_title="step",
         yaxis_title=name,
@@ -45,7 +45,7 @@ def _figure(name: str, world_size: int) -> Any:
         margin={"l": 50, "r": 20, "t": 40, "b": 40},
         template="plotly_white",
     )
-    return fig
+    return go.FigureWidget(data=traces, layout=layout)
 
 
 class MetricsPlot(ipywidgets.VBox):
@@ -118,6 +118,7 @@ class MetricsPlot(ipywidgets.VBox):
                 fig.data[r].x, fig.data[r].y = xs, ys
             fig.data[-1].x = [s for s, _ in mean]
             fig.data[-1].y = [v for _, v in mean]
+        sync_figure_state(fig)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

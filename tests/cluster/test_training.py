@@ -143,6 +143,11 @@ def test_the_plot_header_follows_clear_metrics_and_stop_draws_the_last_records(s
         plot.stop()  # draws what was logged since the last refresh, then stops
     assert plot.status.value == "6 records, last step 3; stopped following the ranks"
     assert list(plot.figures["loss"].data[0].x) == [1, 2, 3]
+    # the state a view is drawn from holds the whole figure, not only the deltas that edited it (a frontend
+    # model that loaded late drops those: notebook 06's DDP plot was drawn blank)
+    state = plot.figures["loss"].get_state()
+    assert [list(t["x"]) for t in state["_widget_data"]] == [[1, 2, 3]] * 3, state["_widget_data"]
+    assert state["_widget_layout"]["title"]["text"] == "loss", state["_widget_layout"]
     mg.clear_metrics(s2)
 
 
