@@ -104,18 +104,14 @@ def test_text_progress_bar_redraws_live_per_rank_then_ends_where_it_was_drawn(st
 def test_tqdm_notebook_renders_a_widget_bar_per_rank(steps):
     s = steps["widget"]
     bars = [o for o in s["items"] if o["progress"]]
-    labels = [o["label"] for o in s["items"] if o["label"]]
     assert len(bars) == 2, s
-    assert labels == ["rank 0", "rank 1"], s
     # the bars' updates reached the page over the relayed comms: full, green, 5/5
     assert all(b["progress"]["width"] == "100%" and b["progress"]["success"] for b in bars), bars
     assert all("5/5" in b["progress"]["text"] for b in bars), bars
-    assert [o["label"] or ("bar" if o["progress"] else o["mime"]) for o in s["items"]] == [
-        "rank 0",
-        "bar",
-        "rank 1",
-        "bar",
-    ]
+    # each rank's label, then its bar; the two ranks in the order their bars came (rank order only when they
+    # came within the relay's settling time, which a loaded machine need not give: tests/unit/test_output_relay.py)
+    shown = [o["label"] or ("bar" if o["progress"] else o["mime"]) for o in s["items"]]
+    assert shown in (["rank 0", "bar", "rank 1", "bar"], ["rank 1", "bar", "rank 0", "bar"]), shown
     for bad in ("Error displaying widget", "model not found"):
         assert bad not in s["text"], s["text"]
 
