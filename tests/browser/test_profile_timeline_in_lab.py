@@ -14,8 +14,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
 CELLS = {
     "init": "%load_ext jupyter_mgpu\n%mgpu_init 16 --no-dashboard",
+    # rank 5 late by more than 16 ranks on 2 loaded cores are late by chance (up to 0.45 s seen)
     "profiled": "%%mgpu --profile\nimport time\nx = torch.ones(1000)\nfor _ in range(3):\n    if rank == 5:\n"
-    "        time.sleep(0.2)\n    dist.all_reduce(x)",
+    "        time.sleep(1.0)\n    dist.all_reduce(x)",
     "timeline": "_mgpu_profile.timeline()",
     "summary": "_mgpu_profile.summary()[['wait_s', 'last_to_arrive']].round(2)",
     "shutdown": "%mgpu_shutdown",
