@@ -52,18 +52,22 @@ const panelView = () =>
     })
   }));
 
-// Wait until the call stack shows a frame of a rank other than `not`; returns what the panel shows.
-async function stoppedRank(not = null) {
+// Wait until the call stack shows a frame of a rank other than `not` and the variables list `name` (a loaded
+// page lists a function's variable groups before its variables); returns what the panel shows.
+async function stoppedRank(not, name) {
   await page.waitForFunction(
-    n =>
+    ([n, want]) =>
       Array.from(
         document.querySelectorAll('.jp-DebuggerCallstackFrame-name')
       ).some(
         f =>
           f.textContent.startsWith('rank ') &&
           (n === null || !f.textContent.startsWith(`rank ${n} `))
-      ) && document.querySelectorAll('.jp-DebuggerVariables-name').length > 0,
-    not,
+      ) &&
+      Array.from(document.querySelectorAll('.jp-DebuggerVariables-name')).some(
+        v => v.textContent === want
+      ),
+    [not, name],
     { timeout: STEP_TIMEOUT, polling: 200 }
   );
   await page.waitForTimeout(300); // the variables of that frame settle
@@ -311,14 +315,14 @@ try {
   report('breakpoint', { breakpoints });
 
   await runCell(page, C.cell, false);
-  const first = await stoppedRank();
+  const first = await stoppedRank(null, 'secret');
   await shot('01_stopped');
   report('first', { ...first, layout: await notebookLayout(page) });
 
   await page.evaluate(() =>
     window.jupyterapp.commands.execute('debugger:continue')
   );
-  const second = await stoppedRank(first.rank);
+  const second = await stoppedRank(first.rank, 'secret');
   await shot('02_other_rank');
   report('second', second);
 
@@ -343,7 +347,7 @@ try {
     button: await continueAllButton()
   });
   await runNotebookCell(C.helper, false);
-  const inFile = await stoppedRank();
+  const inFile = await stoppedRank(null, 'out');
   const fileStop = {
     ...inFile,
     highlight: await fileHighlight(F.helper),
@@ -370,7 +374,7 @@ try {
   );
   const sent = await setCondition(cfg.paths.helper, 3, 'rank == 1');
   await runNotebookCell(C.helper, false);
-  const onlyRank = await stoppedRank();
+  const onlyRank = await stoppedRank(null, 'out');
   const conditional = {
     sent,
     ...onlyRank,
@@ -386,14 +390,14 @@ try {
   // a breakpoint clicked in a %mgpu_run script's file: each rank stops there in turn
   const scriptMarks = await fileBreakpoint(F.script, 4);
   await runNotebookCell(C.script, false);
-  const s1 = await stoppedRank();
+  const s1 = await stoppedRank(null, 'value');
   const highlight = await fileHighlight(F.script);
   await shot('05_stopped_in_script');
   const script1 = { ...s1, highlight, value: await evaluateInConsole('value') };
   await page.evaluate(() =>
     window.jupyterapp.commands.execute('debugger:continue')
   );
-  const s2 = await stoppedRank(s1.rank);
+  const s2 = await stoppedRank(s1.rank, 'value');
   const script2 = { ...s2, value: await evaluateInConsole('value') };
   await page.evaluate(() =>
     window.jupyterapp.commands.execute('debugger:continue')
