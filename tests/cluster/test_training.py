@@ -10,6 +10,7 @@ import torch
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import RankError
+from jupyter_mgpu.widgets.figure_state import synced_figure
 
 pytestmark = pytest.mark.cluster
 
@@ -145,9 +146,9 @@ def test_the_plot_header_follows_clear_metrics_and_stop_draws_the_last_records(s
     assert list(plot.figures["loss"].data[0].x) == [1, 2, 3]
     # the state a view is drawn from holds the whole figure, not only the deltas that edited it (a frontend
     # model that loaded late drops those: notebook 06's DDP plot was drawn blank)
-    state = plot.figures["loss"].get_state()
-    assert [list(t["x"]) for t in state["_widget_data"]] == [[1, 2, 3]] * 3, state["_widget_data"]
-    assert state["_widget_layout"]["title"]["text"] == "loss", state["_widget_layout"]
+    data, layout = synced_figure(plot.figures["loss"])
+    assert [list(t["x"]) for t in data] == [[1, 2, 3]] * 3, data
+    assert layout["title"]["text"] == "loss", layout
     mg.clear_metrics(s2)
 
 

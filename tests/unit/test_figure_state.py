@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_mgpu.widgets.figure_state import sync_figure_state
+from jupyter_mgpu.widgets.figure_state import sync_figure_state, synced_figure
 
 go = pytest.importorskip("plotly.graph_objects")
 
@@ -16,11 +16,9 @@ def test_edits_by_delta_reach_the_synced_state():
     with fig.batch_update():  # a restyle delta
         fig.data[0].x, fig.data[0].y = [1, 2, 3], [0.5, 0.25, 0.125]
     sync_figure_state(fig)
-    state = fig.get_state()
-    assert [(list(t["x"]), list(t["y"]), t["name"]) for t in state["_widget_data"]] == [
-        ([1, 2, 3], [0.5, 0.25, 0.125], "rank 0")
-    ]
-    assert state["_widget_layout"]["title"]["text"] == "loss"
+    data, layout = synced_figure(fig)
+    assert [(list(t["x"]), list(t["y"]), t["name"]) for t in data] == [([1, 2, 3], [0.5, 0.25, 0.125], "rank 0")]
+    assert layout["title"]["text"] == "loss"
 
 
 def test_traces_replaced_in_a_batch_reach_the_synced_state():
@@ -30,4 +28,4 @@ def test_traces_replaced_in_a_batch_reach_the_synced_state():
         fig.data = []
         fig.add_traces([go.Bar(x=["a", "b"], y=[1, 2], name="params"), go.Scatter(x=[0], y=[3], name="step time")])
     sync_figure_state(fig)
-    assert [t["name"] for t in fig.get_state()["_widget_data"]] == ["params", "step time"]
+    assert [t["name"] for t in synced_figure(fig)[0]] == ["params", "step time"]
