@@ -62,6 +62,7 @@ class MetricsPlot(ipywidgets.VBox):
         self.interval = float(interval)
         self.reader = MetricsReader(session.runtime_dir)
         self.figures: dict[str, Any] = {}
+        self._drawn: dict[str, list[tuple[list[Any], list[float]]]] = {}  # what each figure shows now
         self.status = ipywidgets.HTML("<i>waiting for mgpu.log(...) on the ranks</i>")
         self.children = (self.status,)
         self._stop = threading.Event()
@@ -113,12 +114,14 @@ class MetricsPlot(ipywidgets.VBox):
                 xs.append(rec["step"])
                 ys.append(v)
         mean = records.mean(name)
+        series = [*per_rank.values(), ([s for s, _ in mean], [v for _, v in mean])]
+        if self._drawn.get(name) == series:  # nothing new: no delta, and no copy of the whole figure each tick
+            return
         with fig.batch_update():
-            for r, (xs, ys) in per_rank.items():
-                fig.data[r].x, fig.data[r].y = xs, ys
-            fig.data[-1].x = [s for s, _ in mean]
-            fig.data[-1].y = [v for _, v in mean]
+            for trace, (xs, ys) in zip(fig.data, series):
+                trace.x, trace.y = xs, ys
         sync_figure_state(fig)
+        self._drawn[name] = series
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
