@@ -16,7 +16,7 @@ from typing import Any
 import ipywidgets
 
 from jupyter_mgpu.widgets.colors import rank_color
-from jupyter_mgpu.widgets.figure_state import sync_figure_state
+from jupyter_mgpu.widgets.live_figure import LiveFigure
 
 CATEGORY_COLORS = {
     "params": "#1f77b4",
@@ -37,9 +37,8 @@ COLLECTIVE_COLORS = {
 MIB = 2**20
 
 
-def figure(result: Any, widget: bool = False) -> Any:
-    """The comparison as a plotly figure (a ``FigureWidget`` with ``widget=True``, for live updates)."""
-    import plotly.graph_objects as go
+def figure(result: Any) -> Any:
+    """The comparison as a plotly figure."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
@@ -66,7 +65,7 @@ def figure(result: Any, widget: bool = False) -> Any:
     fig.update_yaxes(title_text="MiB", row=1, col=1)
     fig.update_yaxes(title_text="seconds", row=2, col=1)
     fig.update_yaxes(title_text="MiB", row=3, col=1)
-    return go.FigureWidget(fig) if widget else fig
+    return fig
 
 
 def traces(result: Any) -> list[dict[str, Any]]:
@@ -187,8 +186,9 @@ class CompareLive(ipywidgets.VBox):
         self.status = ipywidgets.HTML(
             f"<b>mg.compare</b>: {', '.join(result.plan.strategies)} on {session.world_size} ranks — starting"
         )
-        self.plot = figure(result, widget=True)
-        self.plot.layout.height = 560
+        fig = figure(result)
+        fig.layout.height = 560
+        self.plot = LiveFigure(fig, label="mg.compare's plot")
         board = []
         try:
             from jupyter_mgpu.widgets.memory_dashboard import dashboard
@@ -217,10 +217,10 @@ class CompareLive(ipywidgets.VBox):
     def finished(self, strategy: str) -> None:
         """Redraw the plot with ``strategy``'s rows."""
         new = traces(self.result)
-        with self.plot.batch_update():
-            self.plot.data = []
-            self.plot.add_traces([t["trace"] for t in new], rows=[t["row"] for t in new], cols=[1] * len(new))
-        sync_figure_state(self.plot)
+        fig = self.plot.figure
+        fig.data = []
+        fig.add_traces([t["trace"] for t in new], rows=[t["row"] for t in new], cols=[1] * len(new))
+        self.plot.redraw()
 
     def done(self) -> None:
         ran = ", ".join(f"{s} {'ok' if self.result.ok(s) else 'failed'}" for s in self.result.rows)

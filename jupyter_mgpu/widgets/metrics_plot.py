@@ -1,8 +1,8 @@
 """Live training curves: one plotly figure per metric, a thin line per rank and a thick mean.
 
-A background thread follows the ranks' metrics files (``monitoring.metrics_log.MetricsReader``) and updates the
-figures while a ``%%mgpu`` cell is still training — JupyterLab renders widget updates from a kernel
-thread live. The thread stops with ``.stop()`` / ``.close()`` or when the session shuts down.
+A background thread follows the ranks' metrics files (``monitoring.metrics_log.MetricsReader``) and redraws the
+figures (``widgets/live_figure.py``) while a ``%%mgpu`` cell is still training — JupyterLab renders widget updates
+from a kernel thread live. The thread stops with ``.stop()`` / ``.close()`` or when the session shuts down.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ipywidgets
 
 from jupyter_mgpu.monitoring.metrics_log import MetricRecords, MetricsReader
 from jupyter_mgpu.widgets.colors import rank_color
-from jupyter_mgpu.widgets.figure_state import sync_figure_state
+from jupyter_mgpu.widgets.live_figure import LiveFigure
 from jupyter_mgpu.widgets.rank_names import rank_names, rank_title
 
 MEAN_COLOR = "#000000"
@@ -45,7 +45,7 @@ def _figure(name: str, world_size: int) -> Any:
         margin={"l": 50, "r": 20, "t": 40, "b": 40},
         template="plotly_white",
     )
-    return go.FigureWidget(data=traces, layout=layout)
+    return go.Figure(data=traces, layout=layout)
 
 
 class MetricsPlot(ipywidgets.VBox):
@@ -53,7 +53,7 @@ class MetricsPlot(ipywidgets.VBox):
 
     def __init__(self, session: Any, names: Any = None, interval: float = 0.25):
         super().__init__()
-        from plotly.basewidget import BaseFigureWidget  # noqa: F401  (a one-time import of several seconds: here, not mid-training)
+        import plotly.graph_objects  # noqa: F401  (a one-time import of seconds: here, not mid-training)
 
         if isinstance(names, str):
             names = [names]
@@ -61,7 +61,8 @@ class MetricsPlot(ipywidgets.VBox):
         self.names = list(names) if names else None
         self.interval = float(interval)
         self.reader = MetricsReader(session.runtime_dir)
-        self.figures: dict[str, Any] = {}
+        self.figures: dict[str, Any] = {}  # name -> plotly go.Figure, what is drawn now
+        self.views: dict[str, LiveFigure] = {}
         self._drawn: dict[str, list[tuple[list[Any], list[float]]]] = {}  # what each figure shows now
         self.status = ipywidgets.HTML("<i>waiting for mgpu.log(...) on the ranks</i>")
         self.children = (self.status,)
@@ -81,7 +82,8 @@ class MetricsPlot(ipywidgets.VBox):
 
     def _add(self, name: str) -> None:
         self.figures[name] = _figure(name, self.session.world_size)
-        self.children = (self.status, *self.figures.values())
+        self.views[name] = LiveFigure(self.figures[name], label=f"live plot of {name}")
+        self.children = (self.status, *self.views.values())
 
     def refresh(self) -> MetricRecords:
         """Read new records and redraw (the background thread calls this every ``interval`` s)."""
@@ -93,7 +95,7 @@ class MetricsPlot(ipywidgets.VBox):
                 if name not in self.figures:
                     self._add(name)
             for name in names:
-                self._draw(self.figures[name], records, name)
+                self._draw(name, records)
             self.status.value = self._status(records)
             return records
 
@@ -105,7 +107,7 @@ class MetricsPlot(ipywidgets.VBox):
             text = "<i>no records: waiting for mgpu.log(...) on the ranks</i>"
         return text + ("; stopped following the ranks" if self._stop.is_set() else "")
 
-    def _draw(self, fig: Any, records: MetricRecords, name: str) -> None:
+    def _draw(self, name: str, records: MetricRecords) -> None:
         per_rank: dict[int, tuple[list[Any], list[float]]] = {r: ([], []) for r in range(self.session.world_size)}
         for rec in records:
             v = rec.get(name)
@@ -115,12 +117,11 @@ class MetricsPlot(ipywidgets.VBox):
                 ys.append(v)
         mean = records.mean(name)
         series = [*per_rank.values(), ([s for s, _ in mean], [v for _, v in mean])]
-        if self._drawn.get(name) == series:  # nothing new: no delta, and no copy of the whole figure each tick
+        if self._drawn.get(name) == series:  # nothing new: nothing sent, the figure not even serialised
             return
-        with fig.batch_update():
-            for trace, (xs, ys) in zip(fig.data, series):
-                trace.x, trace.y = xs, ys
-        sync_figure_state(fig)
+        for trace, (xs, ys) in zip(self.figures[name].data, series):
+            trace.x, trace.y = xs, ys
+        self.views[name].redraw()
         self._drawn[name] = series
 
     def _loop(self) -> None:

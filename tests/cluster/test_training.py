@@ -10,7 +10,7 @@ import torch
 
 import jupyter_mgpu as mg
 from jupyter_mgpu.errors import RankError
-from jupyter_mgpu.widgets.figure_state import synced_figure
+from jupyter_mgpu.widgets.live_figure import MIME
 
 pytestmark = pytest.mark.cluster
 
@@ -144,11 +144,10 @@ def test_the_plot_header_follows_clear_metrics_and_stop_draws_the_last_records(s
         plot.stop()  # draws what was logged since the last refresh, then stops
     assert plot.status.value == "6 records, last step 3; stopped following the ranks"
     assert list(plot.figures["loss"].data[0].x) == [1, 2, 3]
-    # the state a view is drawn from holds the whole figure, not only the deltas that edited it (a frontend
-    # model that loaded late drops those: notebook 06's DDP plot was drawn blank)
-    data, layout = synced_figure(plot.figures["loss"])
-    assert [list(t["x"]) for t in data] == [[1, 2, 3]] * 3, data
-    assert layout["title"]["text"] == "loss", layout
+    # what every view is drawn from: the whole figure as it is now
+    spec = plot.views["loss"].outputs[0]["data"][MIME]
+    assert [t["x"] for t in spec["data"]] == [[1, 2, 3]] * 3, spec["data"]
+    assert spec["layout"]["title"]["text"] == "loss", spec["layout"]
     mg.clear_metrics(s2)
 
 

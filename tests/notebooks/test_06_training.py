@@ -62,6 +62,16 @@ def test_each_run_keeps_its_whole_curve_and_the_headers_say_what_is_drawn(run):
     assert ddp["points"][:4] == [96] * 4, ddp
 
 
+def test_the_ddp_plot_grows_live_while_the_cell_trains_and_keeps_its_height(run):
+    """Made before the DDP cell, the plot is redrawn in the page as the ranks log: several partial curves, never
+    more points than steps, and its height not collapsing while a redraw is drawn (the page would jump)."""
+    seen = run.steps["live"]["seen"]
+    partial = {s["points"] for s in seen if 0 < s["points"] < 96}
+    assert len(partial) >= 3, seen
+    drawn = [s["height"] for s in seen if s["points"]]
+    assert min(drawn) >= max(drawn) - 2, seen
+
+
 def test_uneven_batches_are_named_in_seconds_then_fixed_with_join(run):
     """Rank 0 has a batch more: it waits in DDP's bucket all-reduce, issued from C++, which the session names
     with every rank's part; the same loop under Join finishes on every rank."""

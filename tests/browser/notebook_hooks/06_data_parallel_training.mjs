@@ -1,7 +1,42 @@
-// 06 training: what each live metrics plot shows once the notebook has run — its header line and
+// 06 training: while the DDP cell trains, how many points the DDP plot's loss figure draws each time the page
+// changes (a MutationObserver, not round trips a busy machine makes rare) and how tall the plot is then: it
+// must grow live and never collapse while a redraw is drawn. Then what each live metrics plot shows once the
+// notebook has run — its header line and
 // how many points each rank's loss line has. A figure still being drawn (plotly renders a view
 // asynchronously, later on a loaded machine) is waited for, up to 20 s; one still empty then is
 // reported with what its element holds, so a failure says whether it was never drawn or wiped.
+export async function during({ page, report, cellIndex }) {
+  const cell = await cellIndex('plot.stop()          #');
+  await page.evaluate(k => {
+    const c = window.jupyterapp.shell.currentWidget.content.widgets[k];
+    const seen = (window.__mgpuLive = []);
+    const read = () => {
+      const graph = c.node.querySelector('.js-plotly-plot');
+      const box = c.node.querySelector('.widget-vbox');
+      if (!graph || !graph.data) {
+        return;
+      }
+      const points = (graph.data[0].x || []).length;
+      const height = Math.round(box.getBoundingClientRect().height);
+      const last = seen[seen.length - 1];
+      if (!last || last.points !== points || last.height !== height) {
+        seen.push({ points, height });
+      }
+    };
+    new MutationObserver(read).observe(c.node, {
+      subtree: true,
+      childList: true,
+      attributes: true
+    });
+    read();
+  }, cell);
+  await page.waitForFunction(() => window.__mgpuDone, null, {
+    timeout: 0,
+    polling: 200
+  });
+  report('live', { seen: await page.evaluate(() => window.__mgpuLive) });
+}
+
 export async function after({ page, report }) {
   const read = () =>
     page.evaluate(() => {
