@@ -66,6 +66,31 @@ def _left_waiting(ranks: list[int], released: list[int] | None, timeout: float |
     return msg + (f" and released after the {timeout:.0f} s timeout" if timeout else " and timed out")
 
 
+def _own_failure(report: dict[str, Any]) -> bool:
+    """A rank's own error (its code raised, it ran out of memory): not a collective it was released from or
+    timed out in, a mismatch it found, an interrupt or a debugger's ``q``."""
+    return not (
+        report.get("collective_failure")
+        or report.get("interrupted")
+        or report.get("debug_quit")
+        or report.get("ename") == "CollectiveMismatchError"
+    )
+
+
+def _left_by_a_failure(
+    failures: dict[int, dict[str, Any]], stuck: list[int], sequence_numbers: dict[int, int | None]
+) -> bool:
+    """Whether the ranks the hang watch found stuck wait in a collective that a rank which failed on its own
+    never entered: that failure left them waiting, and is what the call reports. The hang watch can look
+    before they are released on the failure's account (a loaded machine: a rank reached the collective only
+    after its peers were released), and would say the failed rank "finished the cell without calling it"."""
+    own = [sequence_numbers.get(r) for r in failures if _own_failure(failures[r])]
+    entered = [sequence_numbers.get(r) for r in stuck]
+    own_known = [n for n in own if n is not None]
+    entered_known = [n for n in entered if n is not None]
+    return bool(own_known and entered_known) and min(own_known) < max(entered_known)
+
+
 def build_error(failures: dict[int, dict[str, Any]], *, rebuilt: bool = False, **details: Any) -> RankError:
     """One :class:`RankError` (or a subclass) describing every failed rank, saying if the group was rebuilt."""
     err = _build_error(failures, rebuilt=rebuilt, **details)
@@ -112,7 +137,9 @@ def _build_error(
 ) -> RankError:
     budgets = budgets or {}
     failed = sorted(failures)
-    if stuck is not None:
+    if stuck is not None and _left_by_a_failure(failures, stuck.release, sequence_numbers or {}):
+        released = sorted(set(released or ()) | set(stuck.release))  # the failure is said, they were left by it
+    elif stuck is not None:
         cls = CollectiveMismatchError if stuck.kind == "mismatch" else CollectiveHangError
         return cls(f"{stuck.text}; {rank_words(stuck.release)} released at once", failed, failures)
     mismatched = [r for r in failed if failures[r].get("ename") == "CollectiveMismatchError"]

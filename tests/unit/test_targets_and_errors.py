@@ -1,7 +1,13 @@
 import pytest
 
 from jupyter_mgpu.engine.group.process_group import check_timeout, choose_backend
-from jupyter_mgpu.errors import CollectiveTimeoutError, DeviceOutOfMemoryError, MgpuError, RankError
+from jupyter_mgpu.errors import (
+    CollectiveHangError,
+    CollectiveTimeoutError,
+    DeviceOutOfMemoryError,
+    MgpuError,
+    RankError,
+)
 from jupyter_mgpu.session.rank_errors import build_error
 from jupyter_mgpu.session.targets import parse_targets
 
@@ -73,6 +79,33 @@ def test_collective_timeout_names_the_missing_rank_from_sequence_numbers():
     assert isinstance(err, CollectiveTimeoutError)
     assert "timed out after 60 s on ranks 0, 1, 2: rank 3 never joined it" in str(err)
     assert "rebuilt" in str(err)
+
+
+def _late_rank_found_stuck(failed_rank_entered: int) -> RankError:
+    """Notebook 11 on a loaded machine: rank 2 raised before its all_reduce; ranks 0 and 1, waiting in it, were
+    released on that failure's account; rank 3 reached it only then, and the hang watch found it there first."""
+    from jupyter_mgpu.session.hang_watch import Diagnosis
+
+    fails = {r: _fail(r, "RuntimeError", "Connection closed by peer", collective_failure=True) for r in (0, 1, 3)}
+    fails[2] = _fail(2, "ZeroDivisionError", "division by zero")
+    stuck = Diagnosis(
+        "hang",
+        [3],
+        "the ranks are stuck: rank 3 waits in all_reduce float32[1] at line 9 of the cell; "
+        "ranks 0, 1, 2 finished the cell without calling it",
+    )
+    entered = {0: 1, 1: 1, 2: failed_rank_entered, 3: 1}
+    return build_error(fails, sequence_numbers=entered, released=[0, 1], stuck=stuck, rebuilt=True)
+
+
+def test_a_rank_left_waiting_by_a_failure_is_said_with_that_failure_even_if_the_hang_watch_saw_it_first():
+    err = str(_late_rank_found_stuck(failed_rank_entered=0))
+    assert err.startswith("ZeroDivisionError on rank 2: division by zero at line 3 of the cell"), err
+    assert "ranks 0, 1, 3 were left waiting in a collective and released at once" in err, err
+    assert "without calling it" not in err and "rebuilt" in err, err
+    # a rank stuck in a collective the failed rank did enter is not that failure's doing: the hang is said
+    hang = _late_rank_found_stuck(failed_rank_entered=1)
+    assert isinstance(hang, CollectiveHangError) and "rank 3 released at once" in str(hang), hang
 
 
 def test_backend_choice_and_errors():
