@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from jupyter_client import KernelClient, KernelManager
 
+REPLY_AFTER_IDLE = 10.0  # the reply is sent before the idle status: generous for a loaded machine
+
 
 def run_and_interrupt(
     km: KernelManager,
@@ -20,8 +22,9 @@ def run_and_interrupt(
     until: Callable[[], bool] | None = None,
 ) -> tuple[dict, str, float]:
     """Run ``code``, press stop ``presses`` times from ``after`` seconds on (counted from when the kernel
-    began the cell, or from when ``until()`` first holds after that, if given); returns the reply content,
-    everything printed, and the seconds from the first press to the reply.
+    began the cell, or from when ``until()`` first holds after that, if given); returns the reply content
+    (``{"status": "lost"}`` if the kernel went idle without one), everything printed, and the seconds from the
+    first press to the reply.
 
     The count starts at the cell's ``execute_input``, as a person presses stop on a cell seen running:
     ipykernel ignores SIGINT between cells, so a press that came before the cell began (a busy machine
@@ -59,8 +62,14 @@ def run_and_interrupt(
         out.append(content.get("text", "") or "\n".join(content.get("traceback", [])))
         if msg["msg_type"] == "status" and content["execution_state"] == "idle":
             break
+    # ipykernel sends the reply before it goes idle, unless a press landed after the cell had ended, in its
+    # own handler of the request: it then logs "KeyboardInterrupt caught in kernel" and sends no reply at all
+    end = time.monotonic() + REPLY_AFTER_IDLE
     while True:
-        reply = kc.get_shell_msg(timeout=timeout)
+        try:
+            reply = kc.get_shell_msg(timeout=max(0.0, end - time.monotonic()))
+        except queue.Empty:
+            return {"status": "lost"}, "".join(out), time.monotonic() - pressed
         if reply["parent_header"].get("msg_id") == msg_id:
             return reply["content"], "".join(out), time.monotonic() - pressed
 

@@ -157,7 +157,9 @@ def test_interrupt_during_ddp_training(kernel):
 @pytest.mark.slow
 def test_five_quick_presses_never_leave_a_wrong_number(kernel):
     reply, out, took = kernel.run_and_interrupt(STUCK, after=1.0, presses=5, gap=0.15)
-    assert reply.get("ename") == "KeyboardInterrupt", (reply["status"], took, out)
+    # a late press can land in ipykernel's own handler after the cell ended: it then sends no reply (run B,
+    # session 33); what this test is about is the numbers after the presses
+    assert reply.get("ename") == "KeyboardInterrupt" or reply["status"] == "lost", (reply["status"], took, out)
     reply, out = kernel.execute(CHECK, timeout=60)
     if reply["status"] != "ok":  # a clear refusal is allowed, a wrong number never
         assert "run %mgpu_init --restart" in out, out
