@@ -127,10 +127,14 @@ def test_live_player_follows_events_while_the_block_runs(s2):
         p = t.play()
         assert p.live and p.n_frames == 0
         C = mg.matmul(A, A.redistribute(mg.Shard(0)), "ring")
+        def followed() -> bool:  # the follower thread sets data, then index: read both once it has done so
+            n = p.n_frames
+            return n > 0 and p.index == n - 1
+
         deadline = time.monotonic() + 5
-        while p.n_frames == 0 and time.monotonic() < deadline:
+        while not followed() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert p.n_frames > 0 and p.index == p.n_frames - 1  # followed the events while still recording
+        assert followed(), (p.n_frames, p.index)  # followed the events while still recording
     assert not p.live and p.n_frames == len(t.frames()) == len(tr.steps(t.events, 2))
     del C
 
