@@ -127,6 +127,7 @@ def test_live_player_follows_events_while_the_block_runs(s2):
         p = t.play()
         assert p.live and p.n_frames == 0
         C = mg.matmul(A, A.redistribute(mg.Shard(0)), "ring")
+
         def followed() -> bool:  # the follower thread sets data, then index: read both once it has done so
             n = p.n_frames
             return n > 0 and p.index == n - 1
