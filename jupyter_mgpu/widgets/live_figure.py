@@ -22,8 +22,8 @@ MIME = "application/vnd.plotly.v1+json"
 
 class LiveFigure(ipywidgets.Output):
     """Shows ``figure`` (a plotly ``go.Figure``) and redraws it whole on :meth:`redraw`; edit ``figure`` freely
-    in between. A figure with a height is held at it while a redraw is drawn (plotly's renderer draws a new view
-    15 px taller for a moment, then fits it), so the page does not jump."""
+    in between (callers skip a redraw when nothing changed). A figure with a height is held at it while a redraw
+    is drawn (plotly's renderer draws a new view 15 px taller for a moment, then fits it): the page does not jump."""
 
     def __init__(self, figure: Any, label: str = "plotly figure"):
         height = figure.layout.height
@@ -31,7 +31,6 @@ class LiveFigure(ipywidgets.Output):
         super().__init__(layout=ipywidgets.Layout(max_width="100%", **held))
         self.figure = figure
         self.label = label
-        self._shown: dict[str, Any] | None = None
         self.redraw()
 
     def spec(self) -> dict[str, Any]:
@@ -40,13 +39,12 @@ class LiveFigure(ipywidgets.Output):
         spec["config"] = {"displaylogo": False}
         return spec
 
-    def redraw(self) -> bool:
-        """Send the whole figure to every view if it changed since the last redraw; whether it was sent."""
-        spec = self.spec()
-        if spec == self._shown:
-            return False
+    def redraw(self) -> None:
+        """Send the whole figure as it is now to every view."""
         self.outputs = (
-            {"output_type": "display_data", "data": {MIME: spec, "text/plain": f"<{self.label}>"}, "metadata": {}},
+            {
+                "output_type": "display_data",
+                "data": {MIME: self.spec(), "text/plain": f"<{self.label}>"},
+                "metadata": {},
+            },
         )
-        self._shown = spec
-        return True

@@ -148,6 +148,9 @@ def test_the_plot_header_follows_clear_metrics_and_stop_draws_the_last_records(s
     spec = plot.views["loss"].outputs[0]["data"][MIME]
     assert [t["x"] for t in spec["data"]] == [[1, 2, 3]] * 3, spec["data"]
     assert spec["layout"]["title"]["text"] == "loss", spec["layout"]
+    sent = plot.views["loss"].outputs
+    plot.refresh()  # nothing new on the ranks: nothing sent again
+    assert plot.views["loss"].outputs is sent
     mg.clear_metrics(s2)
 
 

@@ -1,4 +1,4 @@
-"""A live figure sends its whole figure on each redraw that changed it, as plotly's mime output in an Output
+"""A live figure sends its whole figure on each redraw, as plotly's mime output in an Output
 widget's state: a view drawn at any time shows every edit, however the figure was edited."""
 
 from __future__ import annotations
@@ -16,20 +16,18 @@ def _shown(view: LiveFigure) -> dict:
     return output["data"][MIME]
 
 
-def test_each_redraw_sends_the_whole_edited_figure_and_an_unchanged_one_is_not_sent_again():
+def test_each_redraw_sends_the_whole_edited_figure():
     fig = go.Figure(data=[go.Scatter(x=[], y=[], name="rank 0")], layout={"title": "loss", "height": 300})
     view = LiveFigure(fig, label="live plot of loss")
     assert (view.layout.height, view.layout.overflow) == ("300px", "hidden")  # held while a redraw is drawn
     assert _shown(view)["data"][0]["x"] == [] and _shown(view)["layout"]["title"]["text"] == "loss"
     fig.data[0].x, fig.data[0].y = [1, 2, 3], [0.5, 0.25, 0.125]
     fig.update_layout(yaxis_title="loss")
-    assert view.redraw()
+    view.redraw()
     spec = _shown(view)
     assert [(t["x"], t["y"], t["name"]) for t in spec["data"]] == [([1, 2, 3], [0.5, 0.25, 0.125], "rank 0")]
     assert spec["layout"]["yaxis"]["title"]["text"] == "loss" and spec["config"] == {"displaylogo": False}
     assert view.outputs[0]["data"]["text/plain"] == "<live plot of loss>"
-    sent = view.outputs
-    assert not view.redraw() and view.outputs is sent
 
 
 def test_traces_replaced_in_a_subplot_figure_are_drawn():
