@@ -234,6 +234,47 @@ export async function untilLastStep(page, counter, timeout) {
   );
 }
 
+// While Run All runs (until window.__mgpuDone): each change of what `read(node)` returns for cell `k`'s node,
+// recorded in the page whenever the cell changes (a MutationObserver, not round trips a busy machine makes
+// rare, which can miss a whole live run). `read` runs in the page and returns null while there is nothing
+// to read; a reading is kept when one of `fields` (default: all) differs from the last one kept.
+export async function watchCell(
+  page,
+  k,
+  read,
+  { fields = null, observe = {} } = {}
+) {
+  const watch = (k, read, fields, observe) => {
+    const c = window.jupyterapp.shell.currentWidget.content.widgets[k];
+    const seen = (window.__mgpuWatched = []);
+    const record = () => {
+      const state = read(c.node);
+      const last = seen[seen.length - 1];
+      if (
+        state &&
+        (!last ||
+          (fields || Object.keys(state)).some(f => last[f] !== state[f]))
+      ) {
+        seen.push(state);
+      }
+    };
+    new MutationObserver(record).observe(c.node, {
+      subtree: true,
+      childList: true,
+      ...observe
+    });
+    record();
+  };
+  await page.evaluate(
+    `(${watch})(${k}, ${read}, ${JSON.stringify(fields)}, ${JSON.stringify(observe)})`
+  );
+  await page.waitForFunction(() => window.__mgpuDone, null, {
+    timeout: 0,
+    polling: 200
+  });
+  return page.evaluate(() => window.__mgpuWatched);
+}
+
 // Step the player inside `sel` forward `n` times with its button; `read()` after each step and before
 // the first: n + 1 readings.
 export async function stepForward(page, sel, n, read) {

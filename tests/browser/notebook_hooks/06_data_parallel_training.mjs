@@ -5,36 +5,25 @@
 // how many points each rank's loss line has. A figure still being drawn (plotly renders a view
 // asynchronously, later on a loaded machine) is waited for, up to 20 s; one still empty then is
 // reported with what its element holds, so a failure says whether it was never drawn or wiped.
+import { watchCell } from '../chromium.mjs';
+
 export async function during({ page, report, cellIndex }) {
   const cell = await cellIndex('plot.stop()          #');
-  await page.evaluate(k => {
-    const c = window.jupyterapp.shell.currentWidget.content.widgets[k];
-    const seen = (window.__mgpuLive = []);
-    const read = () => {
-      const graph = c.node.querySelector('.js-plotly-plot');
-      const box = c.node.querySelector('.widget-vbox');
+  const seen = await watchCell(
+    page,
+    cell,
+    node => {
+      const graph = node.querySelector('.js-plotly-plot');
+      const box = node.querySelector('.widget-vbox');
       if (!graph || !graph.data) {
-        return;
+        return null;
       }
       const points = (graph.data[0].x || []).length;
-      const height = Math.round(box.getBoundingClientRect().height);
-      const last = seen[seen.length - 1];
-      if (!last || last.points !== points || last.height !== height) {
-        seen.push({ points, height });
-      }
-    };
-    new MutationObserver(read).observe(c.node, {
-      subtree: true,
-      childList: true,
-      attributes: true
-    });
-    read();
-  }, cell);
-  await page.waitForFunction(() => window.__mgpuDone, null, {
-    timeout: 0,
-    polling: 200
-  });
-  report('live', { seen: await page.evaluate(() => window.__mgpuLive) });
+      return { points, height: Math.round(box.getBoundingClientRect().height) };
+    },
+    { observe: { attributes: true } }
+  );
+  report('live', { seen });
 }
 
 export async function after({ page, report }) {

@@ -4,6 +4,7 @@
 // wrote, opened from file:// with every network request refused and played through its last 24 steps to
 // the end.
 import {
+  watchCell,
   stepForward,
   lastAndBack,
   offlinePage,
@@ -12,43 +13,23 @@ import {
 
 export async function during({ page, report, cellIndex }) {
   const cell = await cellIndex('r = mg.compare(model');
-  // recorded in the page whenever the cell changes (a MutationObserver), not between two round trips of a
-  // busy machine, which can miss a whole pipeline's training
-  await page.evaluate(k => {
-    const c = window.jupyterapp.shell.currentWidget.content.widgets[k];
-    const seen = (window.__mgpuSeen = []);
-    const read = () => {
-      const p = c.node.querySelector('.mgpu-schedule');
+  const seen = await watchCell(
+    page,
+    cell,
+    node => {
+      const p = node.querySelector('.mgpu-schedule');
       if (!p) {
-        return;
+        return null;
       }
-      const state = {
+      return {
         counter: p.querySelector('.mgpu-player-counter')?.textContent ?? '',
         title: p.querySelector('b')?.textContent ?? '',
         badge: p.querySelector('.mgpu-badge')?.textContent ?? '',
-        status: c.node.querySelector('.widget-html-content')?.textContent ?? ''
+        status: node.querySelector('.widget-html-content')?.textContent ?? ''
       };
-      const last = seen[seen.length - 1];
-      if (
-        !last ||
-        last.counter !== state.counter ||
-        last.title !== state.title
-      ) {
-        seen.push(state);
-      }
-    };
-    new MutationObserver(read).observe(c.node, {
-      subtree: true,
-      childList: true,
-      characterData: true
-    });
-    read();
-  }, cell);
-  await page.waitForFunction(() => window.__mgpuDone, null, {
-    timeout: 0,
-    polling: 200
-  });
-  const seen = await page.evaluate(() => window.__mgpuSeen);
+    },
+    { fields: ['counter', 'title'], observe: { characterData: true } }
+  );
   report('live', { seen: seen.slice(0, 2000) });
 }
 
