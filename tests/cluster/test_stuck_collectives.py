@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from jupyter_mgpu.errors import CollectiveHangError, CollectiveMismatchError
+from jupyter_mgpu.errors import CollectiveHangError, CollectiveMismatchError, MgpuError
 
 pytestmark = pytest.mark.cluster
 
@@ -48,9 +48,12 @@ def _sum_is_right(s) -> None:
 
 def _fails_within(s, code: str, error: type, seconds: float = NAMED_WITHIN) -> str:
     start = time.monotonic()
-    with pytest.raises(error) as info:
+    with pytest.raises(MgpuError) as info:
         s.run_cell(textwrap.dedent(code), stream=False)
     took = time.monotonic() - start
+    # another error says what each rank raised in full (a report's text is cut short in pytest's locals)
+    raised = {r: f"{f.get('ename')}: {f.get('evalue')}" for r, f in (getattr(info.value, "errors", None) or {}).items()}
+    assert isinstance(info.value, error), f"{type(info.value).__name__} after {took:.1f} s: {info.value}; {raised}"
     assert took < seconds, f"named after {took:.1f} s: {info.value}"
     _sum_is_right(s)  # the group was rebuilt: the next collective is right
     return str(info.value)
