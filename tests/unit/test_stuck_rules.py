@@ -4,6 +4,9 @@ that runs is never stuck; ranks all blocked (or done) with nothing moving for th
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 
@@ -70,6 +73,19 @@ def test_the_table_gives_a_peers_record_of_the_same_call_only(tmp_path):
     at = a._offset(0, crc("0"), 3)
     a.map[at : at + 4] = b"\xff\xff\xff\x7f"  # a header caught half-written
     assert b.record(0, "0", 3, 1) is None
+
+
+def test_a_peers_record_that_comes_to_agree_at_once_is_no_mismatch(tmp_path):
+    """CI saw two ranks raise a mismatch at #118 whose records all named the same call a moment later: a
+    record being replaced under the number is not a disagreement; one that stays different is."""
+    a, b = CollectiveTable(tmp_path, 2), CollectiveTable(tmp_path, 2)
+    b.write(1, "0", 9, 0, "barrier", "barrier", "line 2")
+    threading.Timer(0.03, b.write, (1, "0", 9, 0, "all_to_all_single|float32", "all_to_all_single", "line 3")).start()
+    t0 = time.monotonic()
+    assert not a.differs(1, "0", 9, 0, crc("all_to_all_single|float32"), settle=2.0)
+    assert time.monotonic() - t0 < 1.0
+    assert a.differs(1, "0", 9, 0, crc("all_reduce|float32[4]"), settle=0.05)
+    assert not a.differs(1, "0", 10, 0, crc("all_reduce|float32[4]"))  # no record of that call: nothing to compare
 
 
 def test_a_rank_that_skipped_the_collective_and_finished_is_named():

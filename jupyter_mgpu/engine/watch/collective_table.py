@@ -6,7 +6,8 @@ call's number in its group, the group's and the fingerprint's CRC) and a JSON pa
 the call and its line). The payload is written before the header, and a reader checks the header's
 numbers and the payload's CRC, so a write caught half-done reads as no record rather than a wrong one.
 Comparing fingerprints reads headers only (a fraction of a microsecond a peer); the payload is read
-when they differ, to say how. A rank's record of a call lives in its slot for that group and number
+when they differ, to say how; a differing one counts only once it has stayed so for :data:`SETTLE_S`
+(:meth:`CollectiveTable.differs`). A rank's record of a call lives in its slot for that group and number
 while it makes its next ``RING - 1`` calls. Ranks on other hosts have a table of their own; this one
 never holds their records. ``engine/watch/collective_watch.py`` writes and reads it; nothing else does.
 """
@@ -17,6 +18,7 @@ import json
 import mmap
 import os
 import struct
+import time
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any
 FILE_NAME = "collectives.table"
 RING = 64
 SLOT = 512
+SETTLE_S = 0.2  # a peer's differing record that agrees within this was being replaced: no mismatch
 _HEAD = struct.Struct("=IIIIII")  # payload length, payload CRC, generation, number, group CRC, fingerprint CRC
 
 
@@ -76,6 +79,22 @@ class CollectiveTable:
         if length == 0 or gen != generation or n != number or gcrc != g:
             return None
         return int(fcrc)
+
+    def differs(self, rank: int, group: str, number: int, generation: int, mine: int, settle: float = SETTLE_S) -> bool:
+        """Whether ``rank``'s record of that call has another fingerprint than ``mine`` (a CRC) and keeps it for
+        ``settle`` seconds. A record that comes to agree within them was being replaced by the peer's own call
+        at this number: CI once saw two ranks raise a mismatch at #118 whose records, read a moment later,
+        all named the same all_to_all_single. A real mismatch stays: the peer waits in its call or raised."""
+        theirs = self.fingerprint(rank, group, number, generation)
+        if theirs is None or theirs == mine:
+            return False
+        deadline = time.monotonic() + settle
+        while time.monotonic() < deadline:
+            time.sleep(0.005)
+            theirs = self.fingerprint(rank, group, number, generation)
+            if theirs is None or theirs == mine:
+                return False
+        return True
 
     def record(self, rank: int, group: str, number: int, generation: int) -> dict[str, Any] | None:
         """``rank``'s record of that call, or None (not written, or being written now)."""

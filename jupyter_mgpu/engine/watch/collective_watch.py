@@ -169,7 +169,7 @@ def _begin(op: str, args: dict[str, Any], caller: Any) -> dict[str, Any] | None:
         record = {"call": words, "line": line}
         _table.write(st.rank, group, n, gen, fp, words, line)
         mine = crc(fp)
-        if any(_table.fingerprint(p, group, n, gen) not in (None, mine) for p in ranks if p != st.rank):
+        if any(_table.differs(p, group, n, gen, mine) for p in ranks if p != st.rank):
             raise CollectiveMismatchError(
                 mismatch_text(n, ranks, _calls_of(st.rank, record, ranks, group, n, gen), st.world_size)
             )

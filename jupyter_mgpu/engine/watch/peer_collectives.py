@@ -133,7 +133,7 @@ def differing(
             theirs = table.fingerprint(p, group, n, gen)
             if theirs is not None:
                 missing.remove(p)
-                if theirs != crc(mine["fp"]):
+                if table.differs(p, group, n, gen, crc(mine["fp"])):
                     return _calls(me, mine, {p: table.record(p, group, n, gen) or {}})
         now = time.monotonic()
         if missing and now >= next_ask:
