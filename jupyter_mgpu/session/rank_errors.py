@@ -66,6 +66,12 @@ def _left_waiting(ranks: list[int], released: list[int] | None, timeout: float |
     return msg + (f" and released after the {timeout:.0f} s timeout" if timeout else " and timed out")
 
 
+def _says_timeout(text: str) -> bool:
+    """Whether a collective's error says it timed out (not that gloo closed a connection, seconds in)."""
+    lowered = text.lower()
+    return "timed out" in lowered or "timeout" in lowered
+
+
 def _own_failure(report: dict[str, Any]) -> bool:
     """A rank's own error (its code raised, it ran out of memory): not a collective it was released from or
     timed out in, a mismatch it found, an interrupt or a debugger's ``q``."""
@@ -177,6 +183,10 @@ def _build_error(
         timeout = max(own) if own else timeout  # a script's own init_process_group(timeout=)
         after = f" after {timeout:.0f} s" if timeout else ""
         msg = f"a collective timed out{after} on {rank_list(timed)}"
+        if not any(_says_timeout(failures[r].get("evalue") or "") for r in timed):  # gloo closed it, not a timeout
+            said = (failures[timed[0]].get("evalue") or "").strip().splitlines()
+            msg = f"a collective failed on {rank_list(timed)}: a connection to a peer closed"
+            msg += f" ({said[0][:160]})" if said else ""
         if missing:
             msg += f": {rank_list(missing)} never joined it"
         msg += _where(failures[timed[0]])

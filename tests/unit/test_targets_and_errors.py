@@ -81,6 +81,16 @@ def test_collective_timeout_names_the_missing_rank_from_sequence_numbers():
     assert "rebuilt" in str(err)
 
 
+def test_a_collective_whose_connection_closed_is_not_said_to_have_timed_out():
+    """gloo closed rank 0's connection seconds in: the configured timeout never ran out, nor is it said to."""
+    text = "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5001"
+    fails = {0: _fail(0, "DistBackendError", text, collective_failure=True)}
+    err = build_error(fails, succeeded=[1, 2, 3], sequence_numbers={0: 1, 1: 0, 2: 0, 3: 0}, timeout=1800)
+    assert isinstance(err, CollectiveTimeoutError)
+    assert str(err).startswith(f"a collective failed on rank 0: a connection to a peer closed ({text}): ranks 1, 2, 3")
+    assert "1800" not in str(err)
+
+
 def _late_rank_found_stuck(failed_rank_entered: int) -> RankError:
     """Notebook 11 on a loaded machine: rank 2 raised before its all_reduce; ranks 0 and 1, waiting in it, were
     released on that failure's account; rank 3 reached it only then, and the hang watch found it there first."""
