@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from jupyter_mgpu import rundir as rd
+from jupyter_mgpu.engine.startup.doorbell import ring as ring_supervisor
 from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
 
 RESTART_DIR = "restart"  # read by the supervisor (engine/startup/launcher.py)
@@ -41,6 +42,7 @@ def request(cluster: Any, ranks: list[int], generation: int, master: tuple[str, 
     folder.mkdir(mode=0o700, exist_ok=True)
     for r in ranks:
         rd.write_json(folder / f"{r}.json", {"rank": r, "generation": generation, "master": master})
+    ring_supervisor(cluster.path)
 
 
 def wait_registered(cluster: Any, ranks: list[int], old_pids: dict[int, int], timeout: float) -> dict[int, int]:

@@ -26,6 +26,7 @@ from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.devices import DeviceInfo
 from jupyter_mgpu.engine.records.startup_marks import CONTROLLER_LISTENING, mark
 from jupyter_mgpu.engine.records.startup_marks import read as read_marks
+from jupyter_mgpu.engine.startup.doorbell import ring as ring_supervisor
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
 from jupyter_mgpu.wait_line import WaitLine
 
@@ -159,6 +160,7 @@ class Cluster:
                     controller = spawn_controller(path, kernel_pid, kernel_ctime)
                 try:
                     rd.write_json(path / "launch.json", config)
+                    ring_supervisor(path)  # a spare's supervisor sleeps until then
                     if supervisor is None:
                         supervisor = spawn(path, ["jupyter_mgpu.engine.startup.launcher", str(path)])
                         mark(path, "supervisor.spawned")

@@ -19,8 +19,8 @@ from typing import Any
 
 ENGINE_FILE = "profile/security/ipcontroller-engine.json"
 RESTART_DIR = "restart"  # the kernel's requests to start a dead rank again (session/rank_restart.py)
-RESTART_POLL_S = 0.02
 _warmed = False
+_bell: Any = None  # this supervisor's doorbell (engine/startup/doorbell.py), once it waits for anything
 SHIM_GRACE = 0.3
 
 
@@ -33,6 +33,8 @@ def _engine_child(rundir: Path, config: dict[str, Any], rank: int) -> None:
     """Body of one forked engine process; never returns."""
     code = 0
     try:
+        if _bell is not None:
+            _bell.leave()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -193,21 +195,23 @@ class _Engines:
         while self.children:
             self.reap(block=True)
 
-    def reap(self, block: bool) -> None:
-        """Wait for one child to end (or, without ``block``, look); write how its engine ended."""
+    def reap(self, block: bool) -> bool:
+        """Wait for one child to end (or, without ``block``, look); write how its engine ended. Whether one
+        was reaped."""
         try:
             pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
         except ChildProcessError:
             self.children.clear()
-            return
+            return False
         if pid == 0:
-            return
+            return False
         for rank, cpid in list(self.children.items()):
             if cpid == pid:
                 del self.children[rank]
                 _write_exit(self.rundir, rank, pid, status)
                 if not self.stopping:
                     _log(self.rundir, f"rank {rank} (pid {pid}) ended with status {status}")
+        return True
 
 
 def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str | None = None) -> None:
@@ -227,11 +231,15 @@ def main(rundir_arg: str, kernel_pid: str | None = None, kernel_create_time: str
         _log(rundir, "the controller never wrote its connection file")
         sys.exit(2)
     mark(rundir, "supervisor.engine_file")
+    bell = _doorbell(rundir)
     _fork_engines(rundir, config, engines)
+    bell.ring_when_a_child_ends()
     while engines.children:  # reaped as they end; a dead rank started again when the kernel asks
-        engines.reap(block=False)
+        while engines.reap(block=False):
+            pass
         _serve_restarts(rundir, config, engines)
-        time.sleep(RESTART_POLL_S)
+        if engines.children:
+            bell.wait()
     _log(rundir, "all engines ended; supervisor exits")
 
 
@@ -266,9 +274,20 @@ def _wait_as_spare(rundir: Path, kernel_pid: int, kernel_create_time: float | No
     from jupyter_mgpu.engine.startup import watchdog
 
     watchdog.start(kernel_pid, kernel_create_time)
+    bell = _doorbell(rundir)  # before the first look: the start rings it after writing launch.json
     _warm_up(rundir)
     while not (rundir / "launch.json").exists():
-        time.sleep(0.005)
+        bell.wait()
+
+
+def _doorbell(rundir: Path) -> Any:
+    """This supervisor's doorbell, opened once."""
+    global _bell
+    if _bell is None:
+        from jupyter_mgpu.engine.startup.doorbell import Doorbell
+
+        _bell = Doorbell(rundir)
+    return _bell
 
 
 def _handle_signals(engines: _Engines, config: dict[str, Any]) -> None:
