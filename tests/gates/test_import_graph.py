@@ -89,6 +89,7 @@ ALLOWED: dict[str, set[str]] = {
         "rundir",
         "engine.records.startup_marks",  # the start-up timeline the supervisor writes
         "engine.shards.allocator_budget",  # built once in the background before the engines need it
+        "engine.startup.doorbell",  # rung after writing what the supervisor waits for
         "wait_line",
     },
     "launch": {
