@@ -5,6 +5,7 @@ and the hang rule's view of it."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -125,6 +126,32 @@ def test_end_of_input_quits_as_pdb_does_at_ctrl_d(rank, tmp_path, monkeypatch):
     t, out = _on_rank(cell)
     _serve_until_done(_desk(tmp_path), t)
     assert type(out["error"]).__name__ == "BdbQuit"
+
+
+def test_step_does_not_stop_in_what_the_garbage_collector_runs(rank, tmp_path, monkeypatch, capsys):
+    prompts = _answer(monkeypatch, ["s", "c"])
+    seen: list[str] = []
+
+    def on_collect(phase: str, info: dict[str, Any]) -> None:  # as hypothesis registers one
+        seen.append(phase)
+
+    def cell() -> int:
+        breakpoint()
+        gc.collect()
+        after = 1
+        return after
+
+    gc.callbacks.append(on_collect)
+    try:
+        t, out = _on_rank(cell)
+        _serve_until_done(_desk(tmp_path), t)
+    finally:
+        gc.callbacks.remove(on_collect)
+    assert out == {"value": 1} and "start" in seen  # the callback ran, inside the step (and the weakref
+    # callbacks and finalizers of earlier tests' garbage: plain pdb stops in those too)
+    assert len(prompts) == 2
+    printed = capsys.readouterr().out
+    assert "-> after = 1" in printed and "on_collect" not in printed
 
 
 def test_post_mortem_opens_the_frames_of_the_last_failure(rank, tmp_path, monkeypatch, capsys):

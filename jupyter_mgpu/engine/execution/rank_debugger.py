@@ -14,6 +14,7 @@ from __future__ import annotations
 import bdb
 import code
 import contextlib
+import gc
 import io
 import json
 import os
@@ -145,6 +146,7 @@ class RankPdb(pdb.Pdb):
     The stop button at its prompt ends debugging and interrupts the call (plain pdb would swallow it)."""
 
     def __init__(self, panel: bool = False) -> None:
+        _watch_collections()
         self.panel = panel  # stopped at a breakpoint of JupyterLab's debugger panel: it drives this rank
         self.buffer = io.StringIO()
         super().__init__(stdin=_Input(self), stdout=self.buffer, skip=SKIP)  # type: ignore[arg-type]
@@ -152,6 +154,12 @@ class RankPdb(pdb.Pdb):
         st = rank_state.STATE
         self.rank = st.rank if st is not None else 0
         self.prompt = f"(Pdb rank {self.rank}) "
+
+    def stop_here(self, frame: FrameType) -> bool:
+        """pdb's rule, less what the garbage collector runs: weakref callbacks, finalizers and
+        ``gc.callbacks`` run wherever an allocation happens to collect, not where the person steps (a
+        library's gc callback caught ``step`` at random)."""
+        return bool(super().stop_here(frame)) and not _collecting() and not _in_gc_callback(frame)
 
     def _cmdloop(self) -> None:
         self.cmdloop()  # a KeyboardInterrupt ends the debugging and reaches the call
@@ -242,6 +250,36 @@ class _Console(code.InteractiveConsole):
 
     def write(self, data: str) -> None:
         self.debugger.buffer.write(data)
+
+
+_COLLECTING: list[int | None] = [None]  # the thread a garbage collection runs in now, if any
+
+
+def _on_collection(phase: str, info: dict[str, Any]) -> None:
+    _COLLECTING[0] = threading.get_ident() if phase == "start" else None
+
+
+def _watch_collections() -> None:
+    """Note when a collection starts and stops (first of ``gc.callbacks``, so before the others' code)."""
+    if _on_collection not in gc.callbacks:
+        gc.callbacks.insert(0, _on_collection)
+
+
+def _collecting() -> bool:
+    """Whether this thread is inside a garbage collection now."""
+    return _COLLECTING[0] == threading.get_ident()
+
+
+def _in_gc_callback(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside one of ``gc.callbacks`` (or what it calls): those after ours run once
+    it has said the collection stopped."""
+    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
+    codes.discard(None)
+    while frame is not None and codes:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _frame_line(frame: FrameType) -> str | None:
