@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine.execution import rank_debugger
+from jupyter_mgpu.engine.execution import collector_frames, rank_debugger
 from jupyter_mgpu.engine.state import EngineState
 from jupyter_mgpu.engine.watch import collective_guard, collective_watch
 from jupyter_mgpu.errors import MgpuError, RankError
@@ -152,6 +152,7 @@ def test_step_does_not_stop_in_what_the_garbage_collector_runs(rank, tmp_path, m
     assert len(prompts) == 2
     printed = capsys.readouterr().out
     assert "-> after = 1" in printed and "on_collect" not in printed
+    assert gc.callbacks[0] is collector_frames._on_collection  # first: it says a collection began before others run
 
 
 def test_post_mortem_opens_the_frames_of_the_last_failure(rank, tmp_path, monkeypatch, capsys):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import bdb
 import code
 import contextlib
-import gc
 import io
 import json
 import os
@@ -29,7 +28,7 @@ from typing import Any
 
 from jupyter_mgpu.engine import rank_traceback
 from jupyter_mgpu.engine import state as rank_state
-from jupyter_mgpu.engine.execution import panel_breaks, streamed_output
+from jupyter_mgpu.engine.execution import collector_frames, panel_breaks, streamed_output
 from jupyter_mgpu.engine.shards import held_failure
 
 # frames pdb never stops in when stepping: ours and the engine's machinery around the user's code
@@ -146,7 +145,7 @@ class RankPdb(pdb.Pdb):
     The stop button at its prompt ends debugging and interrupts the call (plain pdb would swallow it)."""
 
     def __init__(self, panel: bool = False) -> None:
-        _watch_collections()
+        collector_frames.watch()
         self.panel = panel  # stopped at a breakpoint of JupyterLab's debugger panel: it drives this rank
         self.buffer = io.StringIO()
         super().__init__(stdin=_Input(self), stdout=self.buffer, skip=SKIP)  # type: ignore[arg-type]
@@ -159,7 +158,7 @@ class RankPdb(pdb.Pdb):
         """pdb's rule, less what the garbage collector runs: weakref callbacks, finalizers and
         ``gc.callbacks`` run wherever an allocation happens to collect, not where the person steps (a
         library's gc callback caught ``step`` at random)."""
-        return bool(super().stop_here(frame)) and not _collecting() and not _in_gc_callback(frame)
+        return bool(super().stop_here(frame)) and not collector_frames.runs(frame)
 
     def _cmdloop(self) -> None:
         self.cmdloop()  # a KeyboardInterrupt ends the debugging and reaches the call
@@ -250,36 +249,6 @@ class _Console(code.InteractiveConsole):
 
     def write(self, data: str) -> None:
         self.debugger.buffer.write(data)
-
-
-_COLLECTING: list[int | None] = [None]  # the thread a garbage collection runs in now, if any
-
-
-def _on_collection(phase: str, info: dict[str, Any]) -> None:
-    _COLLECTING[0] = threading.get_ident() if phase == "start" else None
-
-
-def _watch_collections() -> None:
-    """Note when a collection starts and stops (first of ``gc.callbacks``, so before the others' code)."""
-    if _on_collection not in gc.callbacks:
-        gc.callbacks.insert(0, _on_collection)
-
-
-def _collecting() -> bool:
-    """Whether this thread is inside a garbage collection now."""
-    return _COLLECTING[0] == threading.get_ident()
-
-
-def _in_gc_callback(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside one of ``gc.callbacks`` (or what it calls): those after ours run once
-    it has said the collection stopped."""
-    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
-    codes.discard(None)
-    while frame is not None and codes:
-        if frame.f_code in codes:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _frame_line(frame: FrameType) -> str | None:
