@@ -94,3 +94,22 @@ def test_the_shim_off_switch_starts_no_compile(empty_cache, monkeypatch):
     monkeypatch.setenv("JUPYTER_MGPU_BUDGET_SHIM", "0")
     assert ab.build_in_background() is None
     assert not os.path.exists(empty_cache)
+
+
+def test_a_compiler_whose_shim_crashes_is_not_used_and_the_reason_is_kept(empty_cache, tmp_path, monkeypatch):
+    # a "compiler" whose shim crashes when installed, as one of another GCC than torch's did at its first refusal
+    fake = tmp_path / "other-g++"
+    fake.write_text(
+        '#!/bin/sh\nwhile [ $# -gt 1 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+        "printf 'int mgpu_budget_install(long b) { return *(volatile int *)0; }' "
+        '| c++ -x c -shared -fPIC - -o "$out"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(ab, "_compilers", lambda: [str(fake)])
+    with pytest.raises(ab.BuildError, match="other-g\\+\\+ built a shim that crashed its check .SIGSEGV.*set CXX"):
+        ab.build()
+    target = ab.library_path()
+    assert not target.exists()
+    assert ab.build_in_background() is None  # later starts do not compile again
+    ab.settle(grace=0.3)
+    assert "SIGSEGV" in str(ab._settled_reason)  # what the cluster says it uses the OS limit for

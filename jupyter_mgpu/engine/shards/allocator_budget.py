@@ -2,7 +2,10 @@
 
 The shim is compiled once per torch build (about 2 s with the system's C++ compiler) into the user's
 cache directory and loaded with ctypes; each engine installs it in front of torch's CPU allocator.
-Where no compiler is found the engine falls back to the OS limit (``budget.py`` says which is used).
+Each build is checked in a process of its own before it is kept (a shim built on a GPU machine's image
+once crashed its engine at the first refusal, in C++ library code the compiler put in the shim), and
+the next compiler is tried if it fails. Where no compiler is found, or none makes a shim that passes, the engine falls
+back to the OS limit (``budget.py`` says which is used, and why).
 
 Nobody waits for the compiler at ``%mgpu_init``: ``%load_ext`` (``mg.prewarm``) and every start
 that finds the shim missing start the compile in a detached, low-priority process
@@ -76,8 +79,32 @@ def library_path() -> Path:
     return cache_dir() / f"budget_allocator-{key}.so"
 
 
+def _compilers() -> list[str]:
+    """The C++ compilers to try, in order: ``CXX``, then the system's (each once)."""
+    found: list[str] = []
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        path = shutil.which(name) if name else None
+        if path and os.path.realpath(path) not in {os.path.realpath(p) for p in found}:
+            found.append(path)
+    return found
+
+
 def _compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    return next(iter(_compilers()), None)
+
+
+def _failed_path(target: Path) -> Path:
+    """Where a build that no compiler here could make work says why; named for the compilers tried, so
+    another ``CXX`` tries again."""
+    key = hashlib.sha256("\0".join(_compilers()).encode()).hexdigest()[:8]
+    return target.with_name(f"{target.stem}-{key}.failed")
+
+
+def _failure(target: Path) -> str | None:
+    try:
+        return _failed_path(target).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _lock_path(target: Path) -> Path:
@@ -109,7 +136,7 @@ def build_in_background() -> subprocess.Popen[bytes] | None:
         target = library_path()
     except (BuildError, OSError):
         return None
-    if target.exists() or building(target) or not _compiler():
+    if target.exists() or building(target) or not _compiler() or _failure(target):
         return None
     return subprocess.Popen(
         [sys.executable, "-m", "jupyter_mgpu.engine.shards.allocator_budget"],
@@ -178,27 +205,54 @@ def settle(grace: float, start_time: float | None = None) -> None:
         while not target.exists() and time.monotonic() < deadline and building(target):
             time.sleep(0.02)
         if not target.exists():
-            raise BuildError(STILL_BUILDING if _compiler() else "no C++ compiler (c++, g++ or clang++) was found")
+            raise BuildError(
+                _failure(target)
+                or (STILL_BUILDING if _compiler() else "no C++ compiler (c++, g++ or clang++) was found")
+            )
         load()
     except BuildError as exc:
         _settled_reason = str(exc)
 
 
 def build() -> Path:
-    """The shim for this torch build, compiled now if it is not in the cache yet."""
+    """The shim for this torch build, compiled now if it is not in the cache yet: by the first compiler
+    whose shim passes :func:`_check` (a compiler whose C++ runtime differs from torch's builds a shim that
+    crashes), else :class:`BuildError` with why, remembered so that later starts do not compile again."""
     target = library_path()
     if target.exists():
         return target
-    compiler = _compiler()
-    if not compiler:
+    failed = _failure(target)
+    if failed:
+        raise BuildError(failed)
+    compilers = _compilers()
+    if not compilers:
         raise BuildError("no C++ compiler (c++, g++ or clang++) was found")
     import torch
 
     root = Path(torch.__file__).parent
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
-    os.close(fd)
+    reasons = []
+    for compiler in compilers:
+        fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
+        os.close(fd)
+        try:
+            reason = _compile(compiler, root, abi, tmp) or _check(tmp)
+            if reason is None:
+                os.replace(tmp, target)  # atomic: engines building at once never load half a file
+                return target
+            reasons.append(f"{Path(compiler).name} {reason}")
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    why = "; ".join(reasons)
+    if all("compiling took longer" not in r for r in reasons):
+        _failed_path(target).write_text(why)
+    raise BuildError(why)
+
+
+def _compile(compiler: str, root: Path, abi: int, out: str) -> str | None:
+    """Compile the shim with ``compiler`` into ``out``; why not, or None."""
     cmd = [
         compiler,
         "-O2",
@@ -212,20 +266,51 @@ def build() -> Path:
         "-lc10",
         f"-Wl,-rpath,{root / 'lib'}",
         "-o",
-        tmp,
+        out,
     ]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
-        if run.returncode != 0:
-            last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise BuildError(f"{Path(compiler).name} failed: {last}")
-        os.replace(tmp, target)  # atomic: engines building at once never load half a file
     except subprocess.TimeoutExpired:
-        raise BuildError(f"compiling took longer than {BUILD_TIMEOUT:.0f} s") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+        return f"compiling took longer than {BUILD_TIMEOUT:.0f} s"
+    if run.returncode != 0:
+        return "failed: " + (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return None
+
+
+# run in a process of its own: a shim whose C++ runtime does not match torch's kills the process that tries it
+_CHECK = """
+import ctypes, sys, torch
+lib = ctypes.CDLL(sys.argv[1])
+lib.mgpu_budget_install.argtypes = [ctypes.c_int64]
+assert lib.mgpu_budget_install(64 << 20) == 0, "torch's CPU allocator is not the plain one"
+kept = torch.ones(1 << 20, dtype=torch.uint8)
+try:
+    torch.empty(128 << 20, dtype=torch.uint8)
+except torch.OutOfMemoryError as exc:
+    assert "budget is 67108864 bytes" in str(exc), str(exc)
+else:
+    raise AssertionError("an allocation past the budget was not refused")
+assert int(kept.sum()) == 1 << 20
+"""
+
+
+def _check(path: str) -> str | None:
+    """Load the built shim in a fresh process and have it refuse an allocation past a budget; why it
+    failed, or None."""
+    try:
+        run = subprocess.run([sys.executable, "-c", _CHECK, path], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "built a shim whose check did not end in 120 s"
+    if run.returncode == 0:
+        return None
+    if run.returncode < 0:
+        import signal
+
+        return (
+            f"built a shim that crashed its check ({signal.Signals(-run.returncode).name}): its C++ runtime "
+            "differs from torch's; set CXX to the compiler torch was built with (torch.__config__.show() names it)"
+        )
+    return "built a shim that failed its check: " + (run.stderr.strip().splitlines() or ["(no output)"])[-1]
 
 
 def load() -> ctypes.CDLL:

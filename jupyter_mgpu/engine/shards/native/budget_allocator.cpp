@@ -10,6 +10,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <atomic>
+#include <cinttypes>
+#include <cstdio>
 #include <mutex>
 #include <unordered_map>
 #include <string>
@@ -72,10 +74,16 @@ struct BudgetAllocator final : public c10::Allocator {
     int64_t budget = g_budget.load();
     int64_t after = 0;
     if (!reserve(static_cast<int64_t>(n), budget, &after)) {
-      TORCH_CHECK_WITH(OutOfMemoryError, false,
-          "DefaultCPUAllocator: not enough memory: you tried to allocate ", n,
-          " bytes (this CPU virtual device's budget is ", budget, " bytes, ", after - static_cast<int64_t>(n),
-          " bytes in use).");
+      // formatted with snprintf, not c10::str: the iostream code c10::str puts in the shim crashed in
+      // libstdc++'s locale internals (SIGSEGV under std::ostream::_M_insert<unsigned long>) when built by a
+      // CXX wrapper of GCC 13.3 for torch 2.11+cu130; snprintf puts nothing of libstdc++'s in the shim
+      char msg[256];
+      std::snprintf(msg, sizeof msg,
+          "DefaultCPUAllocator: not enough memory: you tried to allocate %zu bytes (this CPU virtual "
+          "device's budget is %" PRId64 " bytes, %" PRId64 " bytes in use).",
+          n, budget, after - static_cast<int64_t>(n));
+      throw c10::OutOfMemoryError(
+          c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, std::string(msg));
     }
     c10::DataPtr inner;
     try {
