@@ -1,6 +1,7 @@
 """notebooks/12_many_ranks.ipynb: 32 real CPU ranks in real JupyterLab with Chromium (issue 37). The
 dashboard, the sidebar, ``%mgpu_status``, a per-rank DataFrame, ``mg.show`` of a sharded tensor and
-``%mgpu_collective all_gather`` stay legible — no console error, nothing past a cell's edge — and light:
+``%mgpu_collective all_gather`` stay legible — no console error, nothing past a cell's edge; the all-gather's
+player steps to its end at one height — and light:
 the all-gather cell sends the page under 10 MB (counted on the page's websockets by
 ``tests/browser/notebook_hooks/12_many_ranks.mjs``); how quick it and an empty cell are is for
 ``benchmarks/collective_pictures.py`` and ``benchmarks/cell_latency.py`` to say."""
@@ -37,6 +38,18 @@ def test_the_all_gather_picture_of_32_ranks_is_light(run):
     # how quick it is is benchmarks/collective_pictures.py's to say (drawing ~0.04 s), not this test's: a ratio to
     # the notebook's own empty cells (about 0.45 s against 20 ms on 2 cores) passed alone but not beside another
     # worker's Chromium, whose load comes and goes within the run
+
+
+def test_the_all_gather_figure_is_legible_and_its_player_steps_to_the_end_at_one_height(run):
+    # was tests/browser/test_collective_scale_in_lab.py, a 32-rank cluster and a page of its own for this cell
+    seconds, _ = _cell_traffic(run, "%%time\n%mgpu_collective all_gather")
+    assert seconds < 20, seconds  # the figure and the player, from running the cell (was 24-33 s)
+    m = run.steps["allGather"]
+    assert m["look"]["title"] == "all_gather"
+    assert m["look"]["width"] <= 860 and m["look"]["smallestText"] >= 8.5, m["look"]  # 9 px, at the shown size
+    assert m["steps"] == 32 and m["counters"][-1] == "step 32 / 32", m["counters"]
+    assert max(m["heights"]) - min(m["heights"]) <= 1, m["heights"]  # one height for every frame
+    assert m["perStep"] < 2, m
 
 
 def test_one_output_for_32_different_dataframes_every_rank_labelled(run):

@@ -109,9 +109,81 @@ export async function during({ page, context, report, cfg }) {
   report('traffic', { marks, sidebar });
 }
 
+// the all-gather cell: how its figure looks at the size shown (title, width, smallest text), then its
+// schedule player stepped to the end with its ▶ button, its height and counter read at every step (it
+// must keep one height: a player that resized each frame made the page jump)
+async function allGather({ page, report, cellIndex }) {
+  const i = await cellIndex('%%time\n%mgpu_collective all_gather');
+  await page.waitForFunction(
+    k =>
+      window.jupyterapp.shell.currentWidget.content.widgets[
+        k
+      ].node.querySelector('.mgpu-player svg') &&
+      window.jupyterapp.shell.currentWidget.content.widgets[
+        k
+      ].node.querySelector('.mgpu-collective svg'),
+    i,
+    { timeout: 20000 }
+  );
+  const look = await page.evaluate(k => {
+    const node = window.jupyterapp.shell.currentWidget.content.widgets[k].node;
+    const fig = node.querySelector('.mgpu-collective svg');
+    const scale = fig.getBoundingClientRect().width / fig.viewBox.baseVal.width;
+    const sizes = Array.from(
+      node.querySelectorAll('.mgpu-collective svg text, .mgpu-player svg text')
+    )
+      .map(t => parseFloat(getComputedStyle(t).fontSize))
+      .filter(s => s > 0);
+    node.querySelector('.mgpu-player').scrollIntoView();
+    return {
+      title: fig.querySelector(':scope > text').textContent, // not a strip drawn once in <defs>
+      width: fig.viewBox.baseVal.width,
+      smallestText: Math.min(...sizes) * scale
+    };
+  }, i);
+  const read = () =>
+    page.evaluate(k => {
+      const node =
+        window.jupyterapp.shell.currentWidget.content.widgets[k].node;
+      return {
+        height: node.querySelector('.mgpu-player').getBoundingClientRect()
+          .height,
+        counter: node.querySelector('.mgpu-player-counter').textContent,
+        steps: parseInt(node.querySelector('.mgpu-player-slider').max, 10)
+      };
+    }, i);
+  const first = await read();
+  const heights = [first.height];
+  const counters = [first.counter];
+  const cell = (await page.$$('.jp-Notebook .jp-Cell'))[i];
+  const forward = await cell.$('.mgpu-player-step-forward');
+  const stepStart = Date.now();
+  for (let s = 1; s <= first.steps; s++) {
+    await forward.click();
+    await page.waitForFunction(
+      ([k, n]) =>
+        window.jupyterapp.shell.currentWidget.content.widgets[k].node
+          .querySelector('.mgpu-player-counter')
+          .textContent.startsWith(`step ${n} `),
+      [i, s],
+      { timeout: 10000, polling: 20 }
+    );
+    const now = await read();
+    heights.push(now.height);
+    counters.push(now.counter);
+  }
+  const perStep = (Date.now() - stepStart) / 1000 / Math.max(1, first.steps);
+  report('allGather', { look, steps: first.steps, heights, counters, perStep });
+}
+
 // the cell of a figure per rank: its one output pages the 32 figures four at a time; read the first page,
 // step once with ▶, read again (labels, drawn plotly figures, and whether any lies past the cell's edge)
-export async function after({ page, report, cellIndex }) {
+export async function after(ctx) {
+  await allGather(ctx);
+  await figures(ctx);
+}
+
+async function figures({ page, report, cellIndex }) {
   const i = await cellIndex('%%mgpu\nimport plotly');
   const read = () =>
     page.evaluate(k => {
