@@ -216,8 +216,8 @@ def settle(grace: float, start_time: float | None = None) -> None:
 
 def build() -> Path:
     """The shim for this torch build, compiled now if it is not in the cache yet: by the first compiler
-    whose shim passes :func:`_check` (a compiler whose C++ runtime differs from torch's builds a shim that
-    crashes), else :class:`BuildError` with why, remembered so that later starts do not compile again."""
+    whose shim passes :func:`_check` (a shim that crashes is never kept), else :class:`BuildError` with why,
+    remembered (unless it was a timeout) so that later starts do not compile again."""
     target = library_path()
     if target.exists():
         return target
@@ -232,27 +232,28 @@ def build() -> Path:
     root = Path(torch.__file__).parent
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
     target.parent.mkdir(parents=True, exist_ok=True)
-    reasons = []
+    reasons, lasting = [], True  # a timeout may pass on a quieter machine: not remembered
     for compiler in compilers:
         fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
         os.close(fd)
         try:
-            reason = _compile(compiler, root, abi, tmp) or _check(tmp)
-            if reason is None:
+            why_not = _compile(compiler, root, abi, tmp) or _check(tmp)
+            if why_not is None:
                 os.replace(tmp, target)  # atomic: engines building at once never load half a file
                 return target
-            reasons.append(f"{Path(compiler).name} {reason}")
+            reasons.append(f"{Path(compiler).name} {why_not[0]}")
+            lasting = lasting and why_not[1]
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     why = "; ".join(reasons)
-    if all("compiling took longer" not in r for r in reasons):
+    if lasting:
         _failed_path(target).write_text(why)
     raise BuildError(why)
 
 
-def _compile(compiler: str, root: Path, abi: int, out: str) -> str | None:
-    """Compile the shim with ``compiler`` into ``out``; why not, or None."""
+def _compile(compiler: str, root: Path, abi: int, out: str) -> tuple[str, bool] | None:
+    """Compile the shim with ``compiler`` into ``out``; None, or why not and whether that lasts."""
     cmd = [
         compiler,
         "-O2",
@@ -271,13 +272,13 @@ def _compile(compiler: str, root: Path, abi: int, out: str) -> str | None:
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
     except subprocess.TimeoutExpired:
-        return f"compiling took longer than {BUILD_TIMEOUT:.0f} s"
+        return f"compiling took longer than {BUILD_TIMEOUT:.0f} s", False
     if run.returncode != 0:
-        return "failed: " + (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return "failed: " + (run.stderr.strip().splitlines() or ["(no output)"])[-1], True
     return None
 
 
-# run in a process of its own: a shim whose C++ runtime does not match torch's kills the process that tries it
+# run in a process of its own: a shim that crashes kills the process that tries it
 _CHECK = """
 import ctypes, sys, torch
 lib = ctypes.CDLL(sys.argv[1])
@@ -294,23 +295,23 @@ assert int(kept.sum()) == 1 << 20
 """
 
 
-def _check(path: str) -> str | None:
-    """Load the built shim in a fresh process and have it refuse an allocation past a budget; why it
-    failed, or None."""
+def _check(path: str) -> tuple[str, bool] | None:
+    """Load the built shim in a fresh process and have it refuse an allocation past a budget; None, or
+    why it failed and whether that lasts."""
     try:
         run = subprocess.run([sys.executable, "-c", _CHECK, path], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
-        return "built a shim whose check did not end in 120 s"
+        return "built a shim whose check did not end in 120 s", False
     if run.returncode == 0:
         return None
     if run.returncode < 0:
         import signal
 
         return (
-            f"built a shim that crashed its check ({signal.Signals(-run.returncode).name}): its C++ runtime "
-            "differs from torch's; set CXX to the compiler torch was built with (torch.__config__.show() names it)"
-        )
-    return "built a shim that failed its check: " + (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+            f"built a shim that crashed its check ({signal.Signals(-run.returncode).name}); set CXX to the "
+            "compiler torch was built with (torch.__config__.show() names it)"
+        ), True
+    return "built a shim that failed its check: " + (run.stderr.strip().splitlines() or ["(no output)"])[-1], True
 
 
 def load() -> ctypes.CDLL:
