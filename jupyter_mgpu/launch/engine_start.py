@@ -32,13 +32,19 @@ def join_running(cluster: HostCluster, host: str, connect: str) -> Path:
 
 
 def start_controller_and_engines(
-    cluster: HostCluster, host: str, register_timeout: float, phase: Callable[[str], None]
+    cluster: HostCluster,
+    host: str,
+    register_timeout: float,
+    phase: Callable[[str], None],
+    cpu: bool = False,
+    mem_per_device: int | None = None,
 ) -> Path:
-    """Start the controller on the chosen interface and the engines with the user's launcher; returns the
+    """Start the controller on the chosen interface and the engines with the user's launcher, once the hosts
+    passed ``ipp_cluster.preflight`` (for ``cpu`` and ``mem_per_device``, the devices asked for); returns the
     client connection file. ``phase`` notes each step in ``launch.log``."""
     opts = cluster.opts
     cluster.interface, cluster.address = choose_address(opts, host)
-    ipp_cluster.preflight(opts, host)
+    ipp_cluster.preflight(opts, host, cpu, mem_per_device)
     cluster.ipp = ipp_cluster.make_cluster(
         opts, cluster.path / "profile", cluster.cluster_id, kernel_identity(), cluster.address
     )

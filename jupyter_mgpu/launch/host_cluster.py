@@ -110,7 +110,7 @@ class HostCluster:
             client_file = engine_start.join_running(self, host, opts.connect)
         else:
             client_file = engine_start.start_controller_and_engines(
-                self, host, max(REGISTER_TIMEOUT, timeout), self._phase
+                self, host, max(REGISTER_TIMEOUT, timeout), self._phase, init.cpu, mem_per_device
             )
         self._phase("waiting for the engines to register")
         self.client = ipp.Client(str(client_file), timeout=max(10, timeout))

@@ -14,7 +14,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import copy
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -89,28 +91,53 @@ def kernel_config() -> Any:
     return copy.deepcopy(shell.config) if shell is not None else Config()
 
 
-def preflight(opts: LaunchOptions, host: str) -> None:
-    """Before anything starts: the launcher's program is installed, every SSH host answers."""
+def preflight(opts: LaunchOptions, host: str, cpu: bool = False, mem_per_device: int | None = None) -> None:
+    """Before anything starts: the launcher's program is installed; every SSH host answers, has
+    ``--interface`` and holds the devices asked of it (so bad input fails in seconds, with no engine to stop)."""
     program = PROGRAMS.get(opts.launcher)
     if program and shutil.which(program) is None:
         raise MgpuError(
             f"the {opts.launcher} launcher needs {program}, which is not installed on {host} (the notebook's host)"
         )
     if opts.launcher == "ssh":
-        check_ssh_hosts(opts)
+        check_ssh_hosts(opts, cpu, mem_per_device)
 
 
-def check_ssh_hosts(opts: LaunchOptions) -> None:
-    """Every host of ``--hosts`` runs a command over SSH (in parallel); else name the first that does not."""
-    with concurrent.futures.ThreadPoolExecutor(len(opts.hosts)) as pool:
-        results = dict(pool.map(lambda host: (host, ssh_problem(opts, host)), [h for h, _ in opts.hosts]))
-    for host, _ in opts.hosts:
-        if results[host]:
-            raise MgpuError(results[host])
+def check_ssh_hosts(opts: LaunchOptions, cpu: bool = False, mem_per_device: int | None = None) -> None:
+    """Every host of ``--hosts`` runs our Python over SSH (asked in parallel), has ``--interface`` when one is
+    given, and holds its engines' devices (the checks ``launch/ranks.py`` makes again once they run); else
+    name the first host that does not."""
+    from jupyter_mgpu.launch import ranks
+
+    names = [h for h, _ in opts.hosts]  # each once (launcher_options refuses a host named twice)
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+        results = dict(zip(names, pool.map(lambda h: ssh_facts(opts, h), names)))
+    for name in names:
+        if isinstance(results[name], str):
+            raise MgpuError(results[name])
+    facts: dict[str, dict[str, Any]] = {n: r for n, r in results.items() if isinstance(r, dict)}
+    if opts.interface:
+        for name in names:
+            if not facts[name].get("address"):
+                raise ranks.no_interface(opts.interface, name.split("@", 1)[-1], str(facts[name].get("interfaces")))
+    asked = [
+        ranks.Engine(-1, facts[name], host=name.split("@", 1)[-1], local_rank=i)
+        for name, k in opts.hosts
+        for i in range(k)
+    ]
+    ranks.devices(asked, cpu, mem_per_device, placed="asked for")
 
 
-def ssh_problem(opts: LaunchOptions, host: str) -> str | None:
-    """Why ``host`` (as ``--hosts`` names it) cannot run our engines over SSH, in one sentence; None if it can."""
+FACTS = "MGPU-HOST-FACTS "
+
+
+def ssh_facts(opts: LaunchOptions, host: str) -> dict[str, Any] | str:
+    """What ``host`` (as ``--hosts`` names it) has (``launched_setup.host_facts``), asked over SSH; or why it
+    cannot run our engines, in one sentence."""
+    code = (
+        "import json, ipyparallel; from jupyter_mgpu.engine.startup.launched_setup import host_facts; "
+        f"print({FACTS!r} + json.dumps(host_facts({opts.interface!r})))"
+    )
     cmd = [
         "ssh",
         "-o",
@@ -122,7 +149,7 @@ def ssh_problem(opts: LaunchOptions, host: str) -> str | None:
         "--",
         remote_python(),
         "-c",
-        "'import jupyter_mgpu, ipyparallel'",
+        shlex.quote(code),
     ]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=SSH_CHECK_TIMEOUT, stdin=subprocess.DEVNULL)
@@ -131,13 +158,21 @@ def ssh_problem(opts: LaunchOptions, host: str) -> str | None:
     if run.returncode == 255:
         last = (run.stderr.strip().splitlines() or ["ssh failed"])[-1]
         return f"cannot reach {host} over SSH: {last}"
-    if run.returncode != 0:
+    found = [ln[len(FACTS) :] for ln in run.stdout.splitlines() if ln.startswith(FACTS)]
+    if run.returncode != 0 or not found:
         last = (run.stderr.strip().splitlines() or [""])[-1]
         return (
             f"{host} answers over SSH but cannot run {remote_python()} with jupyter_mgpu and "
             f"ipyparallel ({last}); install them there or set SSHLauncher.remote_python"
         )
-    return None
+    facts: dict[str, Any] = json.loads(found[-1])
+    return facts
+
+
+def ssh_problem(opts: LaunchOptions, host: str) -> str | None:
+    """Why ``host`` cannot run our engines over SSH, in one sentence; None if it can."""
+    found = ssh_facts(opts, host)
+    return found if isinstance(found, str) else None
 
 
 def configured_controller_ip() -> str | None:

@@ -32,10 +32,7 @@ def identify(cluster: HostCluster, engine_ids: list[int], timeout: float) -> lis
         name = info.get("label") or info["hostname"]
         if not info.get("address"):
             if cluster.opts.interface:
-                raise MgpuError(
-                    f"there is no interface {cluster.opts.interface} with an IPv4 address on {name}; "
-                    f"it has {info.get('interfaces')}"
-                )
+                raise ranks.no_interface(cluster.opts.interface, name, str(info.get("interfaces")))
             raise MgpuError(f"{name} has no route to {cluster.address} (the notebook's host); give --interface")
     return [ranks.Engine(eid, infos[eid]) for eid in engine_ids]
 

@@ -81,12 +81,13 @@ def per_host_counts(ranked: list[Engine]) -> dict[str, int]:
     return counts
 
 
-def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None) -> list[DeviceInfo]:
+def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None, placed: str = "started") -> list[DeviceInfo]:
     """One device per rank: the host's GPU ``local_rank`` (an index into what the engine's launcher left
     visible), or a CPU virtual device with its budget; each device names its host.
 
     Refuses, naming the host, more engines on a host than it has GPUs, a host without GPUs among
-    GPU hosts, and CPU budgets that the host's free memory cannot hold.
+    GPU hosts, and CPU budgets that the host's free memory cannot hold. ``placed`` says how the engines
+    came to a host ("started", or "asked for" when the hosts are checked before any engine starts).
     """
     counts = per_host_counts(ranked)
     first: dict[str, Engine] = {}
@@ -109,7 +110,7 @@ def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None) -> list
             if k > e.info["gpus"]:
                 raise MgpuError(
                     f"{host} has {e.info['gpus']} GPU{'s' if e.info['gpus'] != 1 else ''} but {k} "
-                    "engines were started there; ask for at most one engine per GPU on each host"
+                    f"engines were {placed} there; ask for at most one engine per GPU on each host"
                 )
             continue
         available = int(e.info["available_memory"])
@@ -123,7 +124,7 @@ def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None) -> list
             fit = available // budget
             raise MgpuError(
                 f"{host} has {format_bytes(available)} of memory available: it holds {fit} CPU virtual "
-                f"device{'s' if fit != 1 else ''} of {format_bytes(budget)}, not the {k} started there; "
+                f"device{'s' if fit != 1 else ''} of {format_bytes(budget)}, not the {k} {placed} there; "
                 "use a smaller --mem-per-device or fewer engines per host"
             )
         budgets[host] = budget
@@ -142,6 +143,11 @@ def devices(ranked: list[Engine], cpu: bool, mem_per_device: int | None) -> list
                 )
             )
     return out
+
+
+def no_interface(interface: str, host: str, interfaces: str) -> MgpuError:
+    """The error for a host without ``--interface``: which host, and the interfaces it has."""
+    return MgpuError(f"there is no interface {interface} with an IPv4 address on {host}; it has {interfaces}")
 
 
 def threads(ranked: list[Engine]) -> dict[int, int]:

@@ -339,7 +339,7 @@ def test_shutdown_leaves_nothing_on_any_host(started, kernel, ssh_lab):
         (
             "--hosts hostb:2 --mem-per-device 200GiB",
             r"hostb has .* of memory available: it holds 0 CPU virtual "
-            r"devices of 200\.0 GiB, not the 2 started there",
+            r"devices of 200\.0 GiB, not the 2 asked for there",
         ),
     ],
     ids=["unreachable host", "interface missing on a host", "more engines than a host holds"],

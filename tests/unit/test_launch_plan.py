@@ -105,3 +105,29 @@ def test_a_host_with_too_few_devices_is_named():
     ):
         ranks.devices(small, cpu=True, mem_per_device=2 * GiB)
     assert [d.total_memory for d in ranks.devices(small, cpu=True, mem_per_device=None)] == [int(3 * GiB * 0.9 / 4)] * 4
+
+
+def test_ssh_hosts_are_checked_before_any_engine_starts(monkeypatch):
+    from jupyter_mgpu.launch import ipp_cluster
+
+    facts = {
+        "n1": {"gpus": 0, "available_memory": 64 * GiB, "address": "10.0.0.1", "interfaces": "ib0, lo"},
+        "mgpu@n2": {"gpus": 0, "available_memory": 3 * GiB, "address": None, "interfaces": "eth0, lo"},
+        "n3": "cannot reach n3 over SSH: no answer within 20 s",
+    }
+    asked = []
+    monkeypatch.setattr(ipp_cluster, "ssh_facts", lambda opts, host: asked.append(host) or facts[host])
+
+    def check(hosts, interface=None, mem=None):
+        ipp_cluster.check_ssh_hosts(options.parse(None, hosts=hosts, interface=interface), True, mem)
+
+    with pytest.raises(MgpuError, match="^cannot reach n3 over SSH"):
+        check("n1:1,n3:1")
+    with pytest.raises(MgpuError, match="^there is no interface ib0 with an IPv4 address on n2; it has eth0, lo$"):
+        check("n1:1,mgpu@n2:1", interface="ib0")
+    with pytest.raises(
+        MgpuError, match=r"^n2 has 3\.0 GiB .* holds 1 CPU virtual device of 2\.0 GiB, not the 2 asked for"
+    ):
+        check("n1:2,mgpu@n2:2", mem=2 * GiB)
+    check("n1:2,mgpu@n2:1", mem=2 * GiB)
+    assert sorted(asked) == sorted(["n1", "n3"] + ["n1", "mgpu@n2"] * 3)  # asked in parallel

@@ -64,31 +64,41 @@ def _local_rank_hint() -> int | None:
     return None
 
 
-def identify(interface: str | None, controller: str) -> dict[str, Any]:
-    """What the kernel needs to give this engine its rank and device (touches no GPU)."""
+def host_facts(interface: str | None) -> dict[str, Any]:
+    """This host's devices, memory and interfaces (touches no GPU): what the kernel checks a host against
+    before it starts engines there (``launch/ipp_cluster.check_ssh_hosts``) and again once they run."""
     import psutil
 
     from jupyter_mgpu import devices
     from jupyter_mgpu.engine.wire import netif
 
     gpus = 0 if os.environ.get("JUPYTER_MGPU_FORCE_CPU") else devices.cuda_device_count()
-    route = netif.route_to(controller)
-    address = netif.address_of(interface) if interface else (route[1] if route else None)
-    torch = sys.modules.get("torch")
-    cuda_started = bool(torch is not None and torch.cuda.is_initialized())
     return {
         "hostname": socket.gethostname(),
-        "host_key": host_key(),
         "label": os.environ.get("MGPU_HOST_LABEL") or None,
-        "pid": os.getpid(),
         "gpus": gpus,
         "gpu_info": [devices._nvml_info(i) for i in range(gpus)],  # (name, bytes) per visible GPU, or None
-        "cuda_started": cuda_started,
         "available_memory": psutil.virtual_memory().available,
         "cpus": os.cpu_count() or 1,
-        "interface": interface or (route[0] if route else None),
-        "address": address,
+        "address": netif.address_of(interface) if interface else None,
         "interfaces": netif.describe(),
+    }
+
+
+def identify(interface: str | None, controller: str) -> dict[str, Any]:
+    """What the kernel needs to give this engine its rank and device (touches no GPU)."""
+    from jupyter_mgpu.engine.wire import netif
+
+    facts = host_facts(interface)
+    route = None if interface else netif.route_to(controller)
+    torch = sys.modules.get("torch")
+    return {
+        **facts,
+        "host_key": host_key(),
+        "pid": os.getpid(),
+        "cuda_started": bool(torch is not None and torch.cuda.is_initialized()),
+        "interface": interface or (route[0] if route else None),
+        "address": facts["address"] if interface else (route[1] if route else None),
         "local_rank_hint": _local_rank_hint(),
     }
 
