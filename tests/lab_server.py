@@ -4,13 +4,15 @@ It listens on a free loopback port with a token, serves a temporary root holding
 ``notebooks/`` and ``benchmarks/`` (05 runs ``%run ../benchmarks/cosine.py``), and keeps its runtime
 directory, settings and workspaces private. When the run ends it is stopped, and nothing it started
 (kernels, controllers, engines) may outlive it. ``run_script`` runs a browser script (``tests/browser/*.mjs``)
-against it; ``write_notebook`` puts a notebook of given cells in its root.
+against it, in a page of the worker's one Chromium (:class:`SharedChromium`); ``write_notebook`` puts a notebook
+of given cells in its root.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -54,6 +56,56 @@ def check_browser_tools() -> None:
         (REPO / "node_modules" / "playwright-core", "pip install -e . (runs jlpm install)"),
     ):
         assert need and Path(need).exists(), f"the browser tests need {need}: {how}"
+
+
+class SharedChromium:
+    """The worker's one Chromium (``tests/browser/browser_host.mjs``), started on first use and again if it died;
+    each browser script connects to it for a page of its own instead of launching a browser and a profile."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.profile, self.cache, self.log = tmp / "chromium", tmp / "chromium-cache", tmp / "chromium-host.log"
+        self.proc: subprocess.Popen[str] | None = None
+        self.cdp = ""
+
+    def endpoint(self) -> str:
+        """The running browser's DevTools address (``cfg.cdp`` of the scripts)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        return self.cdp
+
+    def _start(self) -> None:
+        arg = {"chromium": CHROMIUM, "profile": str(self.profile), "diskCache": str(self.cache)}
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                ["node", str(BROWSER / "browser_host.mjs"), json.dumps(arg)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                cwd=REPO,
+            )
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], 60)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith("{"):
+            self.stop()
+            raise AssertionError(f"the shared Chromium did not start: {self.log.read_text()[-3000:]}")
+        self.cdp = json.loads(line)["cdp"]
+
+    def stop(self) -> None:
+        """End the browser (closing the host's stdin ends it) and check that none of its processes is left."""
+        if self.proc is None:
+            return
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.proc.stdout.close()
+        self.proc = None
+        assert wait_gone(procs_naming(str(self.profile)), timeout=15) == []
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +188,19 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 time.sleep(0.3)
     finally:
         held.release()
-    yield {"url": url, "token": token, "tmp": tmp, "root": root, "runtime": runtime, "log": tmp / "lab.log"}
+    browser = SharedChromium(tmp)
+    try:
+        yield {
+            "url": url,
+            "token": token,
+            "tmp": tmp,
+            "root": root,
+            "runtime": runtime,
+            "log": tmp / "lab.log",
+            "chromium": browser,
+        }
+    finally:
+        browser.stop()
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(30)
@@ -161,10 +225,10 @@ def run_script(lab: dict[str, Any], script: str, artifacts: str, timeout: float,
     """Run the browser script ``tests/browser/<script>`` on ``lab`` under Node; returns its JSON-lines steps by name.
 
     ``test-artifacts/<artifacts>/`` (for its screenshots, and ``steps.json``) is emptied first. The script's JSON
-    argument is ``cfg`` plus ``url``, ``token``, ``artifacts``, ``chromium``, ``profile``, a Chromium profile of
-    this run's own in the lab's temporary folder, and ``diskCache``, the HTTP and compiled-code cache every run on
-    this lab shares (JupyterLab's assets are immutable: a warm cache loads its page in about 1.5 s of the
-    renderer's time instead of 2.1, measured). Fails on an ``error`` step (with its console errors and the
+    argument is ``cfg`` plus ``url``, ``token``, ``artifacts``, ``chromium`` and ``cdp``, the worker's running
+    Chromium, whose profile keeps the HTTP and compiled-code cache warm for every run on this lab (JupyterLab's
+    assets are immutable: a warm cache loads its page in about 1.5 s of the renderer's time instead of 2.1,
+    measured). Fails on an ``error`` step (with its console errors and the
     lab's log), a non-zero exit or no ``done`` step; the run may take ``timeout`` seconds.
     """
     folder = ARTIFACTS / artifacts
@@ -176,8 +240,7 @@ def run_script(lab: dict[str, Any], script: str, artifacts: str, timeout: float,
         "token": lab["token"],
         "artifacts": str(folder),
         "chromium": CHROMIUM,
-        "profile": str(lab["tmp"] / f"chromium-{artifacts.replace('/', '-')}"),
-        "diskCache": str(lab["tmp"] / "chromium-cache"),  # one worker's runs, one after another
+        "cdp": lab["chromium"].endpoint(),
         **cfg,
     }
     run = subprocess.run(

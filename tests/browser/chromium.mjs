@@ -15,30 +15,66 @@ export function report(step, data = {}) {
   process.stdout.write(JSON.stringify({ step, at, ...data }) + '\n');
 }
 
-// A fresh persistent context in cfg.profile (its caches in cfg.diskCache when given: the runs on one lab share
-// them); console errors and uncaught page errors of every page of the context are collected into
-// consoleErrors (the tests fail on any).
+// The flags every Chromium of the tests runs with: the closed network (no background requests), no GPU, and
+// the HTTP and compiled-code cache in cfg.diskCache when given (the runs on one lab share it).
+export function chromiumArgs(extraArgs = []) {
+  return [
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+    '--disable-dev-shm-usage',
+    ...(cfg.diskCache ? [`--disk-cache-dir=${cfg.diskCache}`] : []),
+    ...extraArgs
+  ];
+}
+
+// Browser-wide flags the shared Chromium (browser_host.mjs) runs with, for the scripts that need them
+// (placement_player.mjs opens a saved standalone page that loads its neighbour files).
+export const SHARED_ARGS = ['--allow-file-access-from-files'];
+
+// A page at `viewport`: with cfg.cdp, a new page of the worker's running Chromium (tests/browser/browser_host.mjs;
+// pages an earlier script left, killed at its timeout, are closed first); else a fresh persistent context in
+// cfg.profile (the hub's users, each with a login of their own). Console errors and uncaught page errors of
+// every page of the context are collected into consoleErrors (the tests fail on any). With cfg.cdp, the context's
+// `newPage()` gives its page `viewport` as a launched one would, and `close()` ends what this script opened (its
+// pages; then it disconnects), leaving the browser up.
 export async function openBrowser({
   viewport = { width: 1280, height: 900 },
   extraArgs = []
 } = {}) {
-  const context = await chromium.launchPersistentContext(cfg.profile, {
-    executablePath: cfg.chromium,
-    headless: true,
-    viewport,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--disable-dev-shm-usage',
-      ...(cfg.diskCache ? [`--disk-cache-dir=${cfg.diskCache}`] : []),
-      ...extraArgs
-    ]
-  });
+  let context;
+  if (cfg.cdp) {
+    const missing = extraArgs.filter(a => !SHARED_ARGS.includes(a));
+    if (missing.length) {
+      throw new Error(
+        `the shared Chromium does not run with ${missing}: add them to SHARED_ARGS`
+      );
+    }
+    const browser = await chromium.connectOverCDP(cfg.cdp);
+    context = browser.contexts()[0];
+    await Promise.all(context.pages().map(p => p.close()));
+    context.close = async () => {
+      await Promise.all(context.pages().map(p => p.close().catch(() => {})));
+      await browser.close(); // a connected client's close disconnects
+    };
+    const newPage = context.newPage.bind(context);
+    context.newPage = async () => {
+      const p = await newPage();
+      await p.setViewportSize(viewport); // as a launched context's viewport gives every page
+      return p;
+    };
+  } else {
+    context = await chromium.launchPersistentContext(cfg.profile, {
+      executablePath: cfg.chromium,
+      headless: true,
+      viewport,
+      args: chromiumArgs(extraArgs)
+    });
+  }
   const consoleErrors = [];
   const watch = (p, tag) => {
     p.on('console', msg => {
@@ -60,6 +96,35 @@ export async function openBrowser({
     }
   });
   return { context, page, consoleErrors };
+}
+
+// Wait until the current notebook's page has not changed for `quiet` ms (widgets that update from kernel threads,
+// and plotly, have drawn), or `most` ms at most (a live view redraws each second and never goes quiet).
+export async function settled(page, quiet = 400, most = 1500) {
+  await page.evaluate(
+    ([quiet, most]) =>
+      new Promise(done => {
+        const finish = () => {
+          observer.disconnect();
+          clearTimeout(still);
+          clearTimeout(cap);
+          done();
+        };
+        let still = setTimeout(finish, quiet);
+        const cap = setTimeout(finish, most);
+        const observer = new MutationObserver(() => {
+          clearTimeout(still);
+          still = setTimeout(finish, quiet);
+        });
+        observer.observe(window.jupyterapp.shell.currentWidget.node, {
+          subtree: true,
+          childList: true,
+          attributes: true,
+          characterData: true
+        });
+      }),
+    [quiet, most]
+  );
 }
 
 // Run cell `index` of the active notebook through JupyterLab's command; wait for it unless told not to.

@@ -18,6 +18,7 @@ import {
   openBrowser,
   openNotebook,
   reportError,
+  settled,
   notebookLayout,
   shotCell as shotOf,
   shutdownKernel
@@ -172,7 +173,7 @@ try {
     }))
   );
   report('ran', { ...run, seconds, cells });
-  await page.waitForTimeout(1500); // widgets that update from kernel threads settle
+  await settled(page); // widgets that update from kernel threads have drawn
   if (hooks.after) {
     await hooks.after(ctx);
   }
