@@ -3,7 +3,7 @@
 // compiled-code caches stay warm), with its DevTools endpoint on loopback, which each script's openBrowser
 // connects to (cfg.cdp) for a page of its own. A launch and a fresh profile cost about a second and 1.1 CPU-s
 // per script on 2 cores (measured). Prints {"cdp": endpoint} once up; ends the browser when its stdin closes
-// (the test process ended, however it ended).
+// (the test process ended, however it ended), and itself when the browser ends.
 import fs from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -26,10 +26,14 @@ const port = fs
 process.stdout.write(
   JSON.stringify({ cdp: `http://127.0.0.1:${port}`, pid: process.pid }) + '\n'
 );
+let ending = false;
 const end = async () => {
+  ending = true;
   await context.close().catch(() => {});
   process.exit(0);
 };
+// the browser died: exit, and the next run_script starts another
+context.on('close', () => process.exit(ending ? 0 : 1));
 process.stdin.on('end', end);
 process.stdin.on('error', end);
 process.stdin.resume();

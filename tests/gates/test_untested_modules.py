@@ -66,7 +66,6 @@ UNTESTED: set[str] = {
     "jupyter_mgpu.launch.engine_start",
     "jupyter_mgpu.launch.engine_waits",
     "jupyter_mgpu.launch.host_cluster",
-    "jupyter_mgpu.launch.ipp_cluster",
     "jupyter_mgpu.launch.rank_setup",
     "jupyter_mgpu.launch.relay_start",
     "jupyter_mgpu.selftest",
