@@ -23,17 +23,25 @@ SHOTS = {
 pytestmark, run = notebook_module("12_many_ranks.ipynb", SHOTS)
 
 
-def _cell_traffic(run, prefix: str) -> tuple[float, int]:
-    """Seconds the cell ran and bytes the page received meanwhile (from its start to the next cell's)."""
+def _cell_start(run, prefix: str) -> int:
+    return next(k for k, m in enumerate(run.steps["traffic"]["marks"]) if m.get("source", "").startswith(prefix))
+
+
+def _cell_seconds(run, prefix: str) -> float:
+    """Seconds the cell ran: from its start to the next cell's."""
     marks = run.steps["traffic"]["marks"]
-    i = next(k for k, m in enumerate(marks) if m.get("source", "").startswith(prefix))
-    return (marks[i + 1]["t"] - marks[i]["t"]) / 1e3, marks[i + 1]["bytes"] - marks[i]["bytes"]
+    i = _cell_start(run, prefix)
+    return (marks[i + 1]["t"] - marks[i]["t"]) / 1e3
 
 
 def test_the_all_gather_picture_of_32_ranks_is_light(run):
     cell = "%%time\n%mgpu_collective all_gather"
     assert re.search(r"Wall time: ([\d.]+) (m?s)", run.text[cell])  # the cell ran and the notebook shows its time
-    _, sent = _cell_traffic(run, cell)
+    # the bytes the page received from the cell's start to the run's end: its 0.5 MB display can arrive after the
+    # next cells started (the kernel's reply on the shell channel overtook it on iopub in run H, session 37: 0
+    # bytes between the two starts), and the cells after it (%mgpu_where, %mgpu_shutdown) send a few kB
+    marks = run.steps["traffic"]["marks"]
+    sent = marks[-1]["bytes"] - marks[_cell_start(run, cell)]["bytes"]
     assert 0 < sent < 10e6, sent
     # how quick it is is benchmarks/collective_pictures.py's to say (drawing ~0.04 s), not this test's: a ratio to
     # the notebook's own empty cells (about 0.45 s against 20 ms on 2 cores) passed alone but not beside another
@@ -42,7 +50,7 @@ def test_the_all_gather_picture_of_32_ranks_is_light(run):
 
 def test_the_all_gather_figure_is_legible_and_its_player_steps_to_the_end_at_one_height(run):
     # was tests/browser/test_collective_scale_in_lab.py, a 32-rank cluster and a page of its own for this cell
-    seconds, _ = _cell_traffic(run, "%%time\n%mgpu_collective all_gather")
+    seconds = _cell_seconds(run, "%%time\n%mgpu_collective all_gather")
     assert seconds < 20, seconds  # the figure and the player, from running the cell (was 24-33 s)
     m = run.steps["allGather"]
     assert m["look"]["title"] == "all_gather"
