@@ -50,9 +50,7 @@ def _check_tensor(kernel: Kernel) -> None:
     assert reply["status"] == "ok" and "A ok" in out, out
 
 
-@pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)], ids=["2 ranks", "4 ranks"])
-def kernel(request):
-    n = request.param
+def _kernel(n: int) -> Kernel:
     k = Kernel()
     pids = k.start_cluster(
         n, "--timeout 120 --hang-after 30"
@@ -61,10 +59,23 @@ def kernel(request):
         "import torch, jupyter_mgpu as mg\nA = mg.randn(256, 96, placement=mg.Shard(0), seed=3)\nA_ref = A.gather()"
     )
     assert reply["status"] == "ok", out
-    k.n = n
-    yield k
+    k.n, k.pids = n, pids
+    return k
+
+
+def _close(k: Kernel) -> None:
     k.close()
-    assert wait_gone(pids, 15) == []
+    assert wait_gone(k.pids, 15) == []
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    """Two ranks: what the stop button does to a rank and the one it waits for is the same at any world size;
+    what 4 ranks add (several ranks waiting together, SUMMA's row and column groups on a 2x2 grid) is
+    ``test_on_4_ranks_several_waiting_ranks_and_summas_grid_groups_come_back``."""
+    k = _kernel(2)
+    yield k
+    _close(k)
 
 
 @pytest.mark.slow
@@ -102,9 +113,7 @@ def test_interrupt_during_mg_collective(kernel):
     _check_tensor(kernel)
 
 
-@pytest.mark.parametrize("strategy", ["ring", "summa"])
-@pytest.mark.slow
-def test_interrupt_during_mg_matmul(kernel, strategy):
+def _interrupt_matmul(kernel: Kernel, strategy: str) -> None:
     reply, out = kernel.execute(
         "X = mg.randn(3072, 3072, placement=mg.Shard(0), seed=1)\n"
         "Y = mg.randn(3072, 3072, placement=mg.Shard(0), seed=2)"
@@ -122,6 +131,22 @@ def test_interrupt_during_mg_matmul(kernel, strategy):
     assert reply["status"] == "ok", out
     assert float(out.strip().splitlines()[-1]) < 1e-2
     kernel.execute("del X, Y, Z")
+
+
+@pytest.mark.parametrize("strategy", ["ring", "summa"])
+@pytest.mark.slow
+def test_interrupt_during_mg_matmul(kernel, strategy):
+    _interrupt_matmul(kernel, strategy)
+
+
+@pytest.mark.slow
+def test_on_4_ranks_several_waiting_ranks_and_summas_grid_groups_come_back():
+    k = _kernel(4)
+    try:
+        test_a_rank_raising_while_others_wait_in_a_collective(k)  # three ranks released at once
+        _interrupt_matmul(k, "summa")  # a 2x2 grid: its row and column groups are made again after the stop
+    finally:
+        _close(k)
 
 
 @pytest.mark.slow
