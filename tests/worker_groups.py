@@ -5,10 +5,7 @@ files share one expensive set-up (the hub's package fixture) or names the machin
 hosts' addresses, system users, Slurm and munge), and so run on one worker together. pytest-xdist's own
 ``loadgroup`` cannot say this under pytest 9.2 (it renames node ids, which pytest no longer reads), so the
 grouping is this scheduler's. The groups go out in the order the workers collected them, which
-``tests/conftest.py`` sorts by :data:`FIRST`: the long tiers first, so no long group starts last, and the
-notebooks' Run Alls (the most CPU) second, beside the multi-host tier's start, which mostly waits on its daemons
-(namespace hosts, sshd, Slurm; the machine was 54-64 % busy in that minute with the hub beside it, run H of
-session 37), and the hub after them.
+``tests/conftest.py`` sorts longest tier first (:data:`FIRST`): no long group starts last.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from __future__ import annotations
 from xdist.scheduler import LoadScopeScheduling
 
 ONE_GROUP_TIERS = ("hub", "multihost")
-FIRST = ("multihost", "notebooks", "hub", "browser", "kernel", "faults", "cluster")
+FIRST = ("multihost", "hub", "notebooks", "browser", "kernel", "faults", "cluster")
 
 
 def group_of(nodeid: str) -> str:
