@@ -39,6 +39,20 @@ class DeviceInfo:
 
 def cuda_device_count() -> int:
     """Number of CUDA GPUs visible to this process, without initialising CUDA."""
+    known = cuda_device_count_without_torch()
+    if known is not None:
+        return known
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return 0
+    return int(torch.cuda.device_count())
+
+
+def cuda_device_count_without_torch() -> int | None:
+    """The visible CUDA GPUs as NVML counts them, 0 where there is no NVIDIA driver; None where only torch can
+    tell (a driver, but no nvidia-ml-py): importing torch takes seconds, too long for a check over SSH."""
     if os.environ.get("JUPYTER_MGPU_FORCE_CPU"):
         return 0
     try:
@@ -57,12 +71,7 @@ def cuda_device_count() -> int:
         pass
     if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")):
         return 0  # no NVIDIA driver on this machine: no need to import torch to know
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    import torch
-
-    if not torch.backends.cuda.is_built():
-        return 0
-    return int(torch.cuda.device_count())
+    return None
 
 
 def _nvml_info(index: int) -> tuple[str, int] | None:

@@ -120,6 +120,8 @@ def check_ssh_hosts(opts: LaunchOptions, cpu: bool = False, mem_per_device: int 
         for name in names:
             if not facts[name].get("address"):
                 raise ranks.no_interface(opts.interface, name.split("@", 1)[-1], str(facts[name].get("interfaces")))
+    if any(f.get("gpus") is None for f in facts.values()):
+        return  # a host whose GPUs only torch can count: its engines are checked once they run
     asked = [
         ranks.Engine(-1, facts[name], host=name.split("@", 1)[-1], local_rank=i)
         for name, k in opts.hosts
@@ -136,7 +138,7 @@ def ssh_facts(opts: LaunchOptions, host: str) -> dict[str, Any] | str:
     cannot run our engines, in one sentence."""
     code = (
         "import json, ipyparallel; from jupyter_mgpu.engine.startup.launched_setup import host_facts; "
-        f"print({FACTS!r} + json.dumps(host_facts({opts.interface!r})))"
+        f"print({FACTS!r} + json.dumps(host_facts({opts.interface!r}, torch_may_count=False)))"
     )
     cmd = [
         "ssh",

@@ -64,20 +64,21 @@ def _local_rank_hint() -> int | None:
     return None
 
 
-def host_facts(interface: str | None) -> dict[str, Any]:
+def host_facts(interface: str | None, torch_may_count: bool = True) -> dict[str, Any]:
     """This host's devices, memory and interfaces (touches no GPU): what the kernel checks a host against
-    before it starts engines there (``launch/ipp_cluster.check_ssh_hosts``) and again once they run."""
+    before it starts engines there (``launch/ipp_cluster.check_ssh_hosts``, which does not let torch count
+    the GPUs: ``gpus`` is then None where NVML cannot) and again once they run."""
     import psutil
 
     from jupyter_mgpu import devices
     from jupyter_mgpu.engine.wire import netif
 
-    gpus = 0 if os.environ.get("JUPYTER_MGPU_FORCE_CPU") else devices.cuda_device_count()
+    gpus = devices.cuda_device_count() if torch_may_count else devices.cuda_device_count_without_torch()
     return {
         "hostname": socket.gethostname(),
         "label": os.environ.get("MGPU_HOST_LABEL") or None,
         "gpus": gpus,
-        "gpu_info": [devices._nvml_info(i) for i in range(gpus)],  # (name, bytes) per visible GPU, or None
+        "gpu_info": [devices._nvml_info(i) for i in range(gpus or 0)],  # (name, bytes) per visible GPU, or None
         "available_memory": psutil.virtual_memory().available,
         "cpus": os.cpu_count() or 1,
         "address": netif.address_of(interface) if interface else None,
