@@ -88,7 +88,7 @@ def test_the_two_cells_of_the_report_give_the_right_sum(kernel):
     _check_tensor(kernel)
 
 
-def test_a_rank_raising_while_others_wait_in_a_collective(kernel):
+def _raise_while_others_wait(kernel: Kernel) -> None:
     start = time.monotonic()
     reply, out = kernel.execute(
         "%%mgpu\nif rank == 1:\n    raise ValueError('bad shard')\ndist.all_reduce(torch.ones(4))"
@@ -99,6 +99,10 @@ def test_a_rank_raising_while_others_wait_in_a_collective(kernel):
     assert "left waiting in a collective and released at once" in out
     _check_back(kernel, took, 15, out)
     _check_tensor(kernel)
+
+
+def test_a_rank_raising_while_others_wait_in_a_collective(kernel):
+    _raise_while_others_wait(kernel)
 
 
 @pytest.mark.slow
@@ -143,7 +147,7 @@ def test_interrupt_during_mg_matmul(kernel, strategy):
 def test_on_4_ranks_several_waiting_ranks_and_summas_grid_groups_come_back():
     k = _kernel(4)
     try:
-        test_a_rank_raising_while_others_wait_in_a_collective(k)  # three ranks released at once
+        _raise_while_others_wait(k)  # three ranks released at once
         _interrupt_matmul(k, "summa")  # a 2x2 grid: its row and column groups are made again after the stop
     finally:
         _close(k)
