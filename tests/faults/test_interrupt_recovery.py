@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from jupyter_mgpu.engine.startup import runtime
+from jupyter_mgpu.session import recovery
 
 pytestmark = pytest.mark.cluster
 
@@ -60,16 +61,17 @@ def _press_stop_once_there(marker, timeout: float = 60.0) -> None:
 
 
 @pytest.mark.slow
-def test_a_rank_in_a_long_cpp_op_is_rebuilt_around_before_the_next_call(own_session, capsys, tmp_path):
+def test_a_rank_in_a_long_cpp_op_is_rebuilt_around_before_the_next_call(own_session, capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(recovery, "SETTLE", 1.5)  # the release's wait, 3 s by default: a shorter op tells the same
     with own_session(2, timeout=60, mem_per_device="4GiB") as s:
-        # rank 1 multiplies in one C++ call (SIGINT waits for it) of about 20 s on any machine: far past the
-        # release's 2 x SETTLE (6 s) after the stop, well within the next call's wait (the 60 s timeout);
-        # rank 0 waits in a collective
+        # rank 1 multiplies in one C++ call (SIGINT waits for it) of about 10 s on any machine: past the
+        # release's 2 x SETTLE (3 s) after the stop even where its first measure ran twice as slow as the
+        # call, well within the next call's wait (the 60 s timeout); rank 0 waits in a collective
         marker = tmp_path / "multiplying"
         long_op = (
             "if rank == 1:\n    import time\n"
             "    c = torch.randn(2000, 2000)\n    t = time.perf_counter()\n    c @ c\n"
-            "    n = min(16000, int(2000 * (20 / (time.perf_counter() - t)) ** (1 / 3)))\n"
+            "    n = min(16000, int(2000 * (10 / (time.perf_counter() - t)) ** (1 / 3)))\n"
             f"    a, b = torch.randn(n, n), torch.randn(n, n)\n    open({str(marker)!r}, 'w').close()\n"
             "    a = a @ b\ndist.all_reduce(torch.ones(1))"
         )
