@@ -31,7 +31,7 @@ function step(name, data) {
   report(name, data);
 }
 
-const { context, page, consoleErrors } = await openBrowser({
+const { page, consoleErrors, close } = await openBrowser({
   viewport: { width: 1280, height: 900 }
 });
 
@@ -318,5 +318,5 @@ try {
   await reportError(err, page, '99_failure.png', consoleErrors);
   await shutdownKernel(page);
 } finally {
-  await context.close();
+  await close();
 }

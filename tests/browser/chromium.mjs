@@ -36,17 +36,20 @@ export function chromiumArgs(extraArgs = []) {
 // (placement_player.mjs opens a saved standalone page that loads its neighbour files).
 export const SHARED_ARGS = ['--allow-file-access-from-files'];
 
-// A page at `viewport`: with cfg.cdp, a new page of the worker's running Chromium (tests/browser/browser_host.mjs;
+// A page at `viewport`: with cfg.cdp, a page of the worker's running Chromium (tests/browser/browser_host.mjs;
 // pages an earlier script left, killed at its timeout, are closed first); else a fresh persistent context in
 // cfg.profile (the hub's users, each with a login of their own). Console errors and uncaught page errors of
-// every page of the context are collected into consoleErrors (the tests fail on any). With cfg.cdp, the context's
-// `newPage()` gives its page `viewport` as a launched one would, and `close()` ends what this script opened (its
-// pages; then it disconnects), leaving the browser up.
+// every page of the context are collected into consoleErrors (the tests fail on any). `newPage()` gives a further
+// page at `viewport` either way; `close()` ends what this script opened: with cfg.cdp its pages (then it
+// disconnects, leaving the browser up), else the context. With `reuse` (cfg.cdp only), the JupyterLab page an
+// earlier script left with `keepPage` is taken instead of a new one (`reused`: true): its app is loaded already.
 export async function openBrowser({
   viewport = { width: 1280, height: 900 },
-  extraArgs = []
+  extraArgs = [],
+  reuse = false
 } = {}) {
-  let context;
+  let context, newPage, close;
+  let kept = null;
   if (cfg.cdp) {
     const missing = extraArgs.filter(a => !SHARED_ARGS.includes(a));
     if (missing.length) {
@@ -56,16 +59,27 @@ export async function openBrowser({
     }
     const browser = await chromium.connectOverCDP(cfg.cdp);
     context = browser.contexts()[0];
-    await Promise.all(context.pages().map(p => p.close()));
-    context.close = async () => {
-      await Promise.all(context.pages().map(p => p.close().catch(() => {})));
-      await browser.close(); // a connected client's close disconnects
-    };
-    const newPage = context.newPage.bind(context);
-    context.newPage = async () => {
-      const p = await newPage();
+    for (const p of context.pages()) {
+      if (reuse && !kept && (await isKept(p))) {
+        kept = p;
+        await p.setViewportSize(viewport); // this connection's page size (shotCell reads it), as it was
+      } else {
+        await p.close();
+      }
+    }
+    newPage = async () => {
+      const p = await context.newPage();
       await p.setViewportSize(viewport); // as a launched context's viewport gives every page
       return p;
+    };
+    close = async ({ keep = null } = {}) => {
+      await Promise.all(
+        context
+          .pages()
+          .filter(p => p !== keep)
+          .map(p => p.close().catch(() => {}))
+      );
+      await browser.close(); // a connected client's close disconnects, leaving the pages it did not close
     };
   } else {
     context = await chromium.launchPersistentContext(cfg.profile, {
@@ -74,6 +88,8 @@ export async function openBrowser({
       viewport,
       args: chromiumArgs(extraArgs)
     });
+    newPage = () => context.newPage();
+    close = () => context.close();
   }
   const consoleErrors = [];
   const watch = (p, tag) => {
@@ -88,14 +104,14 @@ export async function openBrowser({
       consoleErrors.push(`${tag}${String(err)} at ${new Date().toISOString()}`)
     );
   };
-  const page = context.pages()[0] ?? (await context.newPage());
+  const page = kept ?? context.pages()[0] ?? (await newPage());
   watch(page, '');
   context.on('page', p => {
     if (p !== page) {
       watch(p, 'other page: ');
     }
   });
-  return { context, page, consoleErrors };
+  return { context, page, consoleErrors, newPage, close, reused: !!kept };
 }
 
 // Wait until the current notebook's page has not changed for `quiet` ms (widgets that update from kernel threads,
@@ -160,14 +176,94 @@ export async function notebookReady(page, timeout, polling = 200) {
 
 // Open cfg.notebook in JupyterLab and wait until its kernel is idle and its cells are shown. Each run gets
 // a workspace of its own: the shared server's default workspace would reopen the notebooks of earlier
-// tests, whose saved widget outputs have no model any more (an error in the console).
-export async function openNotebook(page, timeout) {
-  const workspace = `t${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
-  await page.goto(
-    `${cfg.url}lab/workspaces/${workspace}/tree/${cfg.notebook}?token=${cfg.token}`,
-    { timeout }
-  );
+// tests, whose saved widget outputs have no model any more (an error in the console). On a `reused` page
+// (openBrowser's; keepPage left it with nothing open and its side areas as a new page has them) the
+// notebook is opened in the running app, as the file browser opens one.
+export async function openNotebook(page, timeout, reused = false) {
+  if (reused) {
+    await page.evaluate(async path => {
+      window.__mgpuKept = null;
+      const app = window.jupyterapp;
+      const opened = await app.commands.execute('docmanager:open', { path });
+      for (const w of Array.from(app.shell.widgets('main'))) {
+        if (w !== opened) {
+          w.close(); // the launcher, as a new page has only the notebook
+        }
+      }
+    }, cfg.notebook);
+  } else {
+    const workspace = `t${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+    await page.goto(
+      `${cfg.url}lab/workspaces/${workspace}/tree/${cfg.notebook}?token=${cfg.token}`,
+      { timeout }
+    );
+  }
   await notebookReady(page, timeout);
+  if (!reused) {
+    await page.evaluate(() => {
+      // what the side areas show (collapsed or not, which panel): keepPage leaves the page so, or not at all
+      window.__mgpuSides = () => {
+        const l = window.jupyterapp.shell.saveLayout();
+        const side = a => [!!a?.collapsed, a?.currentWidget?.id ?? null];
+        return JSON.stringify({
+          left: side(l.leftArea),
+          right: side(l.rightArea),
+          down: (l.downArea?.widgets ?? []).map(w => w.id)
+        });
+      };
+      window.__mgpuNewSides = window.__mgpuSides();
+    });
+  }
+}
+
+// Whether `page` is a JupyterLab page of this lab that keepPage left (an earlier script's, ended cleanly).
+async function isKept(page) {
+  return page
+    .evaluate(url => window.__mgpuKept === url, cfg.url)
+    .catch(() => false);
+}
+
+// Leave the page for the next script that asks openBrowser to `reuse` one (saves it loading JupyterLab, about
+// 3 s of a core): every document closed (each saved and its kernel shut down before), the side areas as they
+// were when the page was new. True if the page now looks as a new one would; else why not (it is not kept).
+export async function keepPage(page) {
+  return page
+    .evaluate(async url => {
+      const app = window.jupyterapp;
+      // the launcher JupyterLab opens once the last document is closed is not a document
+      const open = () =>
+        Array.from(app.shell.widgets('main')).filter(
+          w => !w.id.startsWith('launcher')
+        );
+      open().forEach(w => w.close());
+      for (let i = 0; i < 40 && open().length; i++) {
+        await new Promise(r => setTimeout(r, 50));
+      }
+      const fresh = JSON.parse(window.__mgpuNewSides ?? 'null');
+      if (!fresh || open().length) {
+        return `still open: ${open().map(w => w.id)}; new sides ${window.__mgpuNewSides}`;
+      }
+      for (const [area, [collapsed, id]] of [
+        ['left', fresh.left],
+        ['right', fresh.right]
+      ]) {
+        if (id) {
+          app.shell.activateById(id);
+        }
+        if (collapsed) {
+          area === 'left'
+            ? app.shell.collapseLeft()
+            : app.shell.collapseRight();
+        }
+      }
+      await new Promise(r => requestAnimationFrame(() => r()));
+      if (window.__mgpuSides() !== window.__mgpuNewSides) {
+        return `sides ${window.__mgpuSides()} not ${window.__mgpuNewSides}`;
+      }
+      window.__mgpuKept = url;
+      return true;
+    }, cfg.url)
+    .catch(e => String(e));
 }
 
 // Shut the current notebook's kernel down (its cluster with it), so that later tests in the shared lab
@@ -369,10 +465,10 @@ export async function lastAndBack(page, sel, read) {
   return { end, back: await read() };
 }
 
-// A new page of `context` that loads file:// URLs only: every other request is refused and its URL
-// kept in `requests`.
-export async function offlinePage(context) {
-  const page = await context.newPage();
+// A new page (from `newPage`, openBrowser's) that loads file:// URLs only: every other request is refused and
+// its URL kept in `requests`.
+export async function offlinePage(newPage) {
+  const page = await newPage();
   const requests = [];
   await page.route('**/*', route => {
     const u = route.request().url();

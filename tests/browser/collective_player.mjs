@@ -15,7 +15,7 @@ import {
 } from './chromium.mjs';
 
 const T = 90000;
-const { context, page, consoleErrors } = await openBrowser({
+const { page, consoleErrors, close } = await openBrowser({
   viewport: { width: 1280, height: 1000 }
 });
 
@@ -112,5 +112,5 @@ try {
   await reportError(err, page, 'player_error.png', consoleErrors);
 } finally {
   await shutdownKernel(page);
-  await context.close();
+  await close();
 }

@@ -22,7 +22,7 @@ import {
 
 const STEP_TIMEOUT = 90000;
 const C = cfg.cells;
-const { context, page, consoleErrors } = await openBrowser({
+const { page, consoleErrors, close } = await openBrowser({
   viewport: { width: 1400, height: 900 }
 });
 const shot = name =>
@@ -421,5 +421,5 @@ try {
   await shutdownKernel(page);
   await reportError(err, page, 'error.png', consoleErrors);
 } finally {
-  await context.close();
+  await close();
 }

@@ -105,7 +105,7 @@ async function waitFor(page, fn, arg, timeout = STEP_TIMEOUT) {
   await page.waitForFunction(fn, arg, { timeout, polling: 200 });
 }
 
-const { context, page, consoleErrors } = await openBrowser({
+const { page, consoleErrors, close } = await openBrowser({
   viewport: { width: 1280, height: 800 }
 });
 
@@ -354,5 +354,5 @@ try {
   await reportError(err, page, '99_failure.png', consoleErrors);
 } finally {
   await shutdownKernel(page);
-  await context.close();
+  await close();
 }

@@ -17,7 +17,7 @@ import {
 } from './chromium.mjs';
 
 const T = 90000;
-const { context, page, consoleErrors } = await openBrowser({
+const { page, consoleErrors, close } = await openBrowser({
   viewport: { width: 1280, height: 900 }
 });
 
@@ -318,5 +318,5 @@ try {
   await reportError(err, page, 'dashboard_error.png', consoleErrors);
 } finally {
   await shutdownKernel(page);
-  await context.close();
+  await close();
 }

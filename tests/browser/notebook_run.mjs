@@ -17,6 +17,7 @@ import {
   report,
   openBrowser,
   openNotebook,
+  keepPage,
   reportError,
   settled,
   notebookLayout,
@@ -25,9 +26,8 @@ import {
 } from './chromium.mjs';
 
 const T = cfg.timeoutMs ?? 600000;
-const { page, context, consoleErrors } = await openBrowser({
-  viewport: { width: 1280, height: 900 }
-});
+const { page, context, consoleErrors, newPage, close, reused } =
+  await openBrowser({ viewport: { width: 1280, height: 900 }, reuse: true });
 
 // index of the code cell whose source starts with `prefix` (exactly one must)
 async function cellIndex(prefix) {
@@ -59,7 +59,16 @@ async function shotCell(index, name) {
 }
 const layout = () => notebookLayout(page);
 
-const ctx = { page, context, cfg, report, cellIndex, shotCell, consoleErrors };
+const ctx = {
+  page,
+  context,
+  newPage,
+  cfg,
+  report,
+  cellIndex,
+  shotCell,
+  consoleErrors
+};
 
 // each spinner also ends by itself once this script is gone (a timeout's SIGKILL kills no children)
 const SPIN =
@@ -93,11 +102,13 @@ async function loadWindow({ from, until, perCore }) {
   stopSpinners();
   report('load', { spinners: n, seconds: (Date.now() - t0) / 1000 });
 }
+let keep = false;
 const hooks = cfg.hooks ? await import(pathToFileURL(cfg.hooks).href) : {};
 
 try {
-  await openNotebook(page, 120000);
+  await openNotebook(page, 120000, reused);
   report('opened', {
+    reused,
     cells: await page.evaluate(
       () => window.jupyterapp.shell.currentWidget.content.widgets.length
     )
@@ -192,10 +203,13 @@ try {
     await panel.sessionContext.shutdown();
   });
   report('done', { consoleErrors });
+  const kept = await keepPage(page); // the next notebook's run opens it in this JupyterLab
+  report('kept', { kept });
+  keep = kept === true;
 } catch (err) {
   await reportError(err, page, 'error.png', consoleErrors);
   await shutdownKernel(page);
 } finally {
   stopSpinners();
-  await context.close();
+  await close({ keep: keep ? page : null });
 }

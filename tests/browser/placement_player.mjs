@@ -19,7 +19,7 @@ import {
 } from './chromium.mjs';
 
 const T = 120000;
-const { context, page, consoleErrors } = await openBrowser({
+const { page, consoleErrors, newPage, close } = await openBrowser({
   viewport: { width: 1400, height: 1000 },
   extraArgs: ['--allow-file-access-from-files']
 });
@@ -127,7 +127,7 @@ try {
   );
 
   // the standalone page: no kernel, no network
-  const { page: off, requests } = await offlinePage(context);
+  const { page: off, requests } = await offlinePage(newPage);
   await off.goto('file://' + cfg.html, { timeout: T });
   await off.waitForSelector('.mgpu-placement svg', { timeout: 20000 });
   const s0 = await off.evaluate(
@@ -152,7 +152,7 @@ try {
   report('standalone', { start: s0, tiles0, end: s1, requests });
 
   // a 2,400-event trace: time stepping through 300 frames and one jump from first to last
-  const big = await context.newPage();
+  const big = await newPage();
   await big.goto('file://' + cfg.big, { timeout: T });
   await big.waitForSelector('.mgpu-placement svg', { timeout: 20000 });
   const timing = await big.evaluate(() => {
@@ -180,5 +180,5 @@ try {
   await reportError(err, page, 'error.png', consoleErrors);
 } finally {
   await shutdownKernel(page);
-  await context.close();
+  await close();
 }

@@ -18,7 +18,7 @@ import {
 
 const STEP_TIMEOUT = 120000;
 const C = cfg.cells;
-const { context, page, consoleErrors } = await openBrowser({
+const { page, consoleErrors, close } = await openBrowser({
   viewport: { width: 1280, height: 1000 }
 });
 const shot = (index, name) =>
@@ -202,5 +202,5 @@ try {
   await reportError(err, page, '99_failure.png', consoleErrors);
   await shutdownKernel(page);
 } finally {
-  await context.close();
+  await close();
 }

@@ -15,7 +15,7 @@ import {
 
 const STEP_TIMEOUT = 90000;
 
-const { context, page, consoleErrors } = await openBrowser({
+const { page, consoleErrors, close } = await openBrowser({
   viewport: { width: 1280, height: 800 }
 });
 
@@ -99,5 +99,5 @@ try {
 } catch (err) {
   await reportError(err, page, '99_failure.png', consoleErrors);
 } finally {
-  await context.close();
+  await close();
 }

@@ -18,7 +18,7 @@ import {
 
 const STEP_TIMEOUT = 90000;
 const C = cfg.cells;
-const { context, page, consoleErrors } = await openBrowser({
+const { page, consoleErrors, close } = await openBrowser({
   viewport: { width: 1280, height: 900 }
 });
 const shot = (index, name) =>
@@ -110,5 +110,5 @@ try {
   await reportError(err, page, '99_failure.png', consoleErrors);
   await shutdownKernel(page);
 } finally {
-  await context.close();
+  await close();
 }

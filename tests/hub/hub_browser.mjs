@@ -31,7 +31,7 @@ export async function layout(page) {
 export async function login(key) {
   const user = cfg.users[key];
   cfg.profile = user.profile; // openBrowser launches a persistent context in cfg.profile
-  const { context, page, consoleErrors } = await openBrowser({ viewport: { width: 1280, height: 800 } });
+  const { context, page, consoleErrors, close } = await openBrowser({ viewport: { width: 1280, height: 800 } });
   const next = `/user/${user.name}/lab/tree/hub.ipynb`;
   await page.goto(`${cfg.hub}/hub/login?next=${encodeURIComponent(next)}`, { timeout: STEP });
   const loginTitle = await page.title();
@@ -50,7 +50,7 @@ export async function login(key) {
   await page.screenshot({ path: path.join(cfg.artifacts, `${key}_01_logged_in.png`) });
   report(`${key}:login`, { loginTitle, url, sidebar: before,
     plugin: await page.evaluate(() => window.jupyterapp.hasPlugin('jupyter-mgpu:plugin')) });
-  return { user, context, page, consoleErrors };
+  return { user, context, page, consoleErrors, close };
 }
 
 // The panel's device rows: what each says and how its bar is split (this user's part, other users').

@@ -33,6 +33,6 @@ try {
   process.exitCode = 1;
 } finally {
   if (session) {
-    await session.context.close().catch(() => {});
+    await session.close().catch(() => {});
   }
 }

@@ -94,6 +94,6 @@ try {
   process.exitCode = 1;
 } finally {
   for (const s of Object.values(sessions)) {
-    await s.context.close().catch(() => {});
+    await s.close().catch(() => {});
   }
 }

@@ -35,7 +35,7 @@ export async function during({ page, report, cellIndex }) {
 
 export async function after({
   page,
-  context,
+  newPage,
   report,
   cellIndex,
   consoleErrors
@@ -84,7 +84,7 @@ export async function after({
   report('stepped', { steps, last, back });
 
   // the saved page: no kernel, no network
-  const { page: off, requests } = await offlinePage(context);
+  const { page: off, requests } = await offlinePage(newPage);
   off.on('pageerror', err => consoleErrors.push('standalone: ' + String(err)));
   off.on('console', msg => {
     if (msg.type() === 'error') {
