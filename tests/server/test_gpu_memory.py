@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -61,6 +62,11 @@ def _gpus(own: int, other: int, gone: int) -> list[dict]:
     ]
 
 
+def _says_number(text: str, n: int) -> bool:
+    """Whether ``text`` has ``n`` as a number of its own: a pid of 2147 is not in 2147483648 (2 GiB's bytes)."""
+    return re.search(rf"(?<!\d){n}(?!\d)", text) is not None
+
+
 def test_split_counts_own_and_other_users_bytes_each_process_once():
     procs = [
         type("P", (), {"pid": p, "usedGpuMemory": u})()
@@ -85,7 +91,7 @@ def test_devices_split_memory_by_owner_and_name_nobody(other_users_pid):
     assert a["other_users_bytes"] == 25 * GiB  # another uid's process, and one that cannot be seen
     assert (h["own_bytes"], h["other_users_bytes"]) == (0, 0)
     text = json.dumps([a, h])
-    assert str(other_users_pid) not in text and str(gone) not in text and "pid" not in text
+    assert not _says_number(text, other_users_pid) and not _says_number(text, gone) and "pid" not in text
 
 
 def test_visible_devices_are_numbered_as_cuda_numbers_them():
@@ -111,7 +117,7 @@ def test_manager_sends_the_split_and_no_pid_of_anyone_else(monkeypatch, mgpu_roo
     assert payload["devices"]["source"] == "nvml"
     [dev] = payload["devices"]["devices"]
     assert (dev["own_bytes"], dev["other_users_bytes"]) == (2 * GiB, 25 * GiB)
-    assert str(other_users_pid) not in json.dumps(payload)
+    assert not _says_number(json.dumps(payload), other_users_pid)
     assert nvml.inits == nvml.shutdowns == 1
 
 
