@@ -30,6 +30,7 @@ class EngineState:
     busy: bool = False
     pg_generation: int = 0  # bumped each time the process group is rebuilt; keys caches of subgroups
     call_depth: int = 0  # calls from the kernel now running (a call may run another)
+    serving: bool = False  # a direct-channel request read and not yet answered (it counts as in a call)
     call_seq0: int | None = None  # collectives started before the outermost running call
     # numbered collectives that raised before the group's backend ran them (collective_numbers.left_unrun)
     unrun_collectives: int = 0

@@ -100,6 +100,20 @@ def abort_queued(s: Session, ar: Any, ranks: list[int], wait: float = 2.0) -> No
         s.cluster.client.abort(ar, targets=targets, block=False).wait(wait)
 
 
+def stop_submitted(s: Session, ar: Any, ranks: list[int], relay: OutputRelay | None = None) -> Exception:
+    """The stop button during ipyparallel's ``ar`` on ``ranks``: taken off the queues of ranks that have not
+    begun it, interrupted on those that have, the group brought back; the exception to raise, which says so."""
+    pending = pending_ranks(s.cluster.client, ar, ranks)
+    abort_queued(s, ar, pending)
+    before = s.recovery.interrupt_ranks(pending)
+    try:
+        return s.recovery.after_interrupt(pending, before)
+    finally:
+        s.hang_watch.end_call()
+        if relay is not None:
+            relay.flush()
+
+
 def await_exit_record(s: Session, ranks: list[int], wait: float = 5.0) -> None:
     """How an engine ended is written (supervisor, or relay) a moment after its socket closes."""
     end = time.monotonic() + wait
@@ -131,16 +145,7 @@ def collect(
                 done=finished_results(ar, ranks),
             )
     except KeyboardInterrupt:
-        pending = pending_ranks(s.cluster.client, ar, ranks)
-        abort_queued(s, ar, pending)
-        before = s.recovery.interrupt_ranks(pending)
-        try:
-            interrupted = s.recovery.after_interrupt(pending, before)
-        finally:
-            s.hang_watch.end_call()
-            if relay is not None:
-                relay.flush()
-        raise interrupted from None
+        raise stop_submitted(s, ar, ranks, relay) from None
     finally:
         s.hang_watch.end_call()  # its live status line goes with the call
     if relay is not None:

@@ -158,8 +158,19 @@ class Session:
             hook(self)
 
     def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], ranks: list[int]) -> Any:
+        """Send ``fn(*args)`` to ``ranks`` through ipyparallel. The stop button is held while the request goes
+        out: pressed then, it stops the call just sent (else the ranks would run it for nobody)."""
         self._check_ready(ranks)
-        return self._view(ranks).apply_async(fn, *args)
+        view = self._view(ranks)
+        ar = None
+        try:
+            with deferred_interrupt():
+                ar = view.apply_async(fn, *args)
+        except KeyboardInterrupt:
+            if ar is None:
+                raise
+            raise call_paths.stop_submitted(self, ar, ranks) from None
+        return ar
 
     def _direct_ok(self, ranks: list[int]) -> bool:
         """Whether a blocking call may take the direct channel: nothing of ipyparallel's is still queued."""

@@ -107,11 +107,12 @@ class DirectChannel:
         with self.lock:
             rid = next(self.ids)
             header = json.dumps({"id": rid, "stream": on_output is not None, "parent": parent}).encode()
-            for r in ranks:
-                self._send(r, [header, *bufs])
             try:
+                for r in ranks:
+                    self._send(r, [header, *bufs])
                 return self._replies(rid, ranks, check, poll, on_output)
-            except KeyboardInterrupt:  # a reply may be half read: start those connections afresh
+            except KeyboardInterrupt:  # a reply may be half read, a request sent to some ranks only: closed, the
+                # connections make a rank that has not read the request yet drop it (``_hung_up``)
                 for r in ranks:
                     self.forget(r)
                 raise

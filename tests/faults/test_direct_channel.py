@@ -118,3 +118,27 @@ def test_a_call_stopped_before_its_ranks_read_it_never_runs(s2):
     with contextlib.suppress(Exception):
         pending.get()
     assert s2.run(_rank, timeout=10) == [0, 1]  # not queued behind a _spin nobody waits for
+
+
+def test_a_stop_while_the_request_goes_out_stops_that_call(s2, monkeypatch):
+    # the stop pressed after ipyparallel sent the request but before the wait for it began (a loaded machine
+    # stretches that moment): the call just sent is stopped, not left to run for nobody
+    view_of = s2._view
+    pressed: list[bool] = []
+
+    class SendThenStop:
+        def __init__(self, ranks: list[int]) -> None:
+            self.view = view_of(ranks)
+
+        def apply_async(self, *args):
+            ar = self.view.apply_async(*args)
+            if not pressed:  # once: the recovery's own calls that follow go through here too
+                pressed.append(True)
+                os.kill(os.getpid(), signal.SIGINT)
+            return ar
+
+    monkeypatch.setattr(s2, "_view", SendThenStop)
+    with pytest.raises(KeyboardInterrupt, match="interrupted on"):
+        s2.run(_spin, block=False)
+    monkeypatch.undo()
+    assert s2.run(_rank, timeout=10) == [0, 1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -163,5 +164,47 @@ def test_a_call_whose_caller_hung_up_before_it_was_read_never_runs(tmp_path):
     finally:
         for sock in (gone, kept, server.listener):
             sock.close()
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+def _in_call_says() -> bool:
+    from jupyter_mgpu.engine import state as rank_state
+    from jupyter_mgpu.engine.watch import collective_guard
+
+    return bool(collective_guard.progress(rank_state.STATE)["in_call"])
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_read_a_request_is_in_a_call_before_its_call_begins(tmp_path, monkeypatch):
+    """The stop button asks the ranks whether they are in a call: one that has read the request but has not begun
+    the call yet (its arguments still unpacking) must not say idle, or the kernel rebuilds the group under it."""
+    import asyncio
+    import types
+
+    from ipyparallel.serialize import pack_apply_message
+
+    from jupyter_mgpu.engine import state as rank_state
+
+    monkeypatch.setattr(rank_state, "STATE", types.SimpleNamespace(rank=0, pg_generation=0, call_depth=0))
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    server = direct_channel.Server(str(tmp_path), 0, {})
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.connect(str(server.path))
+        direct_channel.send_frames(sock, [b'{"id": 1}', *pack_apply_message(_in_call_says, (), {})])
+        sock.settimeout(0.05)
+        reply = None
+        end = loop.time() + 5
+        while reply is None and loop.time() < end:  # the engine's loop, as it runs between cells
+            loop.run_until_complete(asyncio.sleep(0.05))
+            with contextlib.suppress(TimeoutError):
+                reply = direct_channel.recv_frames(sock)
+        assert reply is not None and direct_channel.load_value(reply[1:]) is True  # no call scope: only the read
+        assert _in_call_says() is False  # answered: idle again
+    finally:
+        for s in (sock, server.listener):
+            s.close()
         loop.close()
         asyncio.set_event_loop(None)

@@ -101,11 +101,23 @@ class Server:
         conn.close()
 
     def _serve(self, conn: socket.socket) -> None:
+        from jupyter_mgpu.engine import state as rank_state
+
+        st = rank_state.STATE
         try:
             parts = recv_frames(conn)
         except (EOFError, OSError):
             self._drop(conn)
             return
+        if st is not None:
+            st.serving = True
+        try:
+            self._answer(conn, parts)
+        finally:
+            if st is not None:
+                st.serving = False
+
+    def _answer(self, conn: socket.socket, parts: list[bytearray]) -> None:
         if _hung_up(conn):  # the stop came before this rank read the call: nobody waits for it, so it never runs
             self._drop(conn)
             return

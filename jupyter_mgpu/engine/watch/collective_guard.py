@@ -133,7 +133,9 @@ def progress(state: EngineState) -> dict[str, Any]:
     seq = rank_state.sequence_number()
     return {
         "rank": state.rank,
-        "in_call": bool(getattr(state, "call_depth", 0)),
+        # from the moment a direct-channel request is read: the kernel's stop then finds it busy, never idle
+        # just before its call begins
+        "in_call": bool(getattr(state, "call_depth", 0)) or bool(getattr(state, "serving", False)),
         "collectives": None if seq0 is None or seq is None else seq - seq0,
         "generation": state.pg_generation,
         "begun": getattr(state, "calls_begun", 0),
