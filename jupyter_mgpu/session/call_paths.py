@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jupyter_mgpu.engine.execution import direct_channel as rank_channel
-from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.errors import Interrupted, MgpuError
 from jupyter_mgpu.session import call_wait
 from jupyter_mgpu.session.call_results import results
 from jupyter_mgpu.session.direct_channel import ChannelClosed
@@ -100,7 +100,7 @@ def abort_queued(s: Session, ar: Any, ranks: list[int], wait: float = 2.0) -> No
         s.cluster.client.abort(ar, targets=targets, block=False).wait(wait)
 
 
-def stop_submitted(s: Session, ar: Any, ranks: list[int], relay: OutputRelay | None = None) -> Exception:
+def stop_submitted(s: Session, ar: Any, ranks: list[int], relay: OutputRelay | None = None) -> Interrupted:
     """The stop button during ipyparallel's ``ar`` on ``ranks``: taken off the queues of ranks that have not
     begun it, interrupted on those that have, the group brought back; the exception to raise, which says so."""
     pending = pending_ranks(s.cluster.client, ar, ranks)
