@@ -1,5 +1,6 @@
-"""Hold back the stop button while a cluster is being started or stopped, so that work is never cut
-in half (half-started processes left running, a half-removed runtime directory)."""
+"""Hold back the stop button while a cluster is being started or stopped, or a request to the ranks goes
+out, so that work is never cut in half (half-started processes left running, a half-removed runtime
+directory, a call sent that nobody then stops or waits for)."""
 
 from __future__ import annotations
 
