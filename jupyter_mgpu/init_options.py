@@ -47,6 +47,12 @@ class InitOptions:
             "seconds the ranks of a collective may all sit blocked before the stuck ones are named and released (default 2; 0: never)"
         ),
     )
+    status_after: float | None = field(
+        default=None,
+        metadata=_opt(
+            "seconds a collective may wait before the running cell gets a live status line of what each rank does (default 10)"
+        ),
+    )
     no_collective_checks: bool = field(
         default=False,
         metadata=_opt("do not compare each collective's op, dtype, shape and root across ranks", flag=True),

@@ -262,6 +262,11 @@ MAGIC_CASES = [
         r"^hang_after must be a number of seconds, 0 or more, got -1.0$",
     ),
     ("%mgpu_init 2 --restart --hang-after soon", UsageError, r"^--hang-after takes seconds, got 'soon'$"),
+    (
+        "%mgpu_init 2 --restart --status-after -1",
+        MgpuError,
+        r"^status_after must be a number of seconds, 0 or more, got -1.0$",
+    ),
     ("%mgpu_where now", UsageError, r"^%mgpu_where takes --tree and --dump DIR, got 'now'$"),
     ("%mgpu_tb --rank x", UsageError, r"^--rank takes a rank number, got 'x'$"),
     ("%mgpu_debug --all --rank 1", UsageError, r"^%mgpu_debug takes --all or --rank, not both$"),

@@ -68,6 +68,7 @@ class ClusterSpec:
     collective_timeout: float | None = None  # the group's as given (None: torch's default); timeout bounds waits
     hang_after: float = 2.0  # seconds a collective's ranks may all sit blocked before they are named (0: never)
     collective_checks: bool = True  # each collective's fingerprint compared across ranks before it runs
+    status_after: float = 10.0  # seconds a collective waits before the running cell gets a live status line
 
     @classmethod
     def of_request(
@@ -84,6 +85,7 @@ class ClusterSpec:
             collective_timeout=opts.timeout,
             hang_after=float(2.0 if opts.hang_after is None else opts.hang_after),
             collective_checks=not opts.no_collective_checks,
+            status_after=float(10.0 if opts.status_after is None else opts.status_after),
         )
 
     @property

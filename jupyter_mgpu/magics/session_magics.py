@@ -43,7 +43,7 @@ def _init_request(args: Any) -> InitOptions:
             n = int(args.n)
         except ValueError:
             raise UsageError(f"the number of devices must be a whole number, got {args.n!r}") from None
-    for key in ("timeout", "hang_after"):
+    for key in ("timeout", "hang_after", "status_after"):
         if key in given:
             given[key] = _seconds(given[key], key)
     return InitOptions(n=n, **given)

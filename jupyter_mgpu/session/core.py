@@ -22,7 +22,7 @@ from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
 from jupyter_mgpu.session import call_paths, call_wait, rank_status, scripts
 from jupyter_mgpu.session.cell_values import RankValues
 from jupyter_mgpu.session.direct_channel import DirectChannel
-from jupyter_mgpu.session.hang_watch import HangWatch
+from jupyter_mgpu.session.hang_watch import STATUS_AFTER_S, HangWatch
 from jupyter_mgpu.session.output_relay import OutputRelay
 from jupyter_mgpu.session.pending import PendingResult
 from jupyter_mgpu.session.rank_debugging import DebugDesk
@@ -56,7 +56,10 @@ class Session:
         )
         # stuck ranks and mismatched collectives named while a call waits (what each rank does: its telemetry)
         self.hang_watch = HangWatch(
-            lambda: call_wait.read_where(self), self.recovery.release, getattr(cluster.spec, "hang_after", 2.0)
+            lambda: call_wait.read_where(self),
+            self.recovery.release,
+            getattr(cluster.spec, "hang_after", 2.0),
+            getattr(cluster.spec, "status_after", STATUS_AFTER_S),
         )
         # ranks stopped at a pdb prompt (breakpoint()) answered through the notebook's input box
         self.debug_desk = DebugDesk(self)

@@ -28,7 +28,7 @@ from jupyter_mgpu.wait_line import SAID_AFTER, WaitLine
 
 STILL_S = 2.0  # no change for this long, with every rank of the group blocked or done: stuck
 POLL_S = 0.25
-STATUS_AFTER_S = 10.0  # a collective waiting this long gets a live status line in the cell
+STATUS_AFTER_S = 10.0  # a collective waiting this long gets a live status line in the cell (default --status-after)
 TREE_PAST = 4  # a hang with more ranks involved than this also draws their stacks as one tree
 STALE_S = 2.0  # a rank whose last sample is older than this is not judged (it may be busy in C++)
 
@@ -149,6 +149,7 @@ class HangWatch:
         read_where: Callable[[], dict[int, dict[str, Any]]],
         release: Callable[[list[int]], None],
         still: float = STILL_S,
+        status_after: float = STATUS_AFTER_S,
     ):
         self.read_where = read_where  # rank -> its latest ``where`` (telemetry), fresh ones only
         self.release = release
@@ -157,7 +158,7 @@ class HangWatch:
         self._next = 0.0
         self._status: WaitLine | None = None  # the live status line of a stuck-looking collective
         self._waiting: WaitLine | None = None  # what a library call waits for, past WaitLine's SAID_AFTER
-        self.status_after = STATUS_AFTER_S
+        self.status_after = status_after  # seconds a collective waits before the live status line (--status-after)
         self.started = time.time()
 
     def start_call(self) -> None:

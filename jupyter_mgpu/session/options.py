@@ -27,8 +27,12 @@ def checked(opts: InitOptions) -> InitOptions:
     hang_after = 2.0 if opts.hang_after is None else opts.hang_after
     if isinstance(hang_after, bool) or not isinstance(hang_after, (int, float)) or not 0 <= hang_after < 86400:
         raise MgpuError(f"hang_after must be a number of seconds, 0 or more, got {hang_after!r}")
+    status_after = 10.0 if opts.status_after is None else opts.status_after
+    if isinstance(status_after, bool) or not isinstance(status_after, (int, float)) or not 0 <= status_after < 86400:
+        raise MgpuError(f"status_after must be a number of seconds, 0 or more, got {status_after!r}")
     return opts.replace(
         hang_after=float(hang_after),
+        status_after=float(status_after),
         devices=devices,
         mem_per_device=parse_size(opts.mem_per_device) if opts.mem_per_device is not None else None,
         timeout=process_group.check_timeout(opts.timeout),

@@ -49,6 +49,7 @@ def test_the_magic_arguments_become_one_request():
 def test_checked_converts_what_the_user_wrote():
     opts = checked(InitOptions(n=2, mem_per_device="1GiB", devices="0, 1", timeout=None))
     assert (opts.mem_per_device, opts.devices, opts.timeout) == (1024**3, [0, 1], 60.0)
+    assert (opts.hang_after, opts.status_after) == (2.0, 10.0)  # the watch's defaults
     with pytest.raises(MgpuError, match=r"^--devices takes indices such as 0,2, got '0,x'$"):
         checked(InitOptions(devices="0,x"))
     with pytest.raises(MgpuError, match=r"^telemetry_period must be between 0 and 60 seconds, got 99$"):
@@ -56,8 +57,9 @@ def test_checked_converts_what_the_user_wrote():
 
 
 def test_local_and_launched_requests_are_told_apart():
-    spec = local_spec(InitOptions(n=2, cpu=True, mem_per_device="64MiB", timeout=9))
+    spec = local_spec(InitOptions(n=2, cpu=True, mem_per_device="64MiB", timeout=9, status_after=3))
     assert (len(spec.devices), spec.backend, spec.timeout, spec.mem_per_device) == (2, "gloo", 9, 64 * 1024**2)
+    assert spec.status_after == 3.0
     with pytest.raises(MgpuError, match=r"^--per-host goes with --launcher, --hosts or --connect$"):
         local_spec(InitOptions(n=2, cpu=True, per_host=2))
     request, opts = launch_request(InitOptions(hosts="a:2,b:1", cpu=True, mem_per_device="64MiB"))
