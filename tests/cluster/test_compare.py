@@ -121,8 +121,9 @@ def test_the_bubble_read_off_the_ranks_times_is_the_formulas(s4):
         sched = r.schedule(name)
         assert sched.expected_bubble == pytest.approx(formula)
         bubble, split = sched.bubble(), sched.split()
-        # within 10 points of (p-1)/(m+p-1) on every stage, even with 4 ranks sharing 2 busy cores
-        assert all(abs(b - formula) <= 0.10 for b in bubble), (name, bubble, split)
+        # near (p-1)/(m+p-1) on every stage, even with 4 ranks sharing 2 busy cores: within 20 points (a fresh clone
+        # on a machine at its slowest read 0.29-0.45 against 0.27; a measurement gone wrong reads 0 or past 0.6)
+        assert all(abs(b - formula) <= 0.20 for b in bubble), (name, bubble, split)
         assert all(sum(x.values()) == pytest.approx(1) for x in split), split
         times = r.raw[name]
         timed = [st for st in sched.steps() if st["step"] >= sched.timed_from]
