@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 
+import psutil
 import pytest
 from lab_kernel import LabKernel, run_and_interrupt
 from netns_lab import python_processes, wait_quiet
@@ -37,7 +38,16 @@ def started(kernel, ssh_lab):
 
 
 def _engines(host) -> list:
-    return [p for p in host.processes() if "ipyparallel.engine" in p.cmdline() and "nanny" not in " ".join(p.cmdline())]
+    """The host's engines, not their nannies; a process that exits while it is looked at is not one (run Y)."""
+    out = []
+    for p in host.processes():
+        try:
+            args = p.cmdline()
+        except psutil.Error:
+            continue
+        if "ipyparallel.engine" in args and "nanny" not in " ".join(args):
+            out.append(p)
+    return out
 
 
 def test_ranks_on_two_hosts_ordered_by_host_then_device(started, kernel, ssh_lab):
