@@ -19,6 +19,8 @@ from jupyter_mgpu.errors import MgpuError
 
 LOCAL = "local"  # options of any start
 LAUNCH = "launch"  # options of engines started by ipyparallel's launchers (--launcher, --hosts, --connect)
+HANG_AFTER_S = 2.0  # --hang-after's default: seconds a collective's ranks may all sit blocked before they are named
+STATUS_AFTER_S = 10.0  # --status-after's default: seconds a collective waits before the cell's live status line
 
 
 def _opt(help: str, group: str = LOCAL, *, flag: bool = False) -> dict[str, Any]:
@@ -44,13 +46,13 @@ class InitOptions:
     hang_after: float | None = field(
         default=None,
         metadata=_opt(
-            "seconds the ranks of a collective may all sit blocked before the stuck ones are named and released (default 2; 0: never)"
+            f"seconds the ranks of a collective may all sit blocked before the stuck ones are named and released (default {HANG_AFTER_S:g}; 0: never)"
         ),
     )
     status_after: float | None = field(
         default=None,
         metadata=_opt(
-            "seconds a collective may wait before the running cell gets a live status line of what each rank does (default 10)"
+            f"seconds a collective may wait before the running cell gets a live status line of what each rank does (default {STATUS_AFTER_S:g})"
         ),
     )
     no_collective_checks: bool = field(

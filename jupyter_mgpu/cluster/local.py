@@ -28,6 +28,7 @@ from jupyter_mgpu.engine.records.startup_marks import CONTROLLER_LISTENING, mark
 from jupyter_mgpu.engine.records.startup_marks import read as read_marks
 from jupyter_mgpu.engine.startup.doorbell import ring as ring_supervisor
 from jupyter_mgpu.errors import EngineDiedError, MgpuError
+from jupyter_mgpu.init_options import HANG_AFTER_S, STATUS_AFTER_S
 from jupyter_mgpu.wait_line import WaitLine
 
 STOP_GRACE = 3.0  # seconds a stopped process gets before SIGKILL
@@ -66,9 +67,11 @@ class ClusterSpec:
     mem_per_device: int | None = None
     telemetry_period: float = 0.1
     collective_timeout: float | None = None  # the group's as given (None: torch's default); timeout bounds waits
-    hang_after: float = 2.0  # seconds a collective's ranks may all sit blocked before they are named (0: never)
+    hang_after: float = (
+        HANG_AFTER_S  # seconds a collective's ranks may all sit blocked before they are named (0: never)
+    )
     collective_checks: bool = True  # each collective's fingerprint compared across ranks before it runs
-    status_after: float = 10.0  # seconds a collective waits before the running cell gets a live status line
+    status_after: float = STATUS_AFTER_S  # seconds a collective waits before the running cell gets a live status line
 
     @classmethod
     def of_request(
@@ -83,9 +86,9 @@ class ClusterSpec:
             mem_per_device=mem_per_device,
             telemetry_period=opts.telemetry_period,
             collective_timeout=opts.timeout,
-            hang_after=float(2.0 if opts.hang_after is None else opts.hang_after),
+            hang_after=float(HANG_AFTER_S if opts.hang_after is None else opts.hang_after),
             collective_checks=not opts.no_collective_checks,
-            status_after=float(10.0 if opts.status_after is None else opts.status_after),
+            status_after=float(STATUS_AFTER_S if opts.status_after is None else opts.status_after),
         )
 
     @property

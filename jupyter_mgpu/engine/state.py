@@ -27,7 +27,6 @@ class EngineState:
     data_limit: int | None = None
     device: Any = None  # torch.device
     current_op: str | None = None
-    busy: bool = False
     pg_generation: int = 0  # bumped each time the process group is rebuilt; keys caches of subgroups
     call_depth: int = 0  # calls from the kernel now running (a call may run another)
     serving: bool = False  # a direct-channel request read and not yet answered (it counts as in a call)

@@ -19,10 +19,11 @@ from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.engine.execution import calls
 from jupyter_mgpu.engine.execution.shipped_function import ship
 from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
+from jupyter_mgpu.init_options import STATUS_AFTER_S
 from jupyter_mgpu.session import call_paths, call_wait, rank_status, scripts
 from jupyter_mgpu.session.cell_values import RankValues
 from jupyter_mgpu.session.direct_channel import DirectChannel
-from jupyter_mgpu.session.hang_watch import STATUS_AFTER_S, HangWatch
+from jupyter_mgpu.session.hang_watch import HangWatch
 from jupyter_mgpu.session.output_relay import OutputRelay
 from jupyter_mgpu.session.pending import PendingResult
 from jupyter_mgpu.session.rank_debugging import DebugDesk

@@ -23,12 +23,12 @@ from typing import Any
 
 from jupyter_mgpu.engine.watch import collective_watch
 from jupyter_mgpu.errors import rank_list
+from jupyter_mgpu.init_options import STATUS_AFTER_S
 from jupyter_mgpu.session.stack_tree import StackTree, rank_words
 from jupyter_mgpu.wait_line import SAID_AFTER, WaitLine
 
 STILL_S = 2.0  # no change for this long, with every rank of the group blocked or done: stuck
 POLL_S = 0.25
-STATUS_AFTER_S = 10.0  # a collective waiting this long gets a live status line in the cell (default --status-after)
 TREE_PAST = 4  # a hang with more ranks involved than this also draws their stacks as one tree
 STALE_S = 2.0  # a rank whose last sample is older than this is not judged (it may be busy in C++)
 

@@ -9,7 +9,7 @@ from jupyter_mgpu import launch
 from jupyter_mgpu.cluster.local import ClusterSpec
 from jupyter_mgpu.engine.group import process_group
 from jupyter_mgpu.errors import MgpuError
-from jupyter_mgpu.init_options import LAUNCH, InitOptions
+from jupyter_mgpu.init_options import HANG_AFTER_S, LAUNCH, STATUS_AFTER_S, InitOptions
 from jupyter_mgpu.units import parse_size
 
 
@@ -24,10 +24,10 @@ def checked(opts: InitOptions) -> InitOptions:
     period = opts.telemetry_period
     if isinstance(period, bool) or not isinstance(period, (int, float)) or not 0 <= period <= 60:
         raise MgpuError(f"telemetry_period must be between 0 and 60 seconds, got {period!r}")
-    hang_after = 2.0 if opts.hang_after is None else opts.hang_after
+    hang_after = HANG_AFTER_S if opts.hang_after is None else opts.hang_after
     if isinstance(hang_after, bool) or not isinstance(hang_after, (int, float)) or not 0 <= hang_after < 86400:
         raise MgpuError(f"hang_after must be a number of seconds, 0 or more, got {hang_after!r}")
-    status_after = 10.0 if opts.status_after is None else opts.status_after
+    status_after = STATUS_AFTER_S if opts.status_after is None else opts.status_after
     if isinstance(status_after, bool) or not isinstance(status_after, (int, float)) or not 0 <= status_after < 86400:
         raise MgpuError(f"status_after must be a number of seconds, 0 or more, got {status_after!r}")
     return opts.replace(

@@ -90,6 +90,7 @@ ALLOWED: dict[str, set[str]] = {
         "engine.records.startup_marks",  # the start-up timeline the supervisor writes
         "engine.shards.allocator_budget",  # built once in the background before the engines need it
         "engine.startup.doorbell",  # rung after writing what the supervisor waits for
+        "init_options",  # the defaults of --hang-after and --status-after a spec falls back on
         "wait_line",
     },
     "launch": {
