@@ -39,6 +39,7 @@ class DirectChannel:
         self.socks: dict[int, socket.socket] = {}
         self.ids = itertools.count(1)
         self.lock = threading.Lock()  # one call at a time: two threads' frames must not interleave
+        rank_channel.prime_canning()  # before any thread packs a call: ipyparallel's lazy set-up is not thread-safe
 
     def available(self, ranks: list[int]) -> bool:
         """Whether every rank in ``ranks`` has (or can open) a connection."""

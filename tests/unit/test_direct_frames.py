@@ -72,6 +72,18 @@ def test_values_plain_pickle_cannot_carry_fall_back_to_ipyparallel_canning():
     assert torch.equal(_roundtrip(grad).detach(), grad.detach())
 
 
+def test_ipyparallel_s_lazy_canning_set_up_is_done_once_before_threads_pack_calls(monkeypatch):
+    # ipyparallel imports its canning maps' classes on the first can/uncan, rewriting a shared dict: two threads
+    # packing a session's first calls at once failed with KeyError: 'numpy.ndarray'
+    from ipyparallel.serialize import canning
+
+    monkeypatch.setattr(canning, "can_map", dict(canning._original_can_map))
+    monkeypatch.setattr(canning, "uncan_map", dict(canning._original_uncan_map))
+    assert any(isinstance(k, str) for k in canning.can_map)
+    direct_channel.prime_canning()
+    assert not [k for k in [*canning.can_map, *canning.uncan_map] if isinstance(k, str)]
+
+
 def test_the_package_s_own_functions_travel_by_name_and_a_notebook_s_as_code():
     from ipyparallel.serialize import pack_apply_message, unpack_apply_message
 

@@ -244,6 +244,16 @@ def _tensor_from_bytes(buf: Any, dtype: str, shape: tuple[int, ...]) -> Any:
     return flat.view(getattr(torch, dtype)).reshape(shape)
 
 
+def prime_canning() -> None:
+    """Have ipyparallel import its canning maps' classes now. It does so lazily, on the first ``can`` or
+    ``uncan``, by rewriting a module-level dict in place; two threads doing that at once fail (``KeyError:
+    'numpy.ndarray'``), so the first calls of a session made from two threads failed. Called once per session."""
+    from ipyparallel.serialize import canning
+
+    canning.can(None)
+    canning.uncan(None)
+
+
 def dump_value(obj: Any) -> list[Any]:
     """A reply's parts: a tag, then pickle data and its out-of-band buffers, or ipyparallel's buffers."""
     buffers: list[pickle.PickleBuffer] = []
