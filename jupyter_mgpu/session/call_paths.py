@@ -29,6 +29,8 @@ from jupyter_mgpu.session.streamed_call import StreamedCall
 if TYPE_CHECKING:
     from jupyter_mgpu.session.core import Session
 
+TAKEN_UP_S = 3.0  # how long a stopped request still on its way gets to be dropped or begin
+
 
 def run_direct(
     s: Session,
@@ -100,12 +102,27 @@ def abort_queued(s: Session, ar: Any, ranks: list[int], wait: float = 2.0) -> No
         s.cluster.client.abort(ar, targets=targets, block=False).wait(wait)
 
 
+def await_taken_up(s: Session, ar: Any, ranks: list[int], pending: list[int], wait: float = TAKEN_UP_S) -> None:
+    """Wait up to ``wait`` until each rank of ``pending`` has answered ``ar`` (aborted, stopped or done) or is in
+    a call. A request still on its way when the stop came (a loaded machine) is dropped by the abort, or, read
+    just before it, begins late; the recovery signals a call begun after the stop only once it has begun."""
+    msg_ids = dict(zip(ranks, ar.msg_ids))
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        unanswered = [r for r in pending if msg_ids.get(r) in s.cluster.client.outstanding]
+        if not unanswered or set(s.recovery.busy(unanswered)) == set(unanswered):
+            return
+        with contextlib.suppress(Exception):
+            ar.wait(0.02)
+
+
 def stop_submitted(s: Session, ar: Any, ranks: list[int], relay: OutputRelay | None = None) -> Interrupted:
     """The stop button during ipyparallel's ``ar`` on ``ranks``: taken off the queues of ranks that have not
     begun it, interrupted on those that have, the group brought back; the exception to raise, which says so."""
     pending = pending_ranks(s.cluster.client, ar, ranks)
     abort_queued(s, ar, pending)
     before = s.recovery.interrupt_ranks(pending)
+    await_taken_up(s, ar, ranks, pending)
     try:
         return s.recovery.after_interrupt(pending, before)
     finally:
