@@ -5,8 +5,7 @@ files share one expensive set-up (the hub's package fixture) or names the machin
 hosts' addresses, system users, Slurm and munge), and so run on one worker together. pytest-xdist's own
 ``loadgroup`` cannot say this under pytest 9.2 (it renames node ids, which pytest no longer reads), so the
 grouping is this scheduler's. The groups go out in the order the workers collected them, which
-``tests/conftest.py`` sorts longest tier first (:data:`FIRST`): no long group starts last. Each worker
-takes from one of two lanes of that queue: groups that mostly wait, or groups that compute (:class:`TierScheduling`).
+``tests/conftest.py`` sorts longest tier first (:data:`FIRST`): no long group starts last.
 """
 
 from __future__ import annotations
@@ -15,9 +14,6 @@ from xdist.scheduler import LoadScopeScheduling
 
 ONE_GROUP_TIERS = ("hub", "multihost")
 FIRST = ("multihost", "hub", "notebooks", "browser", "kernel", "faults", "cluster")
-# tiers whose tests wait more than they compute (on sshd and Slurm, the hub, Chromium, a kernel's round trips):
-# run beside the others, not beside each other, so that the other worker's work fills the cores they leave idle
-WAITING = ("multihost", "hub", "browser", "kernel")
 
 
 def group_of(nodeid: str) -> str:
@@ -34,24 +30,8 @@ def first(tier: str) -> int:
     return FIRST.index(tier) if tier in FIRST else len(FIRST)
 
 
-def tier_of(group: str) -> str:
-    """The tier of a group: ``cluster`` for ``tests/cluster/test_tensor.py``, ``hub`` for ``tests/hub``."""
-    parts = group.split("/")
-    return parts[1] if len(parts) > 1 else ""
-
-
 class TierScheduling(LoadScopeScheduling):
-    """``loadscope`` with :func:`group_of` as the scope, and two lanes: the even-numbered workers take the
-    first waiting group (:data:`WAITING`) in the queue, the others the first group that computes; a worker
-    whose lane is empty takes the queue's first."""
+    """``loadscope`` with :func:`group_of` as the scope."""
 
     def _split_scope(self, nodeid: str) -> str:
         return group_of(nodeid)
-
-    def _assign_work_unit(self, node) -> None:  # type: ignore[no-untyped-def]
-        waiting_lane = int(node.gateway.id.removeprefix("gw") or 0) % 2 == 0  # gw0, gw2, ...
-        for group in self.workqueue:
-            if (tier_of(group) in WAITING) == waiting_lane:
-                self.workqueue.move_to_end(group, last=False)
-                break
-        super()._assign_work_unit(node)
