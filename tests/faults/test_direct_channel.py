@@ -142,3 +142,20 @@ def test_a_stop_while_the_request_goes_out_stops_that_call(s2, monkeypatch):
         s2.run(_spin, block=False)
     monkeypatch.undo()
     assert s2.run(_rank, timeout=10) == [0, 1]
+
+
+@pytest.mark.slow  # the ranks' task holds the signal off for 1.5 s
+def test_a_stopped_call_that_begins_after_the_signal_s_grace_is_stopped_when_it_begins(s2, monkeypatch):
+    # the ranks are in a task that ignores SIGINT (as ipykernel does between tasks) when the stop comes, the stopped
+    # call queued behind it, and the abort misses it (it came after the rank read the request): the call begins
+    # after INTERRUPT_GRACE, and must still be stopped, not run on for nobody
+    from jupyter_mgpu.session import call_paths
+
+    code = "import signal, time\n_h = signal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1.5)\nsignal.signal(signal.SIGINT, _h)"
+    blocker = s2._view([0, 1]).execute(code, block=False)
+    monkeypatch.setattr(call_paths, "abort_queued", lambda *args, **kwargs: None)
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt, match="interrupted on"):
+        s2.run(_spin)
+    blocker.get(timeout=10)
+    assert s2.run(_rank, timeout=10) == [0, 1]
