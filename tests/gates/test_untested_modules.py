@@ -19,7 +19,6 @@ UNTESTED: set[str] = {
     "jupyter_mgpu.magics.compare_magic",
     "jupyter_mgpu.magics.matmul_magic",
     "jupyter_mgpu.profiling.profile_run",
-    "jupyter_mgpu.session.call_paths",
     "jupyter_mgpu.session.core",
     "jupyter_mgpu.session.direct_channel",
     "jupyter_mgpu.tensors.dist_tensor",
