@@ -67,9 +67,8 @@ class ClusterSpec:
     mem_per_device: int | None = None
     telemetry_period: float = 0.1
     collective_timeout: float | None = None  # the group's as given (None: torch's default); timeout bounds waits
-    hang_after: float = (
-        HANG_AFTER_S  # seconds a collective's ranks may all sit blocked before they are named (0: never)
-    )
+    # seconds a collective's ranks may all sit blocked before they are named (0: never)
+    hang_after: float = HANG_AFTER_S
     collective_checks: bool = True  # each collective's fingerprint compared across ranks before it runs
     status_after: float = STATUS_AFTER_S  # seconds a collective waits before the running cell gets a live status line
 

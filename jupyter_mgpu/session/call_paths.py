@@ -119,11 +119,11 @@ def await_taken_up(s: Session, ar: Any, ranks: list[int], pending: list[int], wa
 def stop_submitted(s: Session, ar: Any, ranks: list[int], relay: OutputRelay | None = None) -> Interrupted:
     """The stop button during ipyparallel's ``ar`` on ``ranks``: taken off the queues of ranks that have not
     begun it, interrupted on those that have, the group brought back; the exception to raise, which says so."""
-    pending = pending_ranks(s.cluster.client, ar, ranks)
-    abort_queued(s, ar, pending)
-    before = s.recovery.interrupt_ranks(pending)
-    await_taken_up(s, ar, ranks, pending)
-    try:
+    try:  # however this ends (a second stop included), the call's status line and output end with it
+        pending = pending_ranks(s.cluster.client, ar, ranks)
+        abort_queued(s, ar, pending)
+        before = s.recovery.interrupt_ranks(pending)
+        await_taken_up(s, ar, ranks, pending)
         return s.recovery.after_interrupt(pending, before)
     finally:
         s.hang_watch.end_call()

@@ -19,7 +19,6 @@ from jupyter_mgpu.deferred_interrupt import deferred_interrupt
 from jupyter_mgpu.engine.execution import calls
 from jupyter_mgpu.engine.execution.shipped_function import ship
 from jupyter_mgpu.errors import EngineDiedError, MgpuError, rank_list
-from jupyter_mgpu.init_options import STATUS_AFTER_S
 from jupyter_mgpu.session import call_paths, call_wait, rank_status, scripts
 from jupyter_mgpu.session.cell_values import RankValues
 from jupyter_mgpu.session.direct_channel import DirectChannel
@@ -59,8 +58,8 @@ class Session:
         self.hang_watch = HangWatch(
             lambda: call_wait.read_where(self),
             self.recovery.release,
-            getattr(cluster.spec, "hang_after", 2.0),
-            getattr(cluster.spec, "status_after", STATUS_AFTER_S),
+            cluster.spec.hang_after,
+            cluster.spec.status_after,
         )
         # ranks stopped at a pdb prompt (breakpoint()) answered through the notebook's input box
         self.debug_desk = DebugDesk(self)
