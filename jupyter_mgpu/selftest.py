@@ -1,7 +1,8 @@
 """``python -m jupyter_mgpu.selftest``: run the device path end to end and print a pass/fail table.
 
 On a machine with GPUs this exercises what no CI machine here can: nccl initialisation, per-GPU
-memory stats, a collective and a matmul on the GPUs, and a clean shutdown. Without GPUs (or with
+memory stats, a collective and a matmul on the GPUs, a ``%%mgpu`` cell through IPython's magics,
+``mg.matmul``, the memory dashboard, and a clean shutdown. Without GPUs (or with
 ``--cpu``) it runs the same checks on CPU virtual devices with gloo.
 """
 
@@ -14,6 +15,8 @@ import traceback
 from collections.abc import Callable
 from functools import partial
 from typing import Any
+
+from jupyter_mgpu import selftest_notebook as notebook_checks
 
 
 def _all_reduce_check() -> list[float]:
@@ -365,6 +368,9 @@ SESSION_CHECKS: list[tuple[str, Callable[[Any], str]]] = [
     ("per-device memory stats", _memory),
     ("a failure gives its memory back", _failure_memory),
     ("sharded matmul vs torch.mm", _matmul),
+    ("%%mgpu cell: all_reduce", notebook_checks.mgpu_cell),
+    ("mg.matmul vs torch.mm", notebook_checks.mg_matmul),
+    ("memory dashboard follows", notebook_checks.dashboard),
     ("DTensor seen and gathered", _dtensor),
     ("NCCL's flight recorder read", _nccl_recorder),
     ("a skipped collective named", _stuck_named),

@@ -216,5 +216,13 @@ def test_selftest_passes_on_cpu_virtual_devices(n):
     )
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "all checks passed" in out.stdout
-    for check in ("all_reduce", "per-device memory stats", "sharded matmul vs torch.mm", "shutdown, no orphans"):
+    for check in (
+        "all_reduce",
+        "per-device memory stats",
+        "sharded matmul vs torch.mm",
+        "%%mgpu cell: all_reduce",
+        "mg.matmul vs torch.mm",
+        "memory dashboard follows",
+        "shutdown, no orphans",
+    ):
         assert any(line.startswith(check) and "PASS" in line for line in out.stdout.splitlines()), out.stdout

@@ -68,6 +68,7 @@ UNTESTED: set[str] = {
     "jupyter_mgpu.launch.rank_setup",
     "jupyter_mgpu.launch.relay_start",
     "jupyter_mgpu.selftest",
+    "jupyter_mgpu.selftest_notebook",
 }
 
 
