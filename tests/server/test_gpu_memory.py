@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 from fake_nvml import FakeNVML
+from whole_words import names
 
 from jupyter_mgpu.server import gpu_memory
 from jupyter_mgpu.server.manager import ClusterManager
@@ -62,11 +62,6 @@ def _gpus(own: int, other: int, gone: int) -> list[dict]:
     ]
 
 
-def _says_number(text: str, n: int) -> bool:
-    """Whether ``text`` has ``n`` as a number of its own: a pid of 2147 is not in 2147483648 (2 GiB's bytes)."""
-    return re.search(rf"(?<!\d){n}(?!\d)", text) is not None
-
-
 def test_split_counts_own_and_other_users_bytes_each_process_once():
     procs = [
         type("P", (), {"pid": p, "usedGpuMemory": u})()
@@ -91,7 +86,7 @@ def test_devices_split_memory_by_owner_and_name_nobody(other_users_pid):
     assert a["other_users_bytes"] == 25 * GiB  # another uid's process, and one that cannot be seen
     assert (h["own_bytes"], h["other_users_bytes"]) == (0, 0)
     text = json.dumps([a, h])
-    assert not _says_number(text, other_users_pid) and not _says_number(text, gone) and "pid" not in text
+    assert not names(text, other_users_pid) and not names(text, gone) and "pid" not in text
 
 
 def test_visible_devices_are_numbered_as_cuda_numbers_them():
@@ -117,7 +112,7 @@ def test_manager_sends_the_split_and_no_pid_of_anyone_else(monkeypatch, mgpu_roo
     assert payload["devices"]["source"] == "nvml"
     [dev] = payload["devices"]["devices"]
     assert (dev["own_bytes"], dev["other_users_bytes"]) == (2 * GiB, 25 * GiB)
-    assert not _says_number(json.dumps(payload), other_users_pid)
+    assert not names(json.dumps(payload), other_users_pid)
     assert nvml.inits == nvml.shutdowns == 1
 
 
