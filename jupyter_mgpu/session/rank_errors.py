@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_mgpu.cluster.local import describe_exit
+from jupyter_mgpu.engine.execution import calls
 from jupyter_mgpu.engine.rank_traceback import place
 from jupyter_mgpu.errors import (
     CollectiveHangError,
@@ -64,12 +65,6 @@ def _left_waiting(ranks: list[int], released: list[int] | None, timeout: float |
     if released:
         return msg + " and released at once"
     return msg + (f" and released after the {timeout:.0f} s timeout" if timeout else " and timed out")
-
-
-def _says_timeout(text: str) -> bool:
-    """Whether a collective's error says it timed out (not that gloo closed a connection, seconds in)."""
-    lowered = text.lower()
-    return "timed out" in lowered or "timeout" in lowered
 
 
 def _own_failure(report: dict[str, Any]) -> bool:
@@ -183,7 +178,7 @@ def _build_error(
         timeout = max(own) if own else timeout  # a script's own init_process_group(timeout=)
         after = f" after {timeout:.0f} s" if timeout else ""
         msg = f"a collective timed out{after} on {rank_list(timed)}"
-        if not any(_says_timeout(failures[r].get("evalue") or "") for r in timed):  # gloo closed it, not a timeout
+        if not any(calls.says_timeout(failures[r].get("evalue") or "") for r in timed):  # gloo closed it, not a timeout
             said = (failures[timed[0]].get("evalue") or "").strip().splitlines()
             msg = f"a collective failed on {rank_list(timed)}: a connection to a peer closed"
             msg += f" ({said[0][:160]})" if said else ""

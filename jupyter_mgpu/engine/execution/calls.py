@@ -25,6 +25,18 @@ ENTRY_ATTRIBUTE = "_mgpu_entry"  # set on an exception by what ran the user's en
 _cell_counter = 0
 
 
+# what a collective's error says when it ran out of time, and when gloo closed its connection instead
+# (a peer's process gone or its group torn down: seconds in, not a timeout)
+TIMEOUT_WORDS = ("timed out", "timeout")
+CLOSED_WORDS = ("connection closed by peer", "connection reset")
+
+
+def says_timeout(message: str) -> bool:
+    """Whether a collective's error says it timed out (not that gloo closed a connection, seconds in)."""
+    lowered = message.lower()
+    return any(s in lowered for s in TIMEOUT_WORDS)
+
+
 def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, Any]:
     """A picklable description of ``exc`` raised on this rank; ``entry``: the file of the cell, script
     or module the user ran (its frames count as theirs even in site-packages)."""
@@ -44,7 +56,7 @@ def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, 
         "op": st.current_op if st else None,
     }
     lowered = message.lower()
-    if any(s in lowered for s in ("timed out", "timeout", "connection closed by peer", "connection reset")):
+    if says_timeout(lowered) or any(s in lowered for s in CLOSED_WORDS):
         info["collective_failure"] = True
         info["timeout_s"] = user_process_group.current_timeout()  # a script's own init_process_group(timeout=)
     # the stop button and a released collective are on the way back to a clean group: Python's quick text
