@@ -93,7 +93,9 @@ def exchange_boxes(
             del buf, target
         if work is not None:
             work.wait()
-            del piece  # freed before the next step's copy: one send copy at a time (the planner counts one)
+            # the copy freed before the next step's (the planner counts one) and before the caller allocates
+            # more: the send's work holds it too, and a frame kept past the return would keep the work
+            del work, piece
     return out, received
 
 

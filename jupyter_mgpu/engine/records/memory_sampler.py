@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ from jupyter_mgpu.engine.records.telemetry import (
     reset_peak,
 )
 from jupyter_mgpu.engine.shards import held_failure
+from jupyter_mgpu.engine.watch.main_stack import main_stack
 
 if TYPE_CHECKING:
     from jupyter_mgpu.engine.state import EngineState
@@ -49,11 +49,10 @@ def _main_thread_state(state: EngineState) -> str:
     """``busy`` while the engine's main thread runs something, ``idle`` while it waits for work."""
     if getattr(state, "current_op", None):
         return "busy"
-    ident = threading.main_thread().ident
-    frame = sys._current_frames().get(ident) if ident is not None else None
-    if frame is None:
+    top = main_stack()[:1]  # the frames read and let go at once (engine/watch/main_stack.py says why)
+    if not top:
         return "busy"
-    code = frame.f_code
+    code = top[0].code
     if os.path.basename(code.co_filename) == "selectors.py" or (
         code.co_name in ("poll", "select") and "zmq" in code.co_filename
     ):

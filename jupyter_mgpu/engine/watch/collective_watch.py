@@ -27,6 +27,7 @@ import inspect
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from jupyter_mgpu.engine import rank_traceback
@@ -42,6 +43,7 @@ from jupyter_mgpu.engine.watch.collective_calls import (
     root,
 )
 from jupyter_mgpu.engine.watch.collective_table import CollectiveTable, crc
+from jupyter_mgpu.engine.watch.main_stack import StackLine, lines_of, main_stack
 
 
 class CollectiveMismatchError(RuntimeError):
@@ -96,18 +98,16 @@ def _place_of(code: Any, line: int) -> str:
     return rank_traceback.place(f)
 
 
-def _user_line(frame: Any) -> str:
-    """How a message names the innermost frame of the user's code at or above ``frame``."""
+def _user_line(lines: Iterable[StackLine]) -> str:
+    """How a message names the innermost line of the user's code in ``lines`` (innermost first)."""
     first = None
-    while frame is not None:
-        kind = _kind(frame.f_code.co_filename)
+    for at in lines:
+        kind = _kind(at.code.co_filename)
         if kind == 2:
-            break
+            return _place_of(at.code, at.line)
         if first is None and kind:
-            first = frame
-        frame = frame.f_back
-    frame = frame or first
-    return "an unknown line" if frame is None else _place_of(frame.f_code, frame.f_lineno)
+            first = at
+    return "an unknown line" if first is None else _place_of(first.code, first.line)
 
 
 def _group_facts(dist: Any, group: Any, generation: int) -> tuple[str, list[int], Any] | None:
@@ -154,7 +154,7 @@ def _begin(op: str, args: dict[str, Any], caller: Any) -> dict[str, Any] | None:
     if facts is None:
         return None
     group, ranks, pg = facts
-    line = _user_line(caller)
+    line = _user_line(lines_of(caller))
     info: dict[str, Any] = {"op": op, "group": ranks, "line": line, "since": time.time(), "n": None}
     if op in POINT_TO_POINT:
         peer = root(dist, args, POINT_TO_POINT[op], args.get("group"))
@@ -175,7 +175,7 @@ def _begin(op: str, args: dict[str, Any], caller: Any) -> dict[str, Any] | None:
             )
         if (gen, group) in collective_numbers.unseen:  # torch issues collectives here too: ask the peers
             tensor = args.get(SHAPED.get(op) or TYPED.get(op, ""))
-            backward = _in_backward(caller)
+            backward = _in_backward(lines_of(caller))
             info["peers"] = {"op": op, "tensor": tensor, "backward": backward, "fp": fp, **record}
     return info
 
@@ -289,8 +289,8 @@ def install(rundir: str, world_size: int) -> None:
 
 def main_place() -> tuple[str, bool]:
     """The user's line the main thread is at, and whether it is inside ``backward()`` (for a peer's check)."""
-    frame = _main_frame()
-    return (_user_line(frame) if frame is not None else "an unknown line"), _in_backward(frame)
+    lines = main_stack()
+    return (_user_line(lines) if lines else "an unknown line"), _in_backward(lines)
 
 
 JOIN_HINT = (
@@ -299,43 +299,29 @@ JOIN_HINT = (
 )
 
 
-def _in_backward(frame: Any) -> bool:
+def _in_backward(lines: Iterable[StackLine]) -> bool:
     """Whether the main thread is inside autograd's backward pass."""
-    while frame is not None:
-        if frame.f_code.co_name in ("_engine_run_backward", "backward") and "torch" in frame.f_code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
+    return any(
+        at.code.co_name in ("_engine_run_backward", "backward") and "torch" in at.code.co_filename for at in lines
+    )
 
 
-def _importing(frame: Any) -> tuple[str, Any] | None:
-    """The module the main thread's outermost import is loading, and the frame of the statement that started
-    it, if it is inside one (a first import of a big package takes seconds: the live status line says so)."""
-    found = None
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "_find_and_load" and code.co_filename.startswith("<frozen importlib"):
-            name = frame.f_locals.get("name")  # importlib's locals only: module names and specs
-            if isinstance(name, str):
-                found = (name, frame.f_back)
-        frame = frame.f_back
-    return found
-
-
-def _main_frame() -> Any:
-    ident = threading.main_thread().ident
-    return sys._current_frames().get(ident) if ident is not None else None
+def _importing(lines: tuple[StackLine, ...]) -> tuple[str, tuple[StackLine, ...]] | None:
+    """The module the main thread's outermost import is loading, and the lines from the statement that
+    started it, if it is inside one (a first import of a big package takes seconds: the live status line
+    says so)."""
+    outermost = max((i for i, at in enumerate(lines) if at.importing), default=None)
+    return None if outermost is None else (lines[outermost].importing or "", lines[outermost + 1 :])
 
 
 def stack() -> list[str]:
     """The user's frames the main thread is in now, outermost first (``line 3 of the cell``, ...)."""
-    frames, frame = [], _main_frame()
-    while frame is not None:
-        name = frame.f_code.co_filename
+    frames = []
+    for at in main_stack():
+        name = at.code.co_filename
         if rank_traceback.is_users(name):
-            f = {"file": rank_traceback.display_path(name), "line": frame.f_lineno, "name": frame.f_code.co_name}
+            f = {"file": rank_traceback.display_path(name), "line": at.line, "name": at.code.co_name}
             frames.append(rank_traceback.place(f))
-        frame = frame.f_back
     return frames[::-1]
 
 
@@ -361,21 +347,21 @@ def where(st: Any) -> dict[str, Any]:
             out.update(key=[cur["g"], cur["n"], cur["gen"]], fp=cur["fp"])
         return out
     if getattr(st, "call_depth", 0):
-        frame = _main_frame()
-        line = _user_line(frame) if frame is not None else None
+        lines = main_stack()
+        line = _user_line(lines) if lines else None
         issued = issued_collectives.waiting()  # one torch issued from C++ (DDP's buckets, FSDP2, DTensor)
         if issued is not None:
             op = issued["call"].split(" ", 1)[0]
             line_at, when = _async_lines.get(op, ("", 0.0))
-            if when >= (st.call_started or 0.0) > 0 and not _in_backward(frame):  # the user's own, waited for
+            if when >= (st.call_started or 0.0) > 0 and not _in_backward(lines):  # the user's own, waited for
                 issued["call"] = issued["call"].replace(
                     "issued by torch", f"issued at {line_at} with async_op=True, waited for"
                 )
-            elif issued["call"].startswith("all_reduce") and _in_backward(frame):
+            elif issued["call"].startswith("all_reduce") and _in_backward(lines):
                 issued["call"] += f" ({JOIN_HINT})"
             return {**issued, "line": line}
         out = {"state": "running", "since": max(st.call_started or 0.0, _last_end), "collective": None, "line": line}
-        importing = _importing(frame)
+        importing = _importing(lines)
         if importing:  # the line that imports, not one inside the module being run
             out.update(importing=importing[0], line=_user_line(importing[1]))
         return out
