@@ -40,5 +40,4 @@ def lines_of(frame: FrameType | None) -> Iterator[StackLine]:
 def main_stack() -> tuple[StackLine, ...]:
     """The main thread's stack now, innermost first (empty when it has none)."""
     ident = threading.main_thread().ident
-    frame = sys._current_frames().get(ident) if ident is not None else None
-    return tuple(lines_of(frame))
+    return tuple(lines_of(sys._current_frames().get(ident))) if ident is not None else ()  # one frame held at a time
