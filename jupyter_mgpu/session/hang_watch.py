@@ -16,6 +16,7 @@ which goes when the call ends. :func:`diagnose` is the pure decision; :class:`Ha
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,20 +80,36 @@ def _all_arrived(where: dict[int, dict[str, Any]], r: int) -> bool:
     return bool(mine) and bool(group) and all(_arrival(where.get(g)) == mine for g in group)
 
 
+def _finished_before(w: dict[str, Any], finished: set[int], finished_at: dict[int, float]) -> set[int]:
+    """The finished ranks that finished before ``w`` was sampled: a sample taken earlier may show the very
+    collective such a rank completed on its way out (CI: a bucket all_reduce both ranks had passed, named
+    a hang, and the release broke the next cell's group)."""
+    sampled = float(w.get("sampled", math.inf))
+    return {g for g in finished if finished_at.get(g, -math.inf) <= sampled}
+
+
 def diagnose(
-    where: dict[int, dict[str, Any]], done: set[int], now: float, what: str = "the call", still: float = STILL_S
+    where: dict[int, dict[str, Any]],
+    done: set[int],
+    now: float,
+    what: str = "the call",
+    still: float = STILL_S,
+    done_at: dict[int, float] | None = None,
 ) -> Diagnosis | None:
     """Whether the ranks are stuck, from each rank's ``where`` (``collective_watch.where``) and the ranks
-    whose part of the call is ``done``; ``what`` names the call (``the cell``, ``the script``)."""
+    whose part of the call is ``done`` (``done_at``: when each was seen done, where known); ``what`` names
+    the call (``the cell``, ``the script``)."""
     found = _mismatch(where)
     if found:
         return found
-    finished = set(done) | {r for r, w in where.items() if w and w.get("state") == "idle"}
+    idle = {r: float(w.get("since") or 0.0) for r, w in where.items() if w and w.get("state") == "idle"}
+    finished, finished_at = set(done) | set(idle), {**idle, **(done_at or {})}
     still_waiting = {r for r, w in where.items() if _waits(w) and now - float(w.get("since") or now) >= still}
     still_waiting -= {r for r in still_waiting if _all_arrived(where, r)}  # a long collective, running
-    hopeless = {r for r in still_waiting if set(where[r].get("group") or ()) <= still_waiting | finished}
+    seen = {r: _finished_before(where[r], finished, finished_at) for r in still_waiting}
+    hopeless = {r for r in still_waiting if set(where[r].get("group") or ()) <= still_waiting | seen[r]}
     while True:  # a rank waiting for a rank that can still go on is not stuck
-        keep = {r for r in hopeless if set(where[r].get("group") or ()) <= hopeless | finished}
+        keep = {r for r in hopeless if set(where[r].get("group") or ()) <= hopeless | seen[r]}
         if keep == hopeless:
             break
         hopeless = keep
@@ -160,9 +177,10 @@ class HangWatch:
         self._waiting: WaitLine | None = None  # what a library call waits for, past WaitLine's SAID_AFTER
         self.status_after = status_after  # seconds a collective waits before the live status line (--status-after)
         self.started = time.time()
+        self._done_at: dict[int, float] = {}  # when each rank was first seen done with the call (wall time)
 
     def start_call(self) -> None:
-        self.report, self._next = None, 0.0
+        self.report, self._next, self._done_at = None, 0.0, {}
         self.started = time.time()  # what the ranks said before this call is about the last one
         self.end_call()
 
@@ -182,7 +200,9 @@ class HangWatch:
             self._waiting.tick(f"{rank_list(pending)} still at it")
         where = {r: w for r, w in self.read_where().items() if float(w.get("sampled", self.started)) >= self.started}
         wall = time.time()
-        found = diagnose(where, set(done), wall, what, self.still) if self.still > 0 else None
+        for r in done:
+            self._done_at.setdefault(r, wall)
+        found = diagnose(where, set(done), wall, what, self.still, self._done_at) if self.still > 0 else None
         if found is not None:
             self.report = found
             self.release(found.release)

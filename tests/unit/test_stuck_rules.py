@@ -109,6 +109,18 @@ def test_a_running_rank_is_busy_however_long_and_a_fresh_wait_is_not_stuck_yet()
     assert diagnose(young, done={1}, now=NOW + 1.5) is not None
 
 
+def test_a_wait_sampled_before_its_peer_finished_is_not_judged_on_that_sample():
+    """CI: rank 1's latest sample still showed DDP's bucket all_reduce both ranks had just passed when rank 0's
+    result came back; a hang named on it released rank 1, and the next cell found its group's sockets shut."""
+    bucket = _waiting("all_reduce float32[20] issued by torch", "line 6", [0, 1], since=NOW - 6)
+    before = {**bucket, "sampled": NOW - 0.05}
+    assert diagnose({1: before}, done={0}, now=NOW, done_at={0: NOW - 0.02}) is None
+    assert diagnose({1: {**before, "sampled": NOW}}, done={0}, now=NOW, done_at={0: NOW - 0.02}) is not None
+    idle = {"state": "idle", "since": NOW - 0.02, "collective": None, "line": None}  # since: when its call ended
+    assert diagnose({0: idle, 1: before}, done=set(), now=NOW) is None
+    assert diagnose({0: idle, 1: {**before, "sampled": NOW}}, done=set(), now=NOW) is not None
+
+
 def test_every_rank_of_a_group_in_the_very_same_collective_is_a_long_one_running_not_a_hang():
     """A large all_reduce (or DDP's bucket of a large model) takes its time on every rank: all arrived."""
     cpp = {"arrival": ["0", 8], "key": None}
