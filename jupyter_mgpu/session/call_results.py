@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jupyter_mgpu.engine.group import process_group
-from jupyter_mgpu.errors import MgpuError
+from jupyter_mgpu.errors import MgpuError, rank_list
 from jupyter_mgpu.session import cell_names, group_notes
 from jupyter_mgpu.session.rank_errors import build_error
 
@@ -32,6 +32,9 @@ def results(s: Session, reports: list[dict[str, Any]], ranks: list[int]) -> list
     failures = {r: res for r, res in zip(ranks, reports) if not res.get("ok")}
     if not failures and any(res.get("unrun") for res in reports):  # one caught in the cell: before the next
         s.recovery.mark_dirty("a collective that failed before it ran")
+    if not failures and s.recovery.released:  # released as the call ended: their sockets are shut all the same
+        s.recovery.mark_dirty(f"the release of {rank_list(sorted(s.recovery.released))} as the call ended")
+        s.hang_watch.take_report()
     if failures:
         raise error(s, failures, ranks, dict(zip(ranks, reports)))
     return [res["value"] for res in reports]

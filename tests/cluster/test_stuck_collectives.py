@@ -387,6 +387,32 @@ def test_a_ddp_bucket_against_a_python_all_reduce_is_a_mismatch_named_before_it_
     assert s.run_cell("len(dist.group.WORLD and [1])", stream=False) == ["1"] * n  # every rank's process lived
 
 
+def test_a_rank_released_as_its_call_ends_has_the_group_rebuilt_before_the_next_call(default_sessions, capsys):
+    """A release that comes once the collectives it was for are over (a hang named on a late sample) still shuts
+    the rank's group sockets: the call ends well and the next rebuilds the group, not meets a closed connection."""
+    import jupyter_mgpu as mg
+
+    s = default_sessions(2)
+
+    def release_when_past_the_all_reduce() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and {r.get("line") for r in mg.where(s)} != {"line 4 of the cell"}:
+            time.sleep(0.05)
+        s.recovery.release([0])
+
+    thread = threading.Thread(target=release_when_past_the_all_reduce)
+    thread.start()
+    try:
+        out = s.run_cell("x = torch.ones(1)\ndist.all_reduce(x)\nimport time\ntime.sleep(1)\nx.item()", stream=False)
+    finally:
+        thread.join()
+    assert out == ["2.0", "2.0"]
+    _sum_is_right(s)
+    assert (
+        "mgpu: after the release of rank 0 as the call ended, the process group was rebuilt" in capsys.readouterr().err
+    )
+
+
 @pytest.mark.slow
 def test_a_rank_busy_before_its_backward_is_not_hung_and_where_shows_the_other_in_ddps_all_reduce(default_sessions):
     s = default_sessions(2)
