@@ -198,7 +198,7 @@ class HangWatch:
                 self._waiting = WaitLine(f"waiting for {label}")
                 self._waiting.started -= time.time() - self.started  # the call began then, not at this look
             self._waiting.tick(f"{rank_list(pending)} still at it")
-        where = {r: w for r, w in self.read_where().items() if float(w.get("sampled", self.started)) >= self.started}
+        where = {r: w for r, w in self.read_where().items() if self._this_call(w)}
         wall = time.time()
         for r in done:
             self._done_at.setdefault(r, wall)
@@ -212,6 +212,14 @@ class HangWatch:
             importing = any(w.get("importing") for w in where.values()) and wall - self.started >= SAID_AFTER
             if self._status is not None or importing or (waited and max(waited) >= self.status_after):
                 self._show(status_line({r: where.get(r) or {} for r in sorted(set(pending) | set(done))}, wall))
+
+    def _this_call(self, w: dict[str, Any]) -> bool:
+        """Whether a sample says something of this call: taken since it began, and not a rank idle since its
+        last call, which has not begun this one yet (a loaded machine) rather than finished it without a
+        collective; a rank that finished it is idle since then, and its result comes back."""
+        if float(w.get("sampled", self.started)) < self.started:
+            return False
+        return w.get("state") != "idle" or float(w.get("since") or 0.0) >= self.started
 
     def _show(self, text: str) -> None:
         if self._status is None:

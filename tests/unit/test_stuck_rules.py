@@ -121,6 +121,25 @@ def test_a_wait_sampled_before_its_peer_finished_is_not_judged_on_that_sample():
     assert diagnose({0: idle, 1: {**before, "sampled": NOW}}, done=set(), now=NOW) is not None
 
 
+def test_a_rank_idle_since_its_last_call_has_not_begun_this_one_and_is_not_taken_for_finished():
+    from jupyter_mgpu.session.hang_watch import HangWatch
+
+    released: list[int] = []
+    where: dict[int, dict] = {}
+    watch = HangWatch(lambda: where, released.extend)
+    watch.start_call()
+    now = time.time()
+    where[1] = {**_waiting("barrier", "line 2 of the cell", [0, 1], since=now - 3), "sampled": now}
+    where[0] = {"state": "idle", "since": watch.started - 5, "collective": None, "line": None, "sampled": now}
+    watch.watch([0, 1], set(), "the cell")
+    assert watch.report is None and released == []  # rank 0 has not picked the call up yet (a loaded machine)
+    where[0] = {**where[0], "since": watch.started + 0.5}  # it ran the cell and left without the barrier
+    where[1] = {**where[1], "sampled": watch.started + 1}  # and rank 1 is seen waiting after that
+    watch._next = 0.0
+    watch.watch([1], set(), "the cell")
+    assert released == [1] and watch.report is not None and "rank 0 finished the cell" in watch.report.text
+
+
 def test_every_rank_of_a_group_in_the_very_same_collective_is_a_long_one_running_not_a_hang():
     """A large all_reduce (or DDP's bucket of a large model) takes its time on every rank: all arrived."""
     cpp = {"arrival": ["0", 8], "key": None}
