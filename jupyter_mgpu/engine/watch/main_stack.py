@@ -2,11 +2,11 @@
 the module being loaded, innermost first, with no frame object kept.
 
 A thread that holds another thread's frame keeps the locals of a function that returns meanwhile alive
-(CPython moves them into the frame object). The telemetry sampler reads the rank's stack several times a
-second and names its lines, which reads source files; holding the frames through that kept a buffer the
-rank's code had freed allocated a moment longer, and ``mg.matmul``'s measured peak counted it. Here the
-frames are read in one pass with nothing in it that waits (no file, no lock), and dropped before anything
-slow runs.
+(CPython moves them into the frame object). The telemetry sampler reads the rank's stack ten times a second
+and names its lines (the file system is asked, and a loaded machine can pause the thread anywhere); holding
+the frames through that kept a buffer the rank's code had freed allocated a moment longer, and
+``mg.matmul``'s measured peak counted it (CI: 320 KiB over the prediction). Here the frames are read in one
+pass with nothing in it that waits, one at a time, and let go before anything slower runs.
 """
 
 from __future__ import annotations
