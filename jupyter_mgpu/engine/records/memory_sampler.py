@@ -37,7 +37,7 @@ from jupyter_mgpu.engine.records.telemetry import (
     reset_peak,
 )
 from jupyter_mgpu.engine.shards import held_failure
-from jupyter_mgpu.engine.watch.main_stack import main_stack
+from jupyter_mgpu.engine.watch.main_stack import main_code
 
 if TYPE_CHECKING:
     from jupyter_mgpu.engine.state import EngineState
@@ -49,10 +49,9 @@ def _main_thread_state(state: EngineState) -> str:
     """``busy`` while the engine's main thread runs something, ``idle`` while it waits for work."""
     if getattr(state, "current_op", None):
         return "busy"
-    top = main_stack()[:1]  # the frames read and let go at once (engine/watch/main_stack.py says why)
-    if not top:
+    code = main_code()  # the frame read and let go at once (engine/watch/main_stack.py says why)
+    if code is None:
         return "busy"
-    code = top[0].code
     if os.path.basename(code.co_filename) == "selectors.py" or (
         code.co_name in ("poll", "select") and "zmq" in code.co_filename
     ):

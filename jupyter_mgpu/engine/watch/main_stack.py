@@ -19,11 +19,23 @@ from typing import NamedTuple
 
 
 class StackLine(NamedTuple):
-    """One frame, read: its code, its line, and the module it imports if it is importlib's loader."""
+    """One frame, read: its code, where in it it is, and the module it imports if it is importlib's loader."""
 
     code: CodeType
-    line: int
+    lasti: (
+        int  # the offset of its current instruction (``frame.f_lasti``): cheap to read, turned into a line when asked
+    )
     importing: str | None = None
+
+    @property
+    def line(self) -> int:
+        """The line it is at (most lines of a stack are never named: worked out only for those that are)."""
+        if self.lasti < 0:
+            return self.code.co_firstlineno
+        for start, end, line in self.code.co_lines():
+            if start <= self.lasti < end:
+                return line or 0
+        return 0
 
 
 def lines_of(frame: FrameType | None) -> Iterator[StackLine]:
@@ -33,7 +45,7 @@ def lines_of(frame: FrameType | None) -> Iterator[StackLine]:
         if code.co_name == "_find_and_load" and code.co_filename.startswith("<frozen importlib"):
             found = frame.f_locals.get("name")  # importlib's locals only: module names and specs
             name = found if isinstance(found, str) else None
-        yield StackLine(code, frame.f_lineno or 0, name)
+        yield StackLine(code, frame.f_lasti, name)
         frame = frame.f_back
 
 
@@ -41,3 +53,10 @@ def main_stack() -> tuple[StackLine, ...]:
     """The main thread's stack now, innermost first (empty when it has none)."""
     ident = threading.main_thread().ident
     return tuple(lines_of(sys._current_frames().get(ident))) if ident is not None else ()  # one frame held at a time
+
+
+def main_code() -> CodeType | None:
+    """The code the main thread runs now (its innermost frame's), or None when it has none."""
+    ident = threading.main_thread().ident
+    frame = sys._current_frames().get(ident) if ident is not None else None
+    return None if frame is None else frame.f_code
