@@ -55,8 +55,7 @@ def failure(exc: BaseException, tb: Any, entry: str | None = None) -> dict[str, 
         "debug_quit": isinstance(exc, bdb.BdbQuit),  # q at this rank's pdb prompt
         "op": st.current_op if st else None,
     }
-    lowered = message.lower()
-    if says_timeout(lowered) or any(s in lowered for s in CLOSED_WORDS):
+    if says_timeout(message) or any(s in message.lower() for s in CLOSED_WORDS):
         info["collective_failure"] = True
         info["timeout_s"] = user_process_group.current_timeout()  # a script's own init_process_group(timeout=)
     # the stop button and a released collective are on the way back to a clean group: Python's quick text
