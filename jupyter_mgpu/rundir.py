@@ -75,18 +75,43 @@ def complete_json(path: Path) -> bool:
         return False
 
 
+# A process's start, as ``process_start`` gives it, names it against pid reuse. Linux counts it from boot
+# (/proc/PID/stat's starttime), so a step of the wall clock (NTP, a VM's time sync) never moves it: psutil's
+# create_time adds the boot time /proc/stat gives now, which such a step moves by whole seconds, and a
+# watchdog that compared those took a live kernel for gone and ended its cluster as it started (CI,
+# session 43). A stamp past SINCE_BOOT_LIMIT is seconds since the epoch: another system's, or a state
+# file an older jupyter_mgpu wrote.
+SINCE_BOOT_LIMIT = 1e9  # 31 years of uptime
+SAME_START_S = 0.5
+
+
+def process_start(pid: int) -> float:
+    """When ``pid`` started: seconds since boot on Linux (immune to clock steps), else since the epoch."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
+    except (OSError, IndexError, ValueError):
+        import psutil
+
+        return psutil.Process(pid).create_time()
+
+
 def process_alive(pid: int, create_time: float | None = None) -> bool:
-    """True if ``pid`` runs and (when given) started at ``create_time`` — guards against pid reuse."""
+    """True if ``pid`` runs and (when given) started at ``create_time`` (a ``process_start``) — guards
+    against pid reuse."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        if create_time is not None and abs(proc.create_time() - create_time) > 0.5:
-            return False
+        if create_time is not None:
+            started = proc.create_time() if create_time >= SINCE_BOOT_LIMIT else process_start(pid)
+            if abs(started - create_time) > SAME_START_S:
+                return False
         return True
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, OSError):
         return False
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from jupyter_mgpu import rundir
 from jupyter_mgpu.engine.records.startup_marks import mark
 
 # heartbeat period: an engine counts as registered at the first beat after it starts its heart, so a
@@ -24,10 +25,9 @@ CONTROLLER_PING_MISSES = HEART_SILENCE_MS // CONTROLLER_PING_MS
 
 
 def kernel_identity() -> tuple[int, float]:
-    import psutil
-
+    """This kernel's pid and start (``rundir.process_start``): what every process of its cluster watches."""
     pid = os.getpid()
-    return pid, psutil.Process(pid).create_time()
+    return pid, rundir.process_start(pid)
 
 
 def spawn_controller(path: Path, kernel_pid: int, kernel_ctime: float) -> subprocess.Popen[bytes]:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from jupyter_mgpu import rundir
+
 
 class FakeClusters:
     """Cluster directories laid out as cluster.py writes them, with real processes to stop."""
@@ -56,7 +58,7 @@ class FakeClusters:
         (path / "telemetry").mkdir()
         pid = os.getpid() if kernel_pid is None else kernel_pid
         if kernel_create_time is None:
-            kernel_create_time = psutil.Process(pid).create_time() if psutil.pid_exists(pid) else 0.0
+            kernel_create_time = rundir.process_start(pid) if psutil.pid_exists(pid) else 0.0
         sup = self.sleeper("-m", "jupyter_mgpu.engine.startup.launcher", str(path)) if processes else None
         ctl = self.sleeper(f"--profile-dir={path / 'profile'}") if processes else None
         engines = (
