@@ -34,7 +34,10 @@ WATCHER = textwrap.dedent(
 
 def _watch(pid: int, create_time: float, how: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", WATCHER, str(pid), repr(create_time), how], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", WATCHER, str(pid), repr(create_time), how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -62,6 +65,9 @@ def test_a_reused_pid_counts_as_the_kernel_gone() -> None:
     try:  # the same pid, but not the kernel's start time: not the kernel
         watcher = _watch(other.pid, rundir.process_start(other.pid) - 100, "pidfd")
         assert watcher.wait(timeout=5) == 3
+        assert watcher.stderr is not None  # the last words a cluster ended while starting quotes
+        said = watcher.stderr.read().strip().splitlines()[-1]
+        assert said == f"jupyter_mgpu: the kernel this process serves (pid {other.pid}) has ended"
     finally:
         other.kill()
         other.wait()

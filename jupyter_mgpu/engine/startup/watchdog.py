@@ -35,7 +35,8 @@ def start(
         else:
             while process_alive(kernel_pid, kernel_create_time):
                 time.sleep(period)
-        try:
+        try:  # the process's last words, which a cluster that ends while starting quotes
+            os.write(2, f"jupyter_mgpu: the kernel this process serves (pid {kernel_pid}) has ended\n".encode())
             if on_gone is not None:
                 on_gone()
         finally:
