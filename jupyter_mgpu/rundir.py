@@ -94,7 +94,7 @@ def process_start(pid: int) -> float:
     except (OSError, IndexError, ValueError):
         import psutil
 
-        return psutil.Process(pid).create_time()
+        return float(psutil.Process(pid).create_time())
 
 
 def process_alive(pid: int, create_time: float | None = None) -> bool:
