@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -116,8 +117,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp / "root"
     shutil.copytree(REPO / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     shutil.copytree(REPO / "benchmarks", root / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
-    runtime = tmp / "runtime"
-    runtime.mkdir(mode=0o700)
+    # the kernels' channels are Unix sockets in here (``tests/ipc_kernel.py`` says why), named
+    # ``kernel-<uuid>-ipc-<n>``: a short folder keeps them within a socket path's 107 bytes
+    runtime = Path(tempfile.mkdtemp(prefix="mgpu-lab-"))
     held, token = HeldPort(), os.urandom(12).hex()  # held until the lab answers on it
     port = held.port
     env = dict(os.environ)
@@ -141,6 +143,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         f"--LabApp.user_settings_dir={tmp / 'settings'}",
         f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
         "--ServerApp.port_retries=0",
+        "--KernelManager.transport=ipc",
     ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
@@ -182,6 +185,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     proc.kill()
+                    shutil.rmtree(runtime, ignore_errors=True)
                     raise AssertionError(
                         f"jupyter lab did not start: {(tmp / 'lab.log').read_text()[-3000:]}"
                     ) from None
@@ -210,6 +214,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     log.close()
     # nothing the lab started (kernel, controller, supervisor, engines) outlives it
     assert wait_gone(procs_naming(str(runtime)), timeout=15) == []
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def write_notebook(path: Path, cells: list[str]) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any
 
-from jupyter_client.manager import KernelManager
+from ipc_kernel import ipc_kernel_manager
 from stop_button import run_and_interrupt
 
 PIDS = (  # every process of the cluster, the controller's forked helpers included
@@ -19,15 +18,18 @@ PIDS = (  # every process of the cluster, the controller's forked helpers includ
 
 
 class Kernel:
-    """A real ipykernel running this venv's Python, driven over ZMQ."""
+    """A real ipykernel running this venv's Python, driven over ZMQ (Unix sockets: ``tests/ipc_kernel.py``)."""
 
     def __init__(self):
-        self.km = KernelManager(kernel_name="python3")
-        self.km.kernel_spec.argv[0] = sys.executable
+        self.km = ipc_kernel_manager()
         self.km.start_kernel(env={**os.environ, "JUPYTER_MGPU_FORCE_CPU": "1"})
         self.kc = self.km.client()
         self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
+        try:
+            self.kc.wait_for_ready(timeout=60)
+        except BaseException:
+            self.close()  # a kernel that never answered is not left running
+            raise
 
     def execute(self, code: str, timeout: float = 120) -> tuple[dict, str]:
         """Run ``code``; returns the reply content and what the cell shows at the end (everything printed

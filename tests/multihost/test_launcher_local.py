@@ -419,10 +419,9 @@ def test_later_groups_and_ddp_training_use_the_closed_store(local2):
 
 
 def test_killing_the_kernel_ends_every_process_of_its_cluster():
-    from jupyter_client.manager import KernelManager
+    from ipc_kernel import ipc_kernel_manager
 
-    km = KernelManager(kernel_name="python3")
-    km.kernel_spec.argv[0] = __import__("sys").executable
+    km = ipc_kernel_manager()
     km.start_kernel(env={**os.environ, "JUPYTER_MGPU_FORCE_CPU": "1"})
     kc = km.client()
     kc.start_channels()
