@@ -5,7 +5,8 @@ read from the telemetry the ranks publish) whether the ranks are stuck, and say 
   (the ranks on one host already refuse that before it runs; across hosts it is seen here): named at once.
 - **Hang**: a rank waits in a collective, and every rank of its group either waits in one too, with no
   change for ``STILL_S`` seconds, or has finished the call (or waits for such a rank, in turn): named
-  then. A rank that runs Python or a C++ op is busy, never hung, however long.
+  then. A rank that runs Python or a C++ op is busy, never hung, however long; so are ranks that all
+  wait in the very same collective, and a send whose recv waits on the other rank (a large message).
 
 Either way the watch releases the stuck ranks (``engine/watch/collective_guard.py``), as the stop button
 does, and keeps the report for the error the call then raises; the session rebuilds the group. While a
@@ -80,6 +81,21 @@ def _all_arrived(where: dict[int, dict[str, Any]], r: int) -> bool:
     return bool(mine) and bool(group) and all(_arrival(where.get(g)) == mine for g in group)
 
 
+def _paired(where: dict[int, dict[str, Any]], r: int) -> bool:
+    """``r`` waits in a send (or recv) whose other rank waits in the matching recv (or send), same tag: the
+    message is on its way (a large one takes its time), not stuck."""
+    mine = (where.get(r) or {}).get("p2p") if _waits(where.get(r)) else None
+    if not mine:
+        return False
+    op, peer, tag = mine
+    other = "recv" if op == "send" else "send"
+    for q in [peer] if peer is not None else [q for q in where if q != r]:
+        theirs = (where.get(q) or {}).get("p2p") if _waits(where.get(q)) else None
+        if theirs and theirs[0] == other and theirs[1] in (r, None) and theirs[2] == tag:
+            return True
+    return False
+
+
 def _finished_before(w: dict[str, Any], finished: set[int], finished_at: dict[int, float]) -> set[int]:
     """The finished ranks that finished before ``w`` was sampled: a sample taken earlier may show the very
     collective such a rank completed on its way out (CI: a bucket all_reduce both ranks had passed, named
@@ -105,7 +121,7 @@ def diagnose(
     idle = {r: float(w.get("since") or 0.0) for r, w in where.items() if w and w.get("state") == "idle"}
     finished, finished_at = set(done) | set(idle), {**idle, **(done_at or {})}
     still_waiting = {r for r, w in where.items() if _waits(w) and now - float(w.get("since") or now) >= still}
-    still_waiting -= {r for r in still_waiting if _all_arrived(where, r)}  # a long collective, running
+    still_waiting -= {r for r in still_waiting if _all_arrived(where, r) or _paired(where, r)}  # running
     seen = {r: _finished_before(where[r], finished, finished_at) for r in still_waiting}
     hopeless = {r for r in still_waiting if set(where[r].get("group") or ()) <= still_waiting | seen[r]}
     while True:  # a rank waiting for a rank that can still go on is not stuck

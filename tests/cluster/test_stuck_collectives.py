@@ -489,3 +489,52 @@ def test_a_dump_of_the_uneven_batches_hang_is_read_by_torchfrtrace_which_names_t
     assert "Not all ranks joining collective" in report and "missing ranks: {1}" in report, report[:2000]
     assert "collective: gloo:all_reduce" in report and "input sizes: [[20]]" in report, report[:2000]
     _sum_is_right(s)
+
+
+# last in the module: gloo counts send/recv in the group's sequence number, which the DDP bucket test reads
+# as torch's number for the next collective (the watch does not count them)
+def test_a_send_and_a_recv_waiting_for_their_peer_say_whom_and_which_tag(default_sessions, tmp_path):
+    """What the hang watch pairs a message by (``p2p``: op, peer, tag; a recv from any rank has no peer): rank 1
+    waits in its send while rank 0 is held in Python, then rank 0 in a recv from any rank while rank 1 is held.
+    The rule that a send whose recv waits is a message on its way, not a hang: ``tests/unit/test_stuck_rules.py``."""
+    from jupyter_mgpu.session.call_wait import read_where
+
+    s = default_sessions(2)
+    seen: list[dict] = []
+
+    def release_when(rank: int, go: str) -> None:
+        deadline = time.monotonic() + NAMED_WITHIN
+        while time.monotonic() < deadline and not (read_where(s).get(rank) or {}).get("p2p"):
+            time.sleep(0.05)
+        seen.append(read_where(s).get(rank) or {})
+        (tmp_path / go).touch()
+
+    def both() -> None:
+        release_when(1, "go1")
+        release_when(0, "go2")
+
+    watcher = threading.Thread(target=both)
+    watcher.start()
+    cell = f"""
+        import os, time
+        def held(go):  # until the test has seen the other rank wait
+            t = time.monotonic()
+            while not os.path.exists({str(tmp_path)!r} + go) and time.monotonic() - t < 30:
+                time.sleep(0.02)
+        x = torch.zeros(4)
+        if rank == 0:
+            held("/go1")
+            dist.recv(x, 1, tag=7)
+            dist.recv(x, tag=8)
+        else:
+            dist.send(x + 1, 0, tag=7)
+            held("/go2")
+            dist.send(x + 2, 0, tag=8)
+        x.tolist()"""
+    out = s.run_cell(textwrap.dedent(cell).strip(), stream=False)
+    watcher.join()
+    assert out == ["[2.0, 2.0, 2.0, 2.0]", "[0.0, 0.0, 0.0, 0.0]"]
+    assert [(w.get("call"), w.get("group"), w.get("p2p")) for w in seen] == [
+        ("send to rank 0", [0, 1], ["send", 0, 7]),
+        ("recv from any rank", [0, 1], ["recv", None, 8]),
+    ], seen

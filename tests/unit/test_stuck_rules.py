@@ -153,6 +153,30 @@ def test_every_rank_of_a_group_in_the_very_same_collective_is_a_long_one_running
     assert diagnose(mixed, done=set(), now=NOW) is not None
 
 
+def _p2p(op: str, me: int, peer: int | None, tag: int = 0, since: float = NOW - 60) -> dict:
+    call = f"{op} {'to' if op == 'send' else 'from'} rank {peer}"
+    group = sorted({me, peer}) if peer is not None else [0, 1, 2]
+    return {"state": "collective", "since": since, "collective": call, "call": call, "line": "line 3",
+            "group": group, "p2p": [op, peer, tag]}  # fmt: skip
+
+
+def test_a_send_whose_recv_waits_on_the_other_rank_is_a_large_message_on_its_way_not_a_hang():
+    """CI: a 128 MiB send and its recv on a loaded machine, both waiting past the still time, were named stuck
+    and released; a pair that never meets (the same direction, another tag, a rank that left) still is."""
+    pair = {0: _p2p("recv", 0, 1), 1: _p2p("send", 1, 0)}
+    assert diagnose(pair, done=set(), now=NOW) is None
+    assert diagnose({0: _p2p("recv", 0, None), 1: _p2p("send", 1, 0), 2: _running("line 9")}, set(), NOW) is None
+    for apart in (
+        {0: _p2p("send", 0, 1), 1: _p2p("send", 1, 0)},  # both send: each waits for a recv that never comes
+        {0: _p2p("recv", 0, 1, tag=1), 1: _p2p("send", 1, 0, tag=2)},
+        {0: _p2p("recv", 0, 1), 1: _p2p("send", 1, 2), 2: _p2p("recv", 2, 0)},  # a cycle of wrong peers
+    ):
+        found = diagnose(apart, done=set(), now=NOW)
+        assert found is not None and found.release == sorted(apart), apart
+    left = diagnose({0: _p2p("recv", 0, 1)}, done={1}, now=NOW)
+    assert left is not None and "rank 1 finished the call without calling it" in left.text
+
+
 def test_a_wait_on_a_subgroup_is_judged_by_that_group_only():
     where = {0: _waiting("barrier", "line 2", [0, 1], key=("1", 1, 0)), 2: _running("line 9")}
     found = diagnose(where, done={1}, now=NOW)

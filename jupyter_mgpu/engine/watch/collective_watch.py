@@ -158,9 +158,11 @@ def _begin(op: str, args: dict[str, Any], caller: Any) -> dict[str, Any] | None:
     info: dict[str, Any] = {"op": op, "group": ranks, "line": line, "since": time.time(), "n": None}
     if op in POINT_TO_POINT:
         peer = root(dist, args, POINT_TO_POINT[op], args.get("group"))
-        info["call"] = f"{op} {'to' if op == 'send' else 'from'} rank {peer}"
-        if peer is not None:
+        info["call"] = f"{op} {'to' if op == 'send' else 'from'} " + ("any rank" if peer is None else f"rank {peer}")
+        if peer is not None and not isinstance(peer, str):  # a str: a group rank torch could not map
             info["group"] = sorted({st.rank, int(peer)})
+        if not isinstance(peer, str):  # [op, peer or None (recv from any), tag]: the hang watch pairs them
+            info["p2p"] = [op, None if peer is None else int(peer), int(args.get("tag") or 0)]
         return info
     n = collective_numbers.begin(pg, (gen, group))  # torch's number for it: C++-issued ones count too
     fp, words = fingerprint(op, args, dist)
@@ -343,6 +345,8 @@ def where(st: Any) -> dict[str, Any]:
         label = f"{cur['op']} #{cur['n']}" if cur.get("n") else cur["call"]
         out = {"state": "collective", "since": cur["since"], "collective": label, "call": cur["call"]}
         out.update(line=cur["line"], group=cur["group"])
+        if cur.get("p2p"):
+            out["p2p"] = cur["p2p"]
         if cur.get("n"):
             out.update(key=[cur["g"], cur["n"], cur["gen"]], fp=cur["fp"])
         return out
