@@ -204,17 +204,25 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "chromium": browser,
         }
     finally:
-        browser.stop()
+        try:
+            browser.stop()
+        finally:  # the lab ends, and its folder goes, even when a browser process was left
+            _stop_lab(proc, runtime)
+            log.close()
+
+
+def _stop_lab(proc: subprocess.Popen[bytes], runtime: Path) -> None:
+    """End the lab and check that nothing it started (kernel, controller, supervisor, engines) outlives it."""
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(30)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
-    log.close()
-    # nothing the lab started (kernel, controller, supervisor, engines) outlives it
-    assert wait_gone(procs_naming(str(runtime)), timeout=15) == []
-    shutil.rmtree(runtime, ignore_errors=True)
+    try:
+        assert wait_gone(procs_naming(str(runtime)), timeout=15) == []
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def write_notebook(path: Path, cells: list[str]) -> None:
