@@ -351,11 +351,13 @@ def describe_exit(rank: int, record: dict[str, Any], when: str = "", last_words:
         how = f"died (killed by {record['signal_name']})"
         if record["signal_name"] == "SIGSEGV":
             how = "died (segmentation fault, SIGSEGV)"
+        if record.get("fault"):  # where its threads were (engine/startup/fault_record.py)
+            how += f" {record['fault']}"
     else:
         how = f"exited with code {record.get('returncode')}"
         if last_words:
             how += f" (the log says: {last_words})"
-    tail = f" {when}" if when else ""
+    tail = (", " if record.get("fault") else " ") + when if when else ""
     return (
         f"rank {rank} {how}{tail}; run %mgpu_init --restart (or mg.init(..., restart=True)) to start a new cluster, "
         f"or %mgpu_restart --rank {rank} (mg.restart([{rank}])) to start this rank again, keeping the other ranks' variables"

@@ -46,9 +46,10 @@ def _engine_child(rundir: Path, config: dict[str, Any], rank: int) -> None:
         sys.path[:0] = [p for p in config.get("sys_path", []) if p not in sys.path]
         from jupyter_mgpu.engine import state as rank_state
         from jupyter_mgpu.engine.records.startup_marks import mark
-        from jupyter_mgpu.engine.startup import runtime, watchdog
+        from jupyter_mgpu.engine.startup import fault_record, runtime, watchdog
 
         mark(rundir, f"engine.forked.{rank}")
+        fault_record.enable(rundir, rank)  # a fatal signal's stacks: read back when this engine is reaped
         watchdog.start(config["kernel_pid"], config["kernel_create_time"])
         try:
             runtime.setup(config, rank)
@@ -91,6 +92,11 @@ def _write_exit(rundir: Path, rank: int, pid: int, status: int | None, error: st
         if os.WIFSIGNALED(status):
             record["signal"] = os.WTERMSIG(status)
             record["signal_name"] = signal.Signals(record["signal"]).name
+            from jupyter_mgpu.engine.startup import fault_record
+
+            fault = fault_record.read_summary(rundir, rank)
+            if fault:
+                record["fault"] = fault
         elif os.WIFEXITED(status):
             record["returncode"] = os.WEXITSTATUS(status)
     if error:
@@ -249,6 +255,7 @@ def _serve_restarts(rundir: Path, config: dict[str, Any], engines: _Engines) -> 
     folder = rundir / RESTART_DIR
     if engines.stopping or not folder.is_dir():
         return
+    from jupyter_mgpu.engine.startup import fault_record
     from jupyter_mgpu.rundir import complete_json, write_json
 
     for path in sorted(folder.glob("*.json")):
@@ -261,6 +268,7 @@ def _serve_restarts(rundir: Path, config: dict[str, Any], engines: _Engines) -> 
             _log(rundir, f"rank {rank} is alive: not restarted")
             continue
         (rundir / "exits" / f"{rank}.json").unlink(missing_ok=True)
+        fault_record.forget(rundir, rank)
         pid = os.fork()
         if pid == 0:
             _engine_child(rundir, {**config, "restart": request}, rank)
