@@ -159,10 +159,11 @@ def _begin(op: str, args: dict[str, Any], caller: Any) -> dict[str, Any] | None:
     if op in POINT_TO_POINT:
         peer = root(dist, args, POINT_TO_POINT[op], args.get("group"))
         info["call"] = f"{op} {'to' if op == 'send' else 'from'} " + ("any rank" if peer is None else f"rank {peer}")
-        if peer is not None and not isinstance(peer, str):  # a str: a group rank torch could not map
-            info["group"] = sorted({st.rank, int(peer)})
-        if not isinstance(peer, str):  # [op, peer or None (recv from any), tag]: the hang watch pairs them
-            info["p2p"] = [op, None if peer is None else int(peer), int(args.get("tag") or 0)]
+        if not isinstance(peer, str):  # a str: a group rank torch could not map
+            peer = None if peer is None else int(peer)
+            if peer is not None:
+                info["group"] = sorted({st.rank, peer})
+            info["p2p"] = [op, peer, int(args.get("tag") or 0)]  # peer None: from any; the hang watch pairs them
         return info
     n = collective_numbers.begin(pg, (gen, group))  # torch's number for it: C++-issued ones count too
     fp, words = fingerprint(op, args, dist)
