@@ -90,10 +90,14 @@ def test_an_abort_in_a_thread_without_python_says_where_the_main_thread_was(tmp_
 
 
 @pytest.mark.parametrize("dump", ["", "main 0x00007f473afbeb80\n", "Fatal Python error: Segmentation fault\n"])
-def test_no_dump_or_no_frames_adds_nothing(tmp_path, dump):
+def test_a_dump_without_frames_adds_nothing(dump):
     assert fault_record.summary(dump) is None
-    code, where = _crash(tmp_path, "kill") if dump == "" else (None, None)
-    assert where is None  # SIGKILL leaves no stacks
+
+
+def test_sigkill_leaves_no_stacks_and_the_sentence_is_as_before(tmp_path):
+    code, where = _crash(tmp_path, "kill")
+    assert code == -signal.SIGKILL
+    assert where is None
     assert describe_exit(2, {"signal_name": "SIGKILL"}, "while running this").startswith(
         "rank 2 died (killed by SIGKILL) while running this; "
     )

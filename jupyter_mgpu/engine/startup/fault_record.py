@@ -63,18 +63,16 @@ def parse(text: str) -> dict[str, Any]:
 
 
 def _at(frames: list[tuple[str, int, str]]) -> str:
-    """``in string_at() (ctypes/__init__.py:519), called from line 3 of the cell``."""
+    """``in string_at() (ctypes/__init__.py:519), called from line 3 of the cell``, or ``at line 3 of the
+    cell`` when the innermost frame is the user's own (as ``rank_traceback`` names a rank's failure)."""
     from jupyter_mgpu.engine import rank_traceback as rt
 
+    users = [rt.place({"file": rt.display_path(f), "line": n, "name": fn}) for f, n, fn in frames if rt.is_users(f)]
     file, line, name = frames[0]
-    here = f"in {name}() ({rt.display_path(file)}:{line})"
     if rt.is_users(file):
-        return f"at {rt.place({'file': rt.display_path(file), 'line': line, 'name': name})}"
-    users = [f for f in frames if rt.is_users(f[0])]
-    if users:
-        file, line, name = users[0]
-        here += f", called from {rt.place({'file': rt.display_path(file), 'line': line, 'name': name})}"
-    return here
+        return f"at {users[0]}"
+    here = f"in {name}() ({rt.display_path(file)}:{line})"
+    return f"{here}, called from {users[0]}" if users else here
 
 
 def summary(text: str | None) -> str | None:
